@@ -1,0 +1,1 @@
+# Usage, rates and statements arrive with the billing issue.

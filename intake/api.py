@@ -1,0 +1,145 @@
+"""The REST API for capacity requests: the same services as the pages, tenant-scoped."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from tenants.access import roles_for, scope_to_tenants
+from tenants.models import Route, Tenant
+
+from . import services
+from .domain import ALL_MIG_PROFILES, validate_answers
+from .models import CapacityRequest
+from .selectors import answers_for, plan_answers
+
+
+class CapacityRequestSerializer(serializers.ModelSerializer):
+    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    requester = serializers.CharField(source="requester.username", read_only=True)
+    pool = serializers.CharField(source="pool.slug", read_only=True, default=None)
+    mig_profile = serializers.ChoiceField(
+        choices=[""] + [p for p, v in ALL_MIG_PROFILES.items() if v.is_fraction],
+        required=False, allow_blank=True)
+
+    class Meta:
+        model = CapacityRequest
+        fields = [
+            "id", "tenant", "requester", "title", "workload_kind", "isolation_origin",
+            "isolation_reference", "device_fill", "whole_devices", "replicas", "mig_profile",
+            "memory_gb", "gpu_model", "starts_on", "ends_on", "expected_utilisation",
+            "justification", "status", "route", "route_reason", "pool", "route_overridden",
+            "override_reason", "decision_reason", "decided_at", "allocation", "created_at",
+        ]
+        read_only_fields = [
+            "status", "route", "route_reason", "route_overridden", "override_reason",
+            "decision_reason", "decided_at", "allocation", "created_at",
+        ]
+
+    def validate(self, attrs):
+        merged = {f: getattr(self.instance, f) for f in services.EDITABLE_FIELDS} \
+            if self.instance else {}
+        merged.update(attrs)
+        draft = CapacityRequest(**{k: v for k, v in merged.items() if k != "tenant"})
+        errors: dict[str, list[str]] = {}
+        for name, message in validate_answers(answers_for(draft.answers(), draft.gpu_model)):
+            errors.setdefault(name, []).append(message)
+        if draft.starts_on and draft.ends_on and draft.ends_on < draft.starts_on:
+            errors.setdefault("ends_on", []).append("The end is before the start.")
+        if errors:
+            raise serializers.ValidationError(errors)
+        return attrs
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, allow_blank=False, trim_whitespace=True)
+
+
+class ApproveSerializer(ReasonSerializer):
+    override_route = serializers.ChoiceField(choices=Route.choices, required=False,
+                                             allow_blank=True)
+    override_reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+
+class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+                             mixins.CreateModelMixin, viewsets.GenericViewSet):
+    """List, create and act on capacity requests of the tenants you may see."""
+
+    serializer_class = CapacityRequestSerializer
+    lookup_value_regex = r"\d+"
+
+    def get_queryset(self):
+        qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
+        status = self.request.query_params.get("status")
+        if status:
+            qs = qs.filter(status=status)
+        return scope_to_tenants(self.request.user, qs)
+
+    def get_object(self):
+        return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+    def perform_create(self, serializer):
+        data = dict(serializer.validated_data)
+        tenant = data.pop("tenant")
+        # A tenant the caller cannot see is reported as a validation error, not a 403,
+        # so its existence is not revealed.
+        if not roles_for(self.request.user).can_view_tenant(tenant.pk):
+            raise serializers.ValidationError({"tenant": ["No such tenant."]})
+        serializer.instance = services.request_create(tenant=tenant, by=self.request.user,
+                                                      fields=data)
+
+    def _respond(self, obj):
+        return Response(self.get_serializer(obj).data)
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def submit(self, request, pk=None):
+        return self._respond(services.request_submit(request=self.get_object(), by=request.user))
+
+    @extend_schema(request=ApproveSerializer)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        body = ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._respond(services.request_approve(
+            request=self.get_object(), by=request.user, reason=body.validated_data["reason"],
+            override_route=body.validated_data.get("override_route", ""),
+            override_reason=body.validated_data.get("override_reason", "")))
+
+    @extend_schema(request=ReasonSerializer)
+    @action(detail=True, methods=["post"])
+    def deny(self, request, pk=None):
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._respond(services.request_deny(
+            request=self.get_object(), by=request.user, reason=body.validated_data["reason"]))
+
+    @extend_schema(request=ReasonSerializer)
+    @action(detail=True, methods=["post"], url_path="request-changes")
+    def request_changes(self, request, pk=None):
+        body = ReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._respond(services.request_request_changes(
+            request=self.get_object(), by=request.user, reason=body.validated_data["reason"]))
+
+    @action(detail=False, methods=["post"])
+    def preview(self, request):
+        """Route and price answers without saving anything."""
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        d = serializer.validated_data
+        obj = CapacityRequest(**{k: v for k, v in d.items() if k != "tenant"})
+        decision, plan = plan_answers(
+            answers_for(obj.answers(), obj.gpu_model), gpu_model=obj.gpu_model,
+            expected_utilisation=obj.expected_utilisation, starts_on=obj.starts_on,
+            ends_on=obj.ends_on)
+        return Response({
+            "route": decision.route, "reason": decision.reason,
+            "pool": plan.pool.name if plan else None,
+            "held_devices": str(plan.held_devices) if plan else None,
+            "monthly_price": str(plan.monthly_price) if plan else None,
+            "fit": plan.fit if plan else None, "fit_reason": plan.fit_reason if plan else None,
+        })

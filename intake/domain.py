@@ -1,0 +1,464 @@
+"""Intake decisions as pure functions: routing, sizing, pricing, fit and lifecycle rules.
+
+No ORM, no clock, no I/O: every input is a plain value and every answer is a frozen
+dataclass with a human-readable reason, so the live preview, the review page, the API and
+the audit trail all explain the same decision in the same words.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from enum import StrEnum
+
+from tenants.models import Route
+
+HOURS_PER_MONTH = Decimal("730")  # 365 × 24 / 12: the usual cloud month
+SLICES_PER_DEVICE = 7  # compute slices of a MIG-capable GPU
+MAX_REPLICAS = 512
+MIN_REFERENCE_LENGTH = 3
+
+
+class Isolation(StrEnum):
+    CONTRACTUAL = "contractual"
+    REGULATORY = "regulatory"
+    HABITUAL = "habitual"
+
+    @property
+    def is_binding(self) -> bool:
+        """Contracts and regulation bind; habit does not."""
+        return self is not Isolation.HABITUAL
+
+
+class Fill(StrEnum):
+    SMALL = "small"
+    FULL = "full"
+
+
+ISOLATION_LABELS = {
+    Isolation.CONTRACTUAL: "Contractual",
+    Isolation.REGULATORY: "Regulatory",
+    Isolation.HABITUAL: "Habitual",
+}
+FILL_LABELS = {Fill.SMALL: "Small (a fraction of a device)", Fill.FULL: "Full (whole devices)"}
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str
+    compute_slices: int
+    memory_gb: int
+
+    @property
+    def share(self) -> Decimal:
+        """The share of one device this slice counts as (compute slices / 7)."""
+        return Decimal(self.compute_slices) / Decimal(SLICES_PER_DEVICE)
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.compute_slices < SLICES_PER_DEVICE
+
+
+def slice_devices(compute_slices: int) -> Decimal:
+    """Compute slices as device-equivalents, to the 4 places allocations store."""
+    return (Decimal(compute_slices) / SLICES_PER_DEVICE).quantize(Decimal("0.0001"),
+                                                                  rounding=ROUND_HALF_UP)
+
+
+def _profiles(*rows: tuple[str, int, int]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(n, c, m) for n, c, m in rows)
+
+
+# MIG profiles by GPU memory size (the families NVIDIA publishes for 80 GB and 141 GB parts).
+MIG_PROFILES_BY_MEMORY: dict[int, tuple[MigProfile, ...]] = {
+    80: _profiles(("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20),
+                  ("3g.40gb", 3, 40), ("4g.40gb", 4, 40), ("7g.80gb", 7, 80)),
+    141: _profiles(("1g.18gb", 1, 18), ("1g.35gb", 1, 35), ("2g.35gb", 2, 35),
+                   ("3g.71gb", 3, 71), ("4g.71gb", 4, 71), ("7g.141gb", 7, 141)),
+}
+ALL_MIG_PROFILES: dict[str, MigProfile] = {
+    p.name: p for family in MIG_PROFILES_BY_MEMORY.values() for p in family
+}
+
+
+def mig_profile(name: str) -> MigProfile | None:
+    return ALL_MIG_PROFILES.get(name)
+
+
+def smallest_profile_for_memory(memory_gb: int, *, gpu_memory_gb: int = 80,
+                                offered: tuple[str, ...] = ()) -> MigProfile | None:
+    """The smallest fractional MIG profile with at least `memory_gb`, or None if none fits."""
+    family = MIG_PROFILES_BY_MEMORY.get(gpu_memory_gb, MIG_PROFILES_BY_MEMORY[80])
+    candidates = [p for p in family if p.is_fraction and p.memory_gb >= memory_gb
+                  and (not offered or p.name in offered)]
+    candidates.sort(key=lambda p: (p.compute_slices, p.memory_gb))
+    return candidates[0] if candidates else None
+
+
+# ---------------------------------------------------------------------------------------
+# Routing
+
+
+@dataclass(frozen=True)
+class IntakeAnswers:
+    """What the requester answered, as plain values."""
+
+    isolation: Isolation | None
+    fill: Fill | None
+    reference: str = ""
+    whole_devices: int = 0  # fill = full: total whole devices
+    replicas: int = 0  # fill = small: how many replicas, each one slice
+    mig_profile: str = ""  # fill = small: a named profile …
+    memory_gb: int = 0  # … or the memory one replica needs
+    gpu_memory_gb: int = 80
+    offered_profiles: tuple[str, ...] = ()  # what the MIG pool offers (memory → profile)
+
+
+@dataclass(frozen=True)
+class RouteDecision:
+    route: Route | None
+    reason: str
+    isolation: Isolation | None = None
+    fill: Fill | None = None  # the effective fill (a fraction that fits no profile is full)
+    whole_devices: int = 0  # whole devices requested (or one per replica when rounded up)
+    mig_profile: str = ""
+    mig_count: int = 0
+    errors: tuple[tuple[str, str], ...] = ()  # (field, message) that block the route
+
+    @property
+    def ok(self) -> bool:
+        return self.route is not None and not self.errors
+
+    @property
+    def device_equivalents(self) -> Decimal:
+        if self.route is Route.MIG_VCLUSTER:
+            profile = mig_profile(self.mig_profile)
+            slices = profile.compute_slices * self.mig_count if profile else 0
+            return slice_devices(slices)
+        return Decimal(self.whole_devices)
+
+    @property
+    def cell(self) -> tuple[str, str] | None:
+        """The intake-matrix cell: (binding|habitual, small|full)."""
+        if self.isolation is None or self.fill is None:
+            return None
+        return ("binding" if self.isolation.is_binding else "habitual", str(self.fill))
+
+
+def validate_answers(a: IntakeAnswers) -> tuple[tuple[str, str], ...]:
+    """Field errors in the answers themselves, independent of any pool."""
+    errors: list[tuple[str, str]] = []
+    if a.isolation is None:
+        errors.append(("isolation_origin", "Say where the need for separation comes from."))
+    elif a.isolation.is_binding and len(a.reference.strip()) < MIN_REFERENCE_LENGTH:
+        what = "contract id" if a.isolation is Isolation.CONTRACTUAL else \
+            "regulation or data class"
+        errors.append(("isolation_reference",
+                       f"A {a.isolation.value} boundary needs evidence: give the {what}."))
+    if a.fill is None:
+        errors.append(("device_fill", "Say whether one replica fills a whole device or less."))
+    elif a.fill is Fill.FULL:
+        if a.whole_devices < 1:
+            errors.append(("whole_devices", "Ask for at least one whole device."))
+        elif a.whole_devices > MAX_REPLICAS:
+            errors.append(("whole_devices", f"At most {MAX_REPLICAS} devices in one request."))
+    else:
+        if a.replicas < 1:
+            errors.append(("replicas", "Ask for at least one replica."))
+        elif a.replicas > MAX_REPLICAS:
+            errors.append(("replicas", f"At most {MAX_REPLICAS} replicas in one request."))
+        if a.mig_profile:
+            profile = mig_profile(a.mig_profile)
+            if profile is None:
+                errors.append(("mig_profile", f"{a.mig_profile!r} is not a MIG profile."))
+            elif not profile.is_fraction:
+                errors.append(("mig_profile", f"{profile.name} is a whole device: choose "
+                               "'Full' for whole devices."))
+        elif a.memory_gb < 1:
+            errors.append(("mig_profile", "Choose a MIG profile or give the memory one replica "
+                           "needs."))
+    return tuple(errors)
+
+
+def route_request(a: IntakeAnswers) -> RouteDecision:
+    """The intake matrix: (isolation origin × device fill) → route, with the reason why."""
+    errors = validate_answers(a)
+    if errors:
+        return RouteDecision(None, "Not routed yet: " + " ".join(m for _, m in errors),
+                             isolation=a.isolation, fill=a.fill, errors=errors)
+    assert a.isolation is not None and a.fill is not None
+
+    fill = a.fill
+    whole, profile_name, count = a.whole_devices, "", 0
+    sizing_note = ""
+    if fill is Fill.SMALL:
+        profile = mig_profile(a.mig_profile) if a.mig_profile else \
+            smallest_profile_for_memory(a.memory_gb, gpu_memory_gb=a.gpu_memory_gb,
+                                        offered=a.offered_profiles)
+        if profile is None:
+            # A fraction that fits no MIG profile is, in practice, a whole device.
+            fill, whole = Fill.FULL, a.replicas
+            sizing_note = (f" {a.memory_gb} GB per replica fits no MIG slice of a "
+                           f"{a.gpu_memory_gb} GB device, so each of the {a.replicas} "
+                           f"replica(s) is counted as one whole device.")
+        else:
+            whole, profile_name, count = 0, profile.name, a.replicas
+            if not a.mig_profile:
+                sizing_note = (f" {a.memory_gb} GB per replica maps to the {profile.name} "
+                               "slice, the smallest that holds it.")
+
+    ref = f" ({a.reference.strip()})" if a.isolation.is_binding else ""
+    origin = a.isolation.value
+    if a.isolation.is_binding and fill is Fill.FULL:
+        route = Route.DEDICATED_BLOCK
+        reason = (f"Dedicated block: the {origin} boundary{ref} needs hardware that no other "
+                  f"tenant shares, and {whole} whole device(s) fill whole nodes. Whole "
+                  "validated nodes are reserved for the tenant; their idle hours are priced "
+                  "back to the tenant that required them.")
+    elif a.isolation.is_binding:
+        route = Route.CONFIDENTIAL_POOL
+        whole = count
+        reason = (f"Confidential pool: the {origin} boundary{ref} is not softened by a MIG "
+                  f"slice, so each of the {count} replica(s) gets a whole device on nodes "
+                  "running the confidential-compute BIOS profile. Whole devices are charged "
+                  "whether used or not.")
+        profile_name, count = "", 0
+    elif fill is Fill.SMALL:
+        route = Route.MIG_VCLUSTER
+        share = slice_devices(mig_profile(profile_name).compute_slices * count)
+        reason = (f"MIG under vCluster: {count} × {profile_name} slice(s) "
+                  f"(= {format_devices(share)} device(s)) through DRA claims, with a virtual "
+                  "control plane of the tenant's own. A habitual preference for separation is "
+                  "met by that control plane; the physical GPUs are shared with other tenants.")
+    else:
+        route = Route.SHARED_POOL
+        reason = (f"Shared pool: {whole} whole device(s) under a Kueue quota in the shared "
+                  "cohort, borrowing beyond it when peers are idle. A habitual boundary is "
+                  "not a compliance requirement, so no hardware is reserved.")
+    return RouteDecision(route, reason + sizing_note, isolation=a.isolation, fill=fill,
+                         whole_devices=whole, mig_profile=profile_name, mig_count=count)
+
+
+def format_devices(value: Decimal) -> str:
+    q = value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    return f"{q.normalize():f}"
+
+
+def override_decision(decision: RouteDecision, route: Route, why: str) -> RouteDecision:
+    """An admin's route override, resized for the new route, with the reason kept."""
+    if decision.route is None:
+        raise ValueError("Only a routed request can be overridden.")
+    if route is decision.route:
+        return decision
+    whole, profile, count = decision.whole_devices, "", 0
+    if route is Route.MIG_VCLUSTER:
+        if not decision.mig_profile:
+            raise ValueError("MIG under vCluster needs a MIG profile: request changes so the "
+                             "requester can size it in slices.")
+        whole, profile, count = 0, decision.mig_profile, decision.mig_count
+    elif decision.route is Route.MIG_VCLUSTER:
+        # From slices to whole devices: one per replica where the boundary binds, else packed.
+        whole = (decision.mig_count if route is Route.CONFIDENTIAL_POOL
+                 else math.ceil(decision.device_equivalents))
+    reason = (f"Route overridden from {Route(decision.route).label} to {route.label} by a "
+              f"platform admin: {why.strip()} (The matrix said: {decision.reason})")
+    return RouteDecision(route, reason, isolation=decision.isolation, fill=decision.fill,
+                         whole_devices=whole, mig_profile=profile, mig_count=count)
+
+
+# ---------------------------------------------------------------------------------------
+# Sizing, price and fit against a pool
+
+
+@dataclass(frozen=True)
+class PoolFacts:
+    """What a plan needs to know of the target pool, as plain values."""
+
+    name: str
+    route: Route
+    gpu_model: str
+    devices_per_node: int
+    capacity_devices: Decimal  # promisable (validated, healthy) device-equivalents
+    allocated_devices: Decimal  # held by existing allocations
+    rate_per_device_hour: Decimal
+    mig_profiles: tuple[str, ...] = ()
+    capacity_source: str = "configured pool size"
+    pool_id: int | None = None
+
+    @property
+    def free_devices(self) -> Decimal:
+        return max(Decimal(0), self.capacity_devices - self.allocated_devices)
+
+
+class Fit(StrEnum):
+    FITS_NOW = "fits_now"
+    FITS_LATER = "fits_later"  # after allocations already promised end
+    NEVER = "never"
+
+
+@dataclass(frozen=True)
+class RequestPlan:
+    decision: RouteDecision
+    pool: PoolFacts
+    held_devices: Decimal  # what the tenant holds (whole nodes for a dedicated block)
+    nodes: int
+    charged_device_hours_per_month: Decimal
+    expected_used_device_hours_per_month: Decimal
+    idle_device_hours_per_month: Decimal
+    monthly_price: Decimal
+    window_hours: Decimal | None
+    window_price: Decimal | None
+    fit: Fit
+    fit_reason: str
+    notes: tuple[str, ...] = ()
+    errors: tuple[tuple[str, str], ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.decision.ok and not self.errors
+
+
+def _money(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisation: int = 100,
+                 window_hours: Decimal | None = None) -> RequestPlan:
+    """Devices held, price at the pool's rate, and whether it fits the pool's capacity."""
+    errors: list[tuple[str, str]] = []
+    notes: list[str] = []
+    if decision.route is not None and pool.route != decision.route:
+        errors.append(("pool", f"{pool.name} serves {Route(pool.route).label}, "
+                       f"not {Route(decision.route).label}."))
+    if decision.route is Route.MIG_VCLUSTER and pool.mig_profiles and \
+            decision.mig_profile not in pool.mig_profiles:
+        errors.append(("mig_profile", f"{pool.name} offers {', '.join(pool.mig_profiles)}; "
+                       f"not {decision.mig_profile}."))
+
+    requested = decision.device_equivalents
+    per_node = max(1, pool.devices_per_node)
+    if decision.route is Route.DEDICATED_BLOCK:
+        nodes = math.ceil(decision.whole_devices / per_node) if decision.whole_devices else 0
+        held = Decimal(nodes * per_node)
+        if held > requested:
+            notes.append(f"A dedicated block reserves whole nodes: {nodes} node(s) × {per_node} "
+                         f"devices = {held} devices held for {requested} requested.")
+    elif decision.route is Route.MIG_VCLUSTER:
+        held = requested
+        slices = (mig_profile(decision.mig_profile).compute_slices * decision.mig_count
+                  if decision.mig_profile else 0)
+        nodes = math.ceil(slices / (SLICES_PER_DEVICE * per_node)) if slices else 0
+    else:
+        held = requested
+        nodes = math.ceil(decision.whole_devices / per_node) if decision.whole_devices else 0
+    if nodes > 1 and decision.route in (Route.SHARED_POOL, Route.CONFIDENTIAL_POOL,
+                                        Route.MIG_VCLUSTER):
+        notes.append(f"Larger than one node ({per_node} devices): it spans {nodes} nodes, so "
+                     "no single replica may need more than one node.")
+    elif nodes > 1:
+        notes.append(f"Spans {nodes} nodes of {per_node} devices each.")
+
+    utilisation = Decimal(max(0, min(100, expected_utilisation))) / 100
+    charged = held * HOURS_PER_MONTH
+    used = requested * utilisation * HOURS_PER_MONTH
+    idle = max(Decimal(0), charged - used)
+    monthly = _money(charged * pool.rate_per_device_hour)
+    window_price = (_money(held * window_hours * pool.rate_per_device_hour)
+                    if window_hours is not None else None)
+
+    free, capacity = pool.free_devices, pool.capacity_devices
+    if held <= 0:
+        fit, fit_reason = Fit.NEVER, "Nothing to place yet."
+    elif held <= free:
+        fit = Fit.FITS_NOW
+        fit_reason = (f"Fits now: {format_devices(held)} of {format_devices(free)} free "
+                      f"device(s) in {pool.name} ({pool.capacity_source}).")
+    elif held <= capacity:
+        fit = Fit.FITS_LATER
+        fit_reason = (f"Does not fit now: {format_devices(free)} of "
+                      f"{format_devices(capacity)} device(s) are free in {pool.name}; it fits "
+                      "once allocations already promised end.")
+    else:
+        fit = Fit.NEVER
+        fit_reason = (f"Can never fit {pool.name}: it needs {format_devices(held)} device(s) "
+                      f"and the pool has {format_devices(capacity)} ({pool.capacity_source}).")
+    return RequestPlan(
+        decision=decision, pool=pool, held_devices=held, nodes=nodes,
+        charged_device_hours_per_month=charged, expected_used_device_hours_per_month=used,
+        idle_device_hours_per_month=idle, monthly_price=monthly, window_hours=window_hours,
+        window_price=window_price, fit=fit, fit_reason=fit_reason, notes=tuple(notes),
+        errors=tuple(errors),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Lifecycle rules
+
+
+class Status(StrEnum):
+    DRAFT = "draft"
+    SUBMITTED = "submitted"
+    APPROVED = "approved"
+    DENIED = "denied"
+    CHANGES_REQUESTED = "changes_requested"
+    PROVISIONING = "provisioning"
+    ACTIVE = "active"
+    EXPIRING = "expiring"
+    RETIRED = "retired"
+    FAILED = "failed"
+
+
+class Actor(StrEnum):
+    LEAD = "lead"  # a team lead of the request's tenant
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class TransitionRule:
+    action: str
+    from_states: frozenset[Status]
+    to_state: Status
+    actor: Actor
+    needs_reason: bool
+
+
+TRANSITIONS: dict[str, TransitionRule] = {
+    r.action: r for r in (
+        TransitionRule("submit", frozenset({Status.DRAFT, Status.CHANGES_REQUESTED}),
+                       Status.SUBMITTED, Actor.LEAD, needs_reason=False),
+        TransitionRule("approve", frozenset({Status.SUBMITTED}), Status.APPROVED, Actor.ADMIN,
+                       needs_reason=True),
+        TransitionRule("deny", frozenset({Status.SUBMITTED}), Status.DENIED, Actor.ADMIN,
+                       needs_reason=True),
+        TransitionRule("request_changes", frozenset({Status.SUBMITTED}),
+                       Status.CHANGES_REQUESTED, Actor.ADMIN, needs_reason=True),
+    )
+}
+EDITABLE_STATES = frozenset({Status.DRAFT, Status.CHANGES_REQUESTED})
+
+
+@dataclass(frozen=True)
+class TransitionCheck:
+    allowed: bool
+    to_state: Status | None
+    reason: str
+
+
+def check_transition(*, action: str, status: Status, is_admin: bool, is_lead: bool,
+                     reason: str = "") -> TransitionCheck:
+    rule = TRANSITIONS.get(action)
+    if rule is None:
+        return TransitionCheck(False, None, f"Unknown action {action!r}.")
+    if rule.actor is Actor.ADMIN and not is_admin:
+        return TransitionCheck(False, None, "Only a platform admin may do this.")
+    if rule.actor is Actor.LEAD and not is_lead:
+        return TransitionCheck(False, None, "Only a team lead of this tenant may do this.")
+    if status not in rule.from_states:
+        allowed_from = " or ".join(sorted(s.value.replace("_", " ") for s in rule.from_states))
+        return TransitionCheck(False, None, f"This request is {status.value.replace('_', ' ')}; "
+                               f"'{action.replace('_', ' ')}' needs it to be {allowed_from}.")
+    if rule.needs_reason and not reason.strip():
+        return TransitionCheck(False, None, "Give a reason: it is shown to the requester and "
+                               "kept in the audit trail.")
+    return TransitionCheck(True, rule.to_state, "")

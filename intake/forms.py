@@ -1,0 +1,144 @@
+"""Forms validate and shape; the decisions stay in domain.py and the writes in services.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import forms
+from django.utils import timezone
+
+from tenants.models import Pool, Route, Tenant
+
+from .domain import ALL_MIG_PROFILES, IntakeAnswers, validate_answers
+from .models import CapacityRequest
+from .selectors import answers_for
+from .services import EDITABLE_FIELDS
+
+
+def _mig_choices() -> list[tuple[str, str]]:
+    rows = [("", "— or give the memory per replica —")]
+    for p in ALL_MIG_PROFILES.values():
+        if p.is_fraction:
+            rows.append((p.name, f"{p.name} ({p.compute_slices}/7 of a device, {p.memory_gb} GB)"))
+    return rows
+
+
+class CapacityRequestForm(forms.ModelForm):
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
+    mig_profile = forms.ChoiceField(choices=_mig_choices, required=False, label="MIG profile")
+    gpu_model = forms.ChoiceField(required=False, label="GPU model")
+
+    class Meta:
+        model = CapacityRequest
+        fields = ["tenant", *EDITABLE_FIELDS]
+        widgets = {
+            "isolation_origin": forms.RadioSelect,
+            "device_fill": forms.RadioSelect,
+            "starts_on": forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+            "ends_on": forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+            "justification": forms.Textarea(attrs={"rows": 3}),
+            "expected_utilisation": forms.NumberInput(attrs={"min": 0, "max": 100, "step": 5}),
+        }
+        labels = {
+            "isolation_origin": "Where does the need for separation come from?",
+            "isolation_reference": "Evidence (contract id, regulation or data class)",
+            "device_fill": "How much of one device does one replica fill?",
+            "whole_devices": "Whole devices",
+            "replicas": "Replicas (one slice each)",
+            "memory_gb": "GPU memory per replica (GB)",
+            "starts_on": "Start",
+            "ends_on": "End (last day, optional)",
+            "expected_utilisation": "Expected utilisation (%)",
+        }
+        help_texts = {
+            "isolation_reference": "Required for contractual and regulatory boundaries.",
+            "ends_on": "Leave empty for an open-ended allocation.",
+        }
+
+    def __init__(self, *args, tenants=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].queryset = tenants if tenants is not None else Tenant.objects.none()
+        models = sorted(set(Pool.objects.filter(active=True)
+                            .values_list("gpu_model", flat=True)))
+        self.fields["gpu_model"].choices = [("", "Any model the route's pool offers")] + [
+            (m, m) for m in models]
+        self.fields["isolation_origin"].choices = [
+            c for c in self.fields["isolation_origin"].choices if c[0]]
+        self.fields["device_fill"].choices = [
+            c for c in self.fields["device_fill"].choices if c[0]]
+        for name in ("whole_devices", "replicas", "memory_gb"):
+            self.fields[name].required = False
+            self.fields[name].widget.attrs.update({"min": 0})
+        if self.instance.pk:
+            self.fields["tenant"].disabled = True
+        if not self.is_bound and not self.instance.pk:
+            self.initial.setdefault("starts_on", timezone.localdate())
+
+    def clean(self):
+        data = super().clean()
+        for name in ("whole_devices", "replicas", "memory_gb"):
+            if data.get(name) is None:
+                data[name] = 0
+        for name, message in validate_answers(self.answers()):
+            if name in self.fields and name not in self.errors:
+                self.add_error(name, message)
+        starts, ends = data.get("starts_on"), data.get("ends_on")
+        if starts and ends and ends < starts:
+            self.add_error("ends_on", "The end is before the start.")
+        if starts and not self.instance.pk and starts < timezone.localdate() - dt.timedelta(days=1):
+            self.add_error("starts_on", "The start is in the past.")
+        return data
+
+    def answers(self) -> IntakeAnswers:
+        """Answers from whatever parsed cleanly, so the preview works on a half-filled form."""
+        from .domain import Fill, Isolation
+
+        data = getattr(self, "cleaned_data", {}) or {}
+        iso = data.get("isolation_origin") or self.data.get("isolation_origin")
+        fill = data.get("device_fill") or self.data.get("device_fill")
+
+        def number(name: str) -> int:
+            value = data.get(name)
+            if value is None:
+                try:
+                    value = int(self.data.get(name) or 0)
+                except (TypeError, ValueError):
+                    value = 0
+            return max(0, int(value))
+
+        return answers_for(IntakeAnswers(
+            isolation=Isolation(iso) if iso in Isolation._value2member_map_ else None,
+            fill=Fill(fill) if fill in Fill._value2member_map_ else None,
+            reference=str(data.get("isolation_reference") or
+                          self.data.get("isolation_reference") or ""),
+            whole_devices=number("whole_devices"),
+            replicas=number("replicas"),
+            mig_profile=str(data.get("mig_profile") or self.data.get("mig_profile") or ""),
+            memory_gb=number("memory_gb"),
+        ), str(data.get("gpu_model") or self.data.get("gpu_model") or ""))
+
+    def service_fields(self) -> dict:
+        return {name: self.cleaned_data[name] for name in EDITABLE_FIELDS}
+
+
+class DecisionForm(forms.Form):
+    ACTIONS = [("approve", "Approve"), ("request_changes", "Request changes"),
+               ("deny", "Deny")]
+    action = forms.ChoiceField(choices=ACTIONS, widget=forms.RadioSelect)
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000,
+                             help_text="Shown to the requester and kept in the audit trail.")
+    override_route = forms.ChoiceField(
+        choices=[("", "Keep the matrix route")] + list(Route.choices), required=False,
+        label="Override the route")
+    override_reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                                      max_length=2000, label="Why override")
+
+    def clean(self):
+        data = super().clean()
+        if not (data.get("reason") or "").strip():
+            self.add_error("reason", "Give a reason: it is shown to the requester and audited.")
+        if data.get("override_route") and data.get("action") != "approve":
+            self.add_error("override_route", "A route can only be overridden when approving.")
+        if data.get("override_route") and not (data.get("override_reason") or "").strip():
+            self.add_error("override_reason", "Overriding the route needs a written reason.")
+        return data

@@ -1,0 +1,101 @@
+"""Capacity requests: what a team lead asked for, how it was routed and decided."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from tenants.models import Allocation, Pool, Route, Tenant
+
+from .domain import (
+    EDITABLE_STATES,
+    FILL_LABELS,
+    ISOLATION_LABELS,
+    Fill,
+    IntakeAnswers,
+    Isolation,
+    Status,
+)
+
+
+class WorkloadKind(models.TextChoices):
+    TRAINING = "training", "Training"
+    FINE_TUNING = "fine_tuning", "Fine-tuning"
+    INFERENCE = "inference", "Inference"
+    EVALUATION = "evaluation", "Evaluation"
+    NOTEBOOK = "notebook", "Notebook"
+
+
+ISOLATION_CHOICES = [(i.value, ISOLATION_LABELS[i]) for i in Isolation]
+FILL_CHOICES = [(f.value, FILL_LABELS[f]) for f in Fill]
+STATUS_CHOICES = [(s.value, s.value.replace("_", " ").capitalize()) for s in Status]
+
+
+class CapacityRequest(models.Model):
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="requests")
+    requester = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT,
+                                  related_name="capacity_requests")
+    title = models.CharField(max_length=120)
+    workload_kind = models.CharField(max_length=20, choices=WorkloadKind.choices)
+    isolation_origin = models.CharField(max_length=20, choices=ISOLATION_CHOICES)
+    isolation_reference = models.CharField(
+        max_length=200, blank=True,
+        help_text="Contract id, regulation or data class (required unless habitual).")
+    device_fill = models.CharField(max_length=10, choices=FILL_CHOICES)
+    whole_devices = models.PositiveIntegerField(default=0)
+    replicas = models.PositiveIntegerField(default=0)
+    mig_profile = models.CharField(max_length=20, blank=True)
+    memory_gb = models.PositiveIntegerField(default=0)
+    gpu_model = models.CharField(max_length=60, blank=True)
+    starts_on = models.DateField()
+    ends_on = models.DateField(null=True, blank=True)
+    expected_utilisation = models.PositiveSmallIntegerField(
+        default=70, validators=[MinValueValidator(0), MaxValueValidator(100)])
+    justification = models.TextField()
+
+    status = models.CharField(max_length=20, choices=STATUS_CHOICES,
+                              default=Status.DRAFT.value, db_index=True)
+    # The routing decision, stored when the request is submitted (and on an override).
+    route = models.CharField(max_length=30, choices=Route.choices, blank=True)
+    route_reason = models.TextField(blank=True)
+    pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.PROTECT,
+                             related_name="requests")
+    route_overridden = models.BooleanField(default=False)
+    override_reason = models.TextField(blank=True)
+    # The review decision.
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.PROTECT, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_reason = models.TextField(blank=True)
+    allocation = models.OneToOneField(Allocation, null=True, blank=True,
+                                      on_delete=models.PROTECT, related_name="request")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "status"])]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.title}"
+
+    @property
+    def is_editable(self) -> bool:
+        return Status(self.status) in EDITABLE_STATES
+
+    @property
+    def status_enum(self) -> Status:
+        return Status(self.status)
+
+    def answers(self) -> IntakeAnswers:
+        return IntakeAnswers(
+            isolation=Isolation(self.isolation_origin) if self.isolation_origin else None,
+            fill=Fill(self.device_fill) if self.device_fill else None,
+            reference=self.isolation_reference,
+            whole_devices=self.whole_devices,
+            replicas=self.replicas,
+            mig_profile=self.mig_profile,
+            memory_gb=self.memory_gb,
+        )

@@ -1,0 +1,86 @@
+"""Reads of the intake app: plans over the database's pools and allocations."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+from decimal import Decimal
+
+from tenants.models import Pool, Route
+from tenants.selectors import pool_capacity, pools_for_route
+
+from .domain import (
+    IntakeAnswers,
+    PoolFacts,
+    RequestPlan,
+    RouteDecision,
+    plan_request,
+    route_request,
+)
+from .models import CapacityRequest
+
+
+def pool_facts(pool: Pool) -> PoolFacts:
+    cap = pool_capacity(pool)
+    return PoolFacts(
+        name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
+        devices_per_node=pool.devices_per_node, capacity_devices=cap.capacity_devices,
+        allocated_devices=cap.allocated_devices,
+        rate_per_device_hour=pool.rate_per_device_hour,
+        mig_profiles=tuple(pool.mig_profiles or ()), capacity_source=cap.source,
+        pool_id=pool.pk,
+    )
+
+
+def window_hours(starts_on: dt.date | None, ends_on: dt.date | None) -> Decimal | None:
+    if not starts_on or not ends_on or ends_on < starts_on:
+        return None
+    return Decimal(((ends_on - starts_on).days + 1) * 24)
+
+
+def mig_offer(gpu_model: str = "") -> tuple[int, tuple[str, ...]]:
+    """GPU memory and MIG profiles of the pool that would take a small request.
+
+    Memory → profile mapping depends on both (80 GB and 141 GB parts slice differently).
+    """
+    pools = pools_for_route(Route.MIG_VCLUSTER, gpu_model)
+    pool = pools.first()
+    if pool is None and gpu_model:
+        memory = (Pool.objects.filter(gpu_model=gpu_model)
+                  .values_list("gpu_memory_gb", flat=True).first())
+        return (memory or 80), ()
+    if pool is None:
+        return 80, ()
+    return pool.gpu_memory_gb, tuple(pool.mig_profiles or ())
+
+
+def answers_for(answers: IntakeAnswers, gpu_model: str = "") -> IntakeAnswers:
+    memory, offered = mig_offer(gpu_model)
+    return replace(answers, gpu_memory_gb=memory, offered_profiles=offered)
+
+
+def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilisation: int = 100,
+                 starts_on=None, ends_on=None, pool: Pool | None = None,
+                 decision: RouteDecision | None = None
+                 ) -> tuple[RouteDecision, RequestPlan | None]:
+    """Route the answers and plan them against the pool that serves the route."""
+    decision = decision or route_request(answers)
+    if decision.route is None:
+        return decision, None
+    if pool is None or pool.route != decision.route:
+        pool = pools_for_route(decision.route, gpu_model).first()
+    if pool is None:
+        return decision, None
+    plan = plan_request(decision, pool_facts(pool), expected_utilisation=expected_utilisation,
+                        window_hours=window_hours(starts_on, ends_on))
+    return decision, plan
+
+
+def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None = None
+                     ) -> tuple[RouteDecision, RequestPlan | None]:
+    pool = request.pool if (request.pool_id and decision is None) else None
+    return plan_answers(
+        answers_for(request.answers(), request.gpu_model), gpu_model=request.gpu_model,
+        expected_utilisation=request.expected_utilisation, starts_on=request.starts_on,
+        ends_on=request.ends_on, pool=pool, decision=decision,
+    )

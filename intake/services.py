@@ -1,0 +1,225 @@
+"""Writes of the intake app: each checks the actor, audits, and is safe under concurrency."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.access import roles_for
+from tenants.audit import audit_record
+from tenants.models import Pool, Route, Tenant
+from tenants.services import allocation_create
+
+from .domain import (
+    TRANSITIONS,
+    Fit,
+    Status,
+    check_transition,
+    override_decision,
+)
+from .models import CapacityRequest
+from .selectors import plan_for_request
+
+EDITABLE_FIELDS = (
+    "title", "workload_kind", "isolation_origin", "isolation_reference", "device_fill",
+    "whole_devices", "replicas", "mig_profile", "memory_gb", "gpu_model", "starts_on",
+    "ends_on", "expected_utilisation", "justification",
+)
+
+
+class IntakeError(Exception):
+    """A domain refusal with a message for the user and optional field errors."""
+
+    def __init__(self, message: str, *, fields: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields or {}
+
+
+def _check(request: CapacityRequest, action: str, by, reason: str = "") -> Status:
+    roles = roles_for(by)
+    check = check_transition(
+        action=action, status=Status(request.status), is_admin=roles.platform_admin,
+        is_lead=roles.can_file_for(request.tenant_id), reason=reason,
+    )
+    if not check.allowed:
+        if request.decided_by_id and Status(request.status) in (
+                Status.APPROVED, Status.DENIED, Status.CHANGES_REQUESTED):
+            # Loaded apart from the locking query: a join read under FOR UPDATE can be stale.
+            who = get_user_model().objects.get(pk=request.decided_by_id).get_username()
+            when = timezone.localtime(request.decided_at).strftime("%Y-%m-%d %H:%M")
+            raise IntakeError(f"{check.reason} {who} decided it at {when}.")
+        raise IntakeError(check.reason)
+    assert check.to_state is not None
+    return check.to_state
+
+
+def _clean_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(fields) - set(EDITABLE_FIELDS)
+    if unknown:
+        raise IntakeError(f"Unknown fields: {', '.join(sorted(unknown))}.")
+    return fields
+
+
+@transaction.atomic
+def request_create(*, tenant: Tenant, by, fields: dict[str, Any]) -> CapacityRequest:
+    roles = roles_for(by)
+    if not roles.can_file_for(tenant.pk):
+        raise IntakeError("Only a team lead of this tenant may file requests for it.")
+    request = CapacityRequest.objects.create(tenant=tenant, requester=by,
+                                             **_clean_fields(fields))
+    audit_record(actor=by, subject=request, tenant=tenant, action="request.created",
+                 to_state=request.status, reason="Draft created.")
+    return request
+
+
+@transaction.atomic
+def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> CapacityRequest:
+    request = CapacityRequest.objects.select_for_update(of=("self",)).get(pk=request.pk)
+    if not roles_for(by).can_file_for(request.tenant_id):
+        raise IntakeError("Only a team lead of this tenant may edit its requests.")
+    if not request.is_editable:
+        raise IntakeError(f"This request is {request.get_status_display().lower()}; only "
+                          "drafts and requests with changes requested can be edited.")
+    changed = {}
+    for name, value in _clean_fields(fields).items():
+        if getattr(request, name) != value:
+            changed[name] = {"from": str(getattr(request, name)), "to": str(value)}
+            setattr(request, name, value)
+    if changed:
+        request.save()
+        audit_record(actor=by, subject=request, tenant=request.tenant, action="request.edited",
+                     reason=f"Edited {', '.join(sorted(changed))}.", data={"changes": changed})
+    return request
+
+
+@transaction.atomic
+def request_submit(*, request: CapacityRequest, by) -> CapacityRequest:
+    request = CapacityRequest.objects.select_for_update(of=("self",)).get(pk=request.pk)
+    to_state = _check(request, "submit", by)
+    decision, plan = plan_for_request(request)
+    if not decision.ok:
+        raise IntakeError(decision.reason, fields=dict(decision.errors))
+    if plan is None:
+        raise IntakeError(f"No active pool serves {Route(decision.route).label}"
+                          + (f" with {request.gpu_model}" if request.gpu_model else "")
+                          + ".", fields={"gpu_model": "No pool offers this GPU model here."})
+    if plan.errors:
+        raise IntakeError(" ".join(m for _, m in plan.errors), fields=dict(plan.errors))
+    if plan.fit is Fit.NEVER:
+        raise IntakeError(plan.fit_reason)
+    from_state = request.status
+    request.status = to_state.value
+    request.route = decision.route.value
+    request.route_reason = decision.reason
+    request.pool = Pool.objects.get(pk=plan.pool.pool_id)
+    request.save()
+    audit_record(actor=by, subject=request, tenant=request.tenant, action="request.submitted",
+                 from_state=from_state, to_state=request.status,
+                 reason=f"Submitted for review. Route: {decision.reason} {plan.fit_reason}",
+                 data={"route": decision.route.value, "pool": request.pool.slug,
+                       "monthly_price": str(plan.monthly_price)})
+    return request
+
+
+def _window(request: CapacityRequest, now: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
+    start = dt.datetime.combine(request.starts_on, dt.time.min, tzinfo=dt.UTC)
+    end = (dt.datetime.combine(request.ends_on + dt.timedelta(days=1), dt.time.min,
+                               tzinfo=dt.UTC) if request.ends_on else None)
+    return max(start, now), end
+
+
+@transaction.atomic
+def request_approve(*, request: CapacityRequest, by, reason: str, override_route: str = "",
+                    override_reason: str = "") -> CapacityRequest:
+    """Approve and promise capacity. Two admins at once: the row lock makes one win; the
+    pool lock makes capacity impossible to promise twice."""
+    request = (CapacityRequest.objects.select_for_update(of=("self",))
+               .select_related("tenant").get(pk=request.pk))
+    to_state = _check(request, "approve", by, reason)
+    decision, plan = plan_for_request(request)
+    overridden = bool(override_route) and override_route != request.route
+    if overridden:
+        if not override_reason.strip():
+            raise IntakeError("Overriding the route needs a written reason.",
+                              fields={"override_reason": "Say why the route is overridden."})
+        try:
+            decision = override_decision(decision, Route(override_route), override_reason)
+        except ValueError as exc:
+            raise IntakeError(str(exc), fields={"override_route": str(exc)}) from exc
+        decision, plan = plan_for_request(request, decision=decision)
+    if plan is None or not decision.ok:
+        raise IntakeError(decision.reason if not decision.ok else
+                          f"No active pool serves {Route(decision.route).label}.")
+    if plan.errors:
+        raise IntakeError(" ".join(m for _, m in plan.errors))
+    # Lock the pool, then recompute the fit: the numbers read before the lock may be stale.
+    pool = Pool.objects.select_for_update(of=("self",)).get(pk=plan.pool.pool_id)
+    decision, plan = plan_for_request(request, decision=decision)
+    if plan.fit is not Fit.FITS_NOW:
+        raise IntakeError(f"Not approved: {plan.fit_reason}")
+    now = timezone.now()
+    starts_at, ends_at = _window(request, now)
+    allocation = allocation_create(
+        tenant=request.tenant, pool=pool, route=decision.route.value,
+        whole_devices=int(plan.held_devices) if decision.route is not Route.MIG_VCLUSTER else 0,
+        mig_profile=decision.mig_profile, mig_count=decision.mig_count,
+        device_equivalents=plan.held_devices, starts_at=starts_at, ends_at=ends_at, by=by,
+        reason=f"Approved request #{request.pk}: {decision.reason}", name_suffix=f"r{request.pk}",
+    )
+    updated = CapacityRequest.objects.filter(pk=request.pk, status=Status.SUBMITTED).update(
+        status=to_state.value, route=decision.route.value, route_reason=decision.reason,
+        pool=pool, route_overridden=overridden, override_reason=override_reason.strip(),
+        decided_by=by, decided_at=now, decision_reason=reason.strip(), allocation=allocation,
+        updated_at=now,
+    )
+    if updated != 1:  # cannot happen under the row lock; refuse rather than promise twice
+        raise IntakeError("Another admin decided this request at the same moment.")
+    if overridden:
+        audit_record(actor=by, subject=request, tenant=request.tenant, action="request.rerouted",
+                     reason=override_reason, data={"from": request.route,
+                                                   "to": decision.route.value})
+    audit_record(actor=by, subject=request, tenant=request.tenant, action="request.approved",
+                 from_state=Status.SUBMITTED.value, to_state=to_state.value, reason=reason,
+                 data={"allocation": allocation.pk, "pool": pool.slug,
+                       "held_devices": str(plan.held_devices), "fit": plan.fit_reason})
+    request.refresh_from_db()
+    return request
+
+
+def _decide(request: CapacityRequest, by, reason: str, action: str) -> CapacityRequest:
+    request = (CapacityRequest.objects.select_for_update(of=("self",))
+               .select_related("tenant").get(pk=request.pk))
+    to_state = _check(request, action, by, reason)
+    now = timezone.now()
+    CapacityRequest.objects.filter(pk=request.pk, status=request.status).update(
+        status=to_state.value, decided_by=by, decided_at=now, decision_reason=reason.strip(),
+        updated_at=now)
+    audit_record(actor=by, subject=request, tenant=request.tenant, action=f"request.{action}",
+                 from_state=request.status, to_state=to_state.value, reason=reason)
+    request.refresh_from_db()
+    return request
+
+
+@transaction.atomic
+def request_deny(*, request: CapacityRequest, by, reason: str) -> CapacityRequest:
+    return _decide(request, by, reason, "deny")
+
+
+@transaction.atomic
+def request_request_changes(*, request: CapacityRequest, by, reason: str) -> CapacityRequest:
+    return _decide(request, by, reason, "request_changes")
+
+
+ACTIONS = {
+    "submit": request_submit,
+    "approve": request_approve,
+    "deny": request_deny,
+    "request_changes": request_request_changes,
+}
+assert set(ACTIONS) == set(TRANSITIONS)
+

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from . import views
+
+app_name = "intake"
+urlpatterns = [
+    path("requests/", views.request_list, name="list"),
+    path("requests/new/", views.request_new, name="new"),
+    path("requests/preview/", views.request_preview, name="preview"),
+    path("requests/<int:pk>/", views.request_detail, name="detail"),
+    path("requests/<int:pk>/edit/", views.request_edit, name="edit"),
+    path("requests/<int:pk>/submit/", views.request_submit, name="submit"),
+    path("review/", views.review_queue, name="review_queue"),
+    path("review/<int:pk>/", views.review_detail, name="review_detail"),
+]

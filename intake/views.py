@@ -1,0 +1,232 @@
+"""Thin views over the intake services. Every view checks role and tenant first."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from tenants.access import require_platform_admin, roles_for, scope_to_tenants
+from tenants.audit import audit_for
+from tenants.models import Pool, Route, Tenant
+
+from . import services
+from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
+from .forms import CapacityRequestForm, DecisionForm
+from .models import CapacityRequest
+from .selectors import plan_answers, plan_for_request, pool_facts
+
+
+def get_request_for(user, pk: int) -> CapacityRequest:
+    """The request if the user may see it, else 404 (other tenants' requests do not exist)."""
+    qs = scope_to_tenants(user, CapacityRequest.objects.select_related(
+        "tenant", "requester", "pool", "decided_by", "allocation"))
+    return get_object_or_404(qs, pk=pk)
+
+
+def _lead_tenants(user):
+    roles = roles_for(user)
+    return Tenant.objects.filter(id__in=roles.lead_of)
+
+
+def matrix_context(cell) -> dict:
+    rows = [("binding", "Contractual or regulatory"), ("habitual", "Habitual")]
+    cols = [("small", "Small (a fraction)"), ("full", "Full (whole devices)")]
+    routes = {("binding", "small"): Route.CONFIDENTIAL_POOL,
+              ("binding", "full"): Route.DEDICATED_BLOCK,
+              ("habitual", "small"): Route.MIG_VCLUSTER,
+              ("habitual", "full"): Route.SHARED_POOL}
+    return {"matrix": [
+        {"label": rl, "cells": [{"route": routes[(r, c)], "active": cell == (r, c)}
+                                for c, _ in cols]}
+        for r, rl in rows], "matrix_cols": [label for _, label in cols]}
+
+
+def _preview_context(form: CapacityRequestForm) -> dict:
+    form.is_valid()  # fills cleaned_data where it can; errors are shown by the form itself
+    data = getattr(form, "cleaned_data", {})
+    answers = form.answers()
+    decision, plan = plan_answers(
+        answers, gpu_model=data.get("gpu_model") or "",
+        expected_utilisation=data.get("expected_utilisation") or 0,
+        starts_on=data.get("starts_on"), ends_on=data.get("ends_on"))
+    return {"decision": decision, "plan": plan, **matrix_context(decision.cell)}
+
+
+@login_required
+def request_list(request):
+    roles = roles_for(request.user)
+    qs = scope_to_tenants(request.user, CapacityRequest.objects.select_related(
+        "tenant", "requester", "pool"))
+    status = request.GET.get("status", "")
+    if status in Status._value2member_map_:
+        qs = qs.filter(status=status)
+    tenant = request.GET.get("tenant", "")
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    page = Paginator(qs, 25).get_page(request.GET.get("page"))
+    counts = dict(scope_to_tenants(request.user, CapacityRequest.objects)
+                  .values_list("status").annotate(n=Count("id")))
+    template = "intake/request_list.html"
+    if request.htmx:
+        template += "#rows"
+    return render(request, template, {
+        "page": page, "status": status, "tenant": tenant, "statuses": list(Status),
+        "counts": counts, "can_file": roles.is_lead,
+        "tenants": scope_to_tenants(request.user, Tenant.objects.all(), "id")
+        if not roles.sees_all_tenants else Tenant.objects.all(),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def request_new(request):
+    tenants = _lead_tenants(request.user)
+    if not tenants.exists():
+        raise PermissionDenied("Only team leads file capacity requests.")
+    form = CapacityRequestForm(request.POST or None, tenants=tenants,
+                               initial={"tenant": tenants.first()})
+    if request.method == "POST" and form.is_valid():
+        try:
+            created = services.request_create(tenant=form.cleaned_data["tenant"],
+                                              by=request.user, fields=form.service_fields())
+            if request.POST.get("intent") == "submit":
+                services.request_submit(request=created, by=request.user)
+                messages.success(request, f"Request #{created.pk} submitted for review.")
+            else:
+                messages.success(request, f"Draft #{created.pk} saved.")
+            return redirect("intake:detail", pk=created.pk)
+        except services.IntakeError as exc:
+            _attach(form, exc)
+    status = 200
+    return render(request, "intake/request_form.html",
+                  {"form": form, "editing": None, **_preview_context(form)}, status=status)
+
+
+def _attach(form, exc: services.IntakeError) -> None:
+    for name, message in exc.fields.items():
+        if name in form.fields:
+            form.add_error(name, message)
+    form.add_error(None, exc.message)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def request_edit(request, pk: int):
+    obj = get_request_for(request.user, pk)
+    if not roles_for(request.user).can_file_for(obj.tenant_id):
+        raise PermissionDenied("Only a team lead of this tenant may edit its requests.")
+    if not obj.is_editable:
+        messages.error(request, "Only drafts and requests with changes requested can be edited.")
+        return redirect("intake:detail", pk=obj.pk)
+    form = CapacityRequestForm(request.POST or None, instance=obj,
+                               tenants=_lead_tenants(request.user))
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.request_update(request=obj, by=request.user, fields=form.service_fields())
+            if request.POST.get("intent") == "submit":
+                services.request_submit(request=obj, by=request.user)
+                messages.success(request, f"Request #{obj.pk} submitted for review.")
+            else:
+                messages.success(request, "Changes saved.")
+            return redirect("intake:detail", pk=obj.pk)
+        except services.IntakeError as exc:
+            _attach(form, exc)
+    return render(request, "intake/request_form.html",
+                  {"form": form, "editing": obj, **_preview_context(form)})
+
+
+@login_required
+@require_POST
+def request_preview(request):
+    """The live preview: route, reason, devices, price and fit for a half-filled form."""
+    if not roles_for(request.user).is_lead and not roles_for(request.user).platform_admin:
+        raise PermissionDenied("Only team leads and admins preview requests.")
+    form = CapacityRequestForm(request.POST, tenants=Tenant.objects.all())
+    return render(request, "intake/request_form.html#preview", _preview_context(form))
+
+
+@login_required
+def request_detail(request, pk: int):
+    obj = get_request_for(request.user, pk)
+    roles = roles_for(request.user)
+    decision, plan = plan_for_request(obj)
+    return render(request, "intake/request_detail.html", {
+        "req": obj, "decision": decision, "plan": plan, "events": audit_for(obj),
+        "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
+        "isolation_label": ISOLATION_LABELS.get(Isolation(obj.isolation_origin)),
+        "fill_label": FILL_LABELS.get(Fill(obj.device_fill)),
+        **matrix_context(decision.cell),
+    })
+
+
+@login_required
+@require_POST
+def request_submit(request, pk: int):
+    obj = get_request_for(request.user, pk)
+    try:
+        services.request_submit(request=obj, by=request.user)
+        messages.success(request, f"Request #{obj.pk} submitted for review.")
+    except services.IntakeError as exc:
+        messages.error(request, exc.message)
+    return redirect("intake:detail", pk=obj.pk)
+
+
+@login_required
+def review_queue(request):
+    require_platform_admin(request.user)
+    qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
+    status = request.GET.get("status", Status.SUBMITTED.value)
+    if status in Status._value2member_map_:
+        qs = qs.filter(status=status)
+    route = request.GET.get("route", "")
+    if route in Route.values:
+        qs = qs.filter(route=route)
+    tenant = request.GET.get("tenant", "")
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    qs = qs.order_by("created_at")  # oldest first: a queue is served in order
+    page = Paginator(qs, 25).get_page(request.GET.get("page"))
+    template = "intake/review_queue.html"
+    if request.htmx:
+        template += "#rows"
+    return render(request, template, {
+        "page": page, "status": status, "route": route, "tenant": tenant,
+        "statuses": list(Status), "routes": Route.choices, "tenants": Tenant.objects.all(),
+        "pools": [(p, pool_facts(p)) for p in Pool.objects.filter(active=True)],
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def review_detail(request, pk: int):
+    require_platform_admin(request.user)
+    obj = get_object_or_404(CapacityRequest.objects.select_related(
+        "tenant", "requester", "pool", "decided_by", "allocation"), pk=pk)
+    form = DecisionForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        action = form.cleaned_data["action"]
+        try:
+            if action == "approve":
+                services.request_approve(
+                    request=obj, by=request.user, reason=form.cleaned_data["reason"],
+                    override_route=form.cleaned_data["override_route"],
+                    override_reason=form.cleaned_data["override_reason"])
+            else:
+                services.ACTIONS[action](request=obj, by=request.user,
+                                         reason=form.cleaned_data["reason"])
+            messages.success(request, f"Request #{obj.pk}: {action.replace('_', ' ')} recorded.")
+            return redirect("intake:review_detail", pk=obj.pk)
+        except services.IntakeError as exc:
+            _attach(form, exc)
+            obj.refresh_from_db()
+    decision, plan = plan_for_request(obj)
+    return render(request, "intake/review_detail.html", {
+        "req": obj, "decision": decision, "plan": plan, "form": form,
+        "events": audit_for(obj), "pending": obj.status == Status.SUBMITTED,
+        **matrix_context(decision.cell),
+    })

@@ -1,0 +1,241 @@
+"""Settings for the AI Factory Portal.
+
+Everything comes from environment variables with safe defaults for the embedded run
+(SQLite, eager Celery tasks, demo accounts, dry-run Kubernetes backend). Set
+PORTAL_MODE=production for a deployment: then SECRET_KEY, ALLOWED_HOSTS and DATABASE_URL
+are required and the secure-cookie/HSTS settings are on.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from .env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
+
+PORTAL_MODE = env_str("PORTAL_MODE", "embedded")
+if PORTAL_MODE not in {"embedded", "production"}:
+    raise ImproperlyConfigured(f"PORTAL_MODE={PORTAL_MODE!r}: use 'embedded' or 'production'")
+PRODUCTION = PORTAL_MODE == "production"
+
+
+def _embedded_secret_key() -> str:
+    """A dev secret generated once per checkout, so sessions survive a restart."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    path = VAR_DIR / "dev-secret-key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = env_str("SECRET_KEY") or ("" if PRODUCTION else _embedded_secret_key())
+if PRODUCTION and len(SECRET_KEY) < 50:
+    raise ImproperlyConfigured("SECRET_KEY must be set to 50+ random characters in production")
+
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost"])
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS must be set in production")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "rest_framework",
+    "drf_spectacular",
+    "django_htmx",
+    "template_partials",
+    "tenants",
+    "intake",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "tenants.context_processors.portal_roles",
+            ],
+        },
+    },
+]
+
+# --- Database: SQLite file by default, PostgreSQL (psycopg 3) through DATABASE_URL.
+DATABASE_URL = env_str("DATABASE_URL")
+if PRODUCTION and not DATABASE_URL:
+    raise ImproperlyConfigured("DATABASE_URL must point at PostgreSQL in production")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        conn_health_checks=True)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": VAR_DIR / "portal.sqlite3",
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+    }}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "home"
+ACCOUNT_LOGOUT_REDIRECT_URL = "home"
+
+# --- allauth: local demo accounts only in the embedded run; Keycloak SSO when configured.
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_ADAPTER = "tenants.auth.PortalAccountAdapter"
+SOCIALACCOUNT_ADAPTER = "tenants.auth.PortalSocialAccountAdapter"
+ACCOUNT_LOGOUT_ON_GET = False
+KEYCLOAK_SERVER_URL = env_str("KEYCLOAK_SERVER_URL")  # the realm URL
+KEYCLOAK_CLIENT_ID = env_str("KEYCLOAK_CLIENT_ID", "aifactory-portal")
+KEYCLOAK_CLIENT_SECRET = env_str("KEYCLOAK_CLIENT_SECRET")
+PORTAL_LOCAL_LOGIN = env_bool("PORTAL_LOCAL_LOGIN", not KEYCLOAK_SERVER_URL and not PRODUCTION)
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        "APPS": ([{
+            "provider_id": "keycloak",
+            "name": "Keycloak",
+            "client_id": KEYCLOAK_CLIENT_ID,
+            "secret": KEYCLOAK_CLIENT_SECRET,
+            "settings": {"server_url": KEYCLOAK_SERVER_URL},
+        }] if KEYCLOAK_SERVER_URL else []),
+    },
+}
+# Claim names and group paths are settings, not constants (DESIGN.md).
+PORTAL_GROUPS_CLAIM = env_str("PORTAL_GROUPS_CLAIM", "groups")
+PORTAL_ROLES_CLAIM = env_str("PORTAL_ROLES_CLAIM", "roles")
+PORTAL_LEAD_GROUP_PATTERN = env_str("PORTAL_LEAD_GROUP_PATTERN", "/tenants/{slug}/leads")
+PORTAL_MEMBER_GROUP_PATTERN = env_str("PORTAL_MEMBER_GROUP_PATTERN", "/tenants/{slug}/members")
+PORTAL_ADMIN_ROLE = env_str("PORTAL_ADMIN_ROLE", "platform-admin")
+PORTAL_FINANCE_ROLE = env_str("PORTAL_FINANCE_ROLE", "finance")
+
+# --- REST API
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "AI Factory Portal API",
+    "DESCRIPTION": "GPU capacity requests, review and allocations for a multi-tenant platform.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {"RouteEnum": "tenants.models.Route"},
+}
+
+# --- Celery: eager in the embedded run, Redis when CELERY_BROKER_URL is set.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
+if PRODUCTION and not CELERY_BROKER_URL:
+    raise ImproperlyConfigured("CELERY_BROKER_URL must point at Redis in production")
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", not CELERY_BROKER_URL)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_URL = CELERY_BROKER_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "worker-heartbeat": {"task": "tenants.tasks.record_worker_heartbeat", "schedule": 60.0},
+}
+
+# --- Kubernetes: a dry-run backend by default that records what it would apply.
+PORTAL_KUBE_BACKEND = env_str("PORTAL_KUBE_BACKEND", "dry-run")
+if PORTAL_KUBE_BACKEND not in {"dry-run", "kubeconfig", "in-cluster"}:
+    raise ImproperlyConfigured("PORTAL_KUBE_BACKEND must be dry-run, kubeconfig or in-cluster")
+PORTAL_KUBECONFIG = env_str("PORTAL_KUBECONFIG")
+PORTAL_FIELD_MANAGER = env_str("PORTAL_FIELD_MANAGER", "aifactory-portal")
+
+# --- Static files
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
+if not PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing one
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": (
+        "whitenoise.storage.CompressedManifestStaticFilesStorage" if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage")},
+}
+
+LANGUAGE_CODE = "en-gb"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = True
+USE_TZ = True
+
+# --- Security: strict in production, relaxed only where the embedded run needs http.
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", True)
+    # /healthz is probed over plain http inside the cluster.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite with real components. Installs what is missing, starts what it needs.
+# Extra arguments go to pytest, e.g. `make test ARGS="-m unit"`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+
+need_pkgs=()
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need_pkgs+=(postgresql)
+command -v redis-server >/dev/null || need_pkgs+=(redis-server)
+command -v chromium >/dev/null || need_pkgs+=(chromium)
+command -v chromedriver >/dev/null || need_pkgs+=(chromium-driver)
+command -v prometheus >/dev/null || need_pkgs+=(prometheus)
+command -v openssl >/dev/null || need_pkgs+=(openssl)
+command -v unzip >/dev/null || need_pkgs+=(unzip)
+command -v go >/dev/null || need_pkgs+=(golang-go)
+# The Docker client here has no compose plugin; Debian's docker-compose lints the file.
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || need_pkgs+=(docker-compose)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "test: installing Debian packages: ${need_pkgs[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+  # The packaged services are not used: the tests start their own on free ports.
+  for svc in postgresql redis-server prometheus; do
+    $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || $SUDO service "$svc" stop >/dev/null 2>&1 || true
+  done
+fi
+
+bash scripts/venv.sh test
+set +e
+.venv/bin/python -m tests.harness "$@"
+rc=$?
+set -e
+echo "test: finished in $(( $(date +%s) - started ))s with exit code $rc"
+exit $rc

@@ -1,0 +1,114 @@
+"""The one authorization layer: who is what, and which objects they may see.
+
+Views and API endpoints never filter by tenant themselves; they call these helpers. An
+object outside the user's tenants is a 404 (its existence is not revealed); a visible
+object the user may not act on is a 403.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+
+from .models import Membership, PlatformRole, Tenant
+
+
+@dataclass(frozen=True)
+class PortalRoles:
+    authenticated: bool = False
+    platform_admin: bool = False
+    finance: bool = False
+    lead_of: frozenset[int] = field(default_factory=frozenset)
+    member_of: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def tenant_ids(self) -> frozenset[int]:
+        return self.lead_of | self.member_of
+
+    @property
+    def sees_all_tenants(self) -> bool:
+        return self.platform_admin or self.finance
+
+    @property
+    def is_lead(self) -> bool:
+        return bool(self.lead_of)
+
+    def can_view_tenant(self, tenant_id: int) -> bool:
+        return self.sees_all_tenants or tenant_id in self.tenant_ids
+
+    def can_file_for(self, tenant_id: int) -> bool:
+        return tenant_id in self.lead_of
+
+    @property
+    def labels(self) -> list[str]:
+        out = []
+        if self.platform_admin:
+            out.append("Platform admin")
+        if self.finance:
+            out.append("Finance")
+        if self.lead_of:
+            out.append("Team lead")
+        if self.member_of - self.lead_of:
+            out.append("Member")
+        return out
+
+
+def roles_for(user) -> PortalRoles:
+    """Roles of a user, computed once per request object (cached on the user)."""
+    if user is None or not user.is_authenticated:
+        return PortalRoles()
+    cached = getattr(user, "_portal_roles", None)
+    if cached is not None:
+        return cached
+    platform = set(PlatformRole.objects.filter(user=user).values_list("role", flat=True))
+    lead, member = set(), set()
+    for tenant_id, role in Membership.objects.filter(user=user).values_list("tenant_id", "role"):
+        (lead if role == Membership.Role.LEAD else member).add(tenant_id)
+    roles = PortalRoles(
+        authenticated=True,
+        platform_admin=PlatformRole.Role.PLATFORM_ADMIN in platform,
+        finance=PlatformRole.Role.FINANCE in platform,
+        lead_of=frozenset(lead),
+        member_of=frozenset(member),
+    )
+    user._portal_roles = roles
+    return roles
+
+
+def forget_roles(user) -> None:
+    """Call after changing a user's memberships within the same request."""
+    if hasattr(user, "_portal_roles"):
+        del user._portal_roles
+
+
+def visible_tenants(user) -> QuerySet[Tenant]:
+    roles = roles_for(user)
+    if roles.sees_all_tenants:
+        return Tenant.objects.all()
+    return Tenant.objects.filter(id__in=roles.tenant_ids)
+
+
+def scope_to_tenants(user, queryset: QuerySet, tenant_field: str = "tenant") -> QuerySet:
+    """Limit any queryset with a tenant foreign key to what the user may see."""
+    roles = roles_for(user)
+    if not roles.authenticated:
+        return queryset.none()
+    if roles.sees_all_tenants:
+        return queryset
+    return queryset.filter(**{f"{tenant_field}__in": roles.tenant_ids})
+
+
+def require_platform_admin(user) -> PortalRoles:
+    roles = roles_for(user)
+    if not roles.platform_admin:
+        raise PermissionDenied("Only platform admins may do this.")
+    return roles
+
+
+def require_lead_of(user, tenant_id: int) -> PortalRoles:
+    roles = roles_for(user)
+    if not roles.can_file_for(tenant_id):
+        raise PermissionDenied("Only a team lead of this tenant may do this.")
+    return roles

@@ -1,0 +1,40 @@
+"""Writing the append-only audit trail. Call inside the transaction of the change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from .models import AuditEvent, Tenant
+
+
+def actor_label(user) -> str:
+    if user is None:
+        return "system"
+    return user.get_full_name() or user.get_username()
+
+
+def audit_record(*, actor, subject: models.Model, action: str, reason: str,
+                 tenant: Tenant | None = None, from_state: str = "", to_state: str = "",
+                 data: dict[str, Any] | None = None) -> AuditEvent:
+    if not reason.strip():
+        raise ValueError("every audit event needs a human-readable reason")
+    return AuditEvent.objects.create(
+        actor=actor if (actor is not None and actor.pk) else None,
+        actor_name=actor_label(actor),
+        tenant=tenant,
+        subject_type=subject._meta.model_name,
+        subject_id=subject.pk,
+        action=action,
+        from_state=from_state,
+        to_state=to_state,
+        reason=reason.strip(),
+        data=data or {},
+    )
+
+
+def audit_for(subject: models.Model):
+    return AuditEvent.objects.filter(
+        subject_type=subject._meta.model_name, subject_id=subject.pk
+    ).select_related("actor")

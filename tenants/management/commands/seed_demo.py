@@ -1,0 +1,137 @@
+"""Demo data for the embedded run: two tenants, a pool per route, requests in every state.
+
+Safe to run twice: users and pools are updated in place, requests are created only once.
+Requests go through the real services, so their audit trail is the real one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.models import Membership, PlatformRole, Pool, Route, Tenant
+
+DEMO_PASSWORD = "demo"
+
+TENANTS = [
+    {"slug": "acme-research", "name": "Acme Research", "cost_centre": "CC-4100",
+     "contact_email": "gpu-owners@acme.example"},
+    {"slug": "globex-ml", "name": "Globex ML", "cost_centre": "CC-7730",
+     "contact_email": "ml-platform@globex.example"},
+]
+POOLS = [
+    {"slug": "shared-h100", "name": "Shared H100", "route": Route.SHARED_POOL,
+     "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 64,
+     "rate_per_device_hour": Decimal("2.50"), "borrowing_limit_devices": 16,
+     "node_selector": {"aifactory.io/pool": "shared-h100"}},
+    {"slug": "dedicated-h100", "name": "Dedicated H100", "route": Route.DEDICATED_BLOCK,
+     "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 32,
+     "rate_per_device_hour": Decimal("2.20"),
+     "node_selector": {"aifactory.io/pool": "dedicated-h100"}},
+    {"slug": "confidential-h100", "name": "Confidential H100", "route": Route.CONFIDENTIAL_POOL,
+     "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 16,
+     "rate_per_device_hour": Decimal("3.10"),
+     "node_selector": {"aifactory.io/pool": "confidential-h100",
+                       "aifactory.io/bios-profile": "confidential"}},
+    {"slug": "mig-a100", "name": "MIG A100", "route": Route.MIG_VCLUSTER,
+     "gpu_model": "NVIDIA-A100-SXM4-80GB", "capacity_devices": 16,
+     "rate_per_device_hour": Decimal("1.60"), "device_class": "mig.nvidia.com",
+     "mig_profiles": ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb"],
+     "node_selector": {"aifactory.io/pool": "mig-a100"}},
+]
+USERS = [
+    # username, first, last, platform roles, (tenant slug, membership role)
+    ("lead-acme", "Ada", "Lovelace", [], [("acme-research", Membership.Role.LEAD)]),
+    ("member-acme", "Alan", "Turing", [], [("acme-research", Membership.Role.MEMBER)]),
+    ("lead-globex", "Grace", "Hopper", [], [("globex-ml", Membership.Role.LEAD)]),
+    ("admin", "Pat", "Admin", [PlatformRole.Role.PLATFORM_ADMIN], []),
+    ("finance", "Fran", "Finance", [PlatformRole.Role.FINANCE], []),
+]
+
+
+class Command(BaseCommand):
+    help = "Create demo tenants, pools, users (password 'demo') and requests in every state."
+
+    @transaction.atomic
+    def handle(self, *args, **options):
+        tenants = {t["slug"]: Tenant.objects.update_or_create(slug=t["slug"], defaults=t)[0]
+                   for t in TENANTS}
+        for p in POOLS:
+            Pool.objects.update_or_create(slug=p["slug"], defaults=p)
+        users = {}
+        User = get_user_model()
+        for username, first, last, platform, memberships in USERS:
+            user, _ = User.objects.get_or_create(username=username)
+            user.first_name, user.last_name = first, last
+            user.email = f"{username}@example.com"
+            user.set_password(DEMO_PASSWORD)
+            user.save()
+            for role in platform:
+                PlatformRole.objects.get_or_create(user=user, role=role)
+            for slug, role in memberships:
+                Membership.objects.update_or_create(user=user, tenant=tenants[slug],
+                                                    defaults={"role": role})
+            users[username] = user
+        from intake.models import CapacityRequest
+
+        if CapacityRequest.objects.exists():
+            self.stdout.write("Demo requests exist already; users and pools refreshed.")
+            return
+        self._requests(tenants, users)
+        self.stdout.write(self.style.SUCCESS(
+            "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
+            f"with password '{DEMO_PASSWORD}'."))
+
+    def _requests(self, tenants, users):
+        from intake import services
+
+        today = timezone.localdate()
+        lead_a, lead_g, admin = users["lead-acme"], users["lead-globex"], users["admin"]
+
+        def make(tenant, lead, **fields):
+            base = {"workload_kind": "training", "isolation_reference": "", "whole_devices": 0,
+                    "replicas": 0, "mig_profile": "", "memory_gb": 0, "gpu_model": "",
+                    "starts_on": today, "ends_on": today + dt.timedelta(days=90),
+                    "expected_utilisation": 70,
+                    "justification": "Demo request created by seed_demo."}
+            base.update(fields)
+            return services.request_create(tenant=tenants[tenant], by=lead, fields=base)
+
+        make("acme-research", lead_a, title="Tokenizer experiments", device_fill="small",
+             isolation_origin="habitual", replicas=2, mig_profile="1g.10gb",
+             workload_kind="notebook")
+        r = make("acme-research", lead_a, title="LLM pre-training run", device_fill="full",
+                 isolation_origin="habitual", whole_devices=16, expected_utilisation=85)
+        services.request_submit(request=r, by=lead_a)
+        r = make("acme-research", lead_a, title="Clinical notes fine-tune", device_fill="full",
+                 isolation_origin="regulatory", isolation_reference="GDPR Art. 9 health data",
+                 whole_devices=8, workload_kind="fine_tuning", expected_utilisation=40)
+        services.request_submit(request=r, by=lead_a)
+        services.request_approve(request=r, by=admin,
+                                 reason="Health data: a dedicated block is required.")
+        r = make("globex-ml", lead_g, title="Eval harness", device_fill="small",
+                 isolation_origin="habitual", replicas=6, memory_gb=18,
+                 workload_kind="evaluation", expected_utilisation=30)
+        services.request_submit(request=r, by=lead_g)
+        services.request_approve(request=r, by=admin, reason="Fits the MIG pool; approved.")
+        r = make("globex-ml", lead_g, title="Customer-isolated inference", device_fill="small",
+                 isolation_origin="contractual", isolation_reference="MSA-2026-114 §7.2",
+                 replicas=2, mig_profile="2g.20gb", workload_kind="inference")
+        services.request_submit(request=r, by=lead_g)
+        r = make("globex-ml", lead_g, title="Own cluster please", device_fill="full",
+                 isolation_origin="habitual", whole_devices=40, expected_utilisation=20)
+        services.request_submit(request=r, by=lead_g)
+        services.request_request_changes(
+            request=r, by=admin, reason="40 devices at 20% expected use: start with 8 in the "
+            "shared pool and borrow when peers are idle.")
+        r = make("globex-ml", lead_g, title="Weekend hackathon", device_fill="full",
+                 isolation_origin="habitual", whole_devices=4, workload_kind="notebook",
+                 ends_on=today + dt.timedelta(days=3))
+        services.request_submit(request=r, by=lead_g)
+        services.request_deny(request=r, by=admin,
+                              reason="Notebooks should use MIG slices; please refile as small.")

@@ -1,0 +1,202 @@
+"""The ground floor: tenants, memberships, pools, allocations and the audit trail."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+
+class Route(models.TextChoices):
+    """The four cells of the intake matrix; each pool serves exactly one."""
+
+    DEDICATED_BLOCK = "dedicated_block", "Dedicated block"
+    CONFIDENTIAL_POOL = "confidential_pool", "Confidential pool"
+    MIG_VCLUSTER = "mig_vcluster", "MIG under vCluster"
+    SHARED_POOL = "shared_pool", "Shared pool"
+
+
+slug_validator = RegexValidator(
+    r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
+    "Use 1-40 lowercase letters, digits and hyphens; start and end with a letter or digit "
+    "(it becomes part of Kubernetes names).",
+)
+
+
+class Tenant(models.Model):
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=120)
+    cost_centre = models.CharField(max_length=40, blank=True)
+    contact_email = models.EmailField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        LEAD = "lead", "Team lead"
+        MEMBER = "member", "Member"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices)
+    # "keycloak" when the last login's groups granted it; "local" for demo/admin grants.
+    source = models.CharField(max_length=20, default="local")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant"], name="one_membership_per_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.tenant}"
+
+
+class PlatformRole(models.Model):
+    """Realm-wide roles: platform admin and finance."""
+
+    class Role(models.TextChoices):
+        PLATFORM_ADMIN = "platform_admin", "Platform admin"
+        FINANCE = "finance", "Finance"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="platform_roles")
+    role = models.CharField(max_length=20, choices=Role.choices)
+    source = models.CharField(max_length=20, default="local")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "role"], name="one_platform_role_each"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.get_role_display()}"
+
+
+class Pool(models.Model):
+    """A set of nodes that serves one route, with one GPU model and one rate."""
+
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=120)
+    route = models.CharField(max_length=30, choices=Route.choices)
+    gpu_model = models.CharField(max_length=60, help_text="e.g. NVIDIA-H100-80GB-HBM3")
+    gpu_memory_gb = models.PositiveIntegerField(default=80)
+    devices_per_node = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
+    # Configured size; the fleet sync replaces it with validated capacity from Kubernetes.
+    capacity_devices = models.PositiveIntegerField(default=0)
+    node_selector = models.JSONField(default=dict, blank=True)
+    device_class = models.CharField(max_length=80, default="gpu.nvidia.com")
+    mig_profiles = models.JSONField(default=list, blank=True,
+                                    help_text='MIG profiles offered, e.g. ["1g.10gb", "3g.40gb"]')
+    rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4,
+                                               default=Decimal("0"))
+    borrowing_limit_devices = models.PositiveIntegerField(default=0)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["route", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Allocation(models.Model):
+    """Capacity promised to a tenant. Created by approval; provisioned into Kubernetes."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Approved, not yet provisioned"
+        PROVISIONING = "provisioning", "Provisioning"
+        ACTIVE = "active", "Active"
+        EXPIRING = "expiring", "Expiring"
+        RETIRED = "retired", "Retired"
+        FAILED = "failed", "Failed (retriable)"
+
+    # Statuses that hold capacity in a pool.
+    HOLDING = (Status.PENDING, Status.PROVISIONING, Status.ACTIVE, Status.EXPIRING,
+               Status.FAILED)
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="allocations")
+    route = models.CharField(max_length=30, choices=Route.choices)
+    whole_devices = models.PositiveIntegerField(default=0)
+    mig_profile = models.CharField(max_length=20, blank=True)
+    mig_count = models.PositiveIntegerField(default=0)
+    # Device-equivalents held in the pool (MIG slices count as their share), for capacity.
+    device_equivalents = models.DecimalField(max_digits=10, decimal_places=4)
+    namespace = models.CharField(max_length=63)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    status_message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["pool", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
+
+
+class AuditQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("the audit trail is append-only")
+
+    def delete(self):
+        raise TypeError("the audit trail is append-only")
+
+
+class AuditEvent(models.Model):
+    """One row per change, written in the same transaction as the change. Never edited."""
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                              on_delete=models.SET_NULL, related_name="+")
+    actor_name = models.CharField(max_length=150)  # kept if the user is ever removed
+    tenant = models.ForeignKey(Tenant, null=True, blank=True, on_delete=models.PROTECT,
+                               related_name="audit_events")
+    subject_type = models.CharField(max_length=40)
+    subject_id = models.PositiveBigIntegerField()
+    action = models.CharField(max_length=40)
+    from_state = models.CharField(max_length=30, blank=True)
+    to_state = models.CharField(max_length=30, blank=True)
+    reason = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["subject_type", "subject_id", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.subject_type}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise TypeError("the audit trail is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("the audit trail is append-only")
+
+
+class WorkerHeartbeat(models.Model):
+    """Written by a Celery worker on a schedule, so /healthz can tell that workers run."""
+
+    hostname = models.CharField(max_length=200)
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.hostname} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+    def __str__(self) -> str:
+        return f"{self.hostname} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -1,0 +1,42 @@
+from decimal import Decimal, InvalidOperation
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def devices(value) -> str:
+    """Device counts: whole numbers without decimals, fractions to two places."""
+    try:
+        d = Decimal(value).quantize(Decimal("0.01"))
+    except (InvalidOperation, TypeError, ValueError):
+        return "—"
+    return f"{d.normalize():f}"
+
+
+@register.simple_tag
+def percent(part, whole) -> str:
+    try:
+        whole = Decimal(whole)
+        if whole <= 0:
+            return "0"
+        return f"{min(Decimal(100), Decimal(part) * 100 / whole):.1f}"
+    except (InvalidOperation, TypeError, ValueError):
+        return "0"
+
+
+@register.filter
+def money(value) -> str:
+    try:
+        return f"{Decimal(value):,.2f}"
+    except (InvalidOperation, TypeError, ValueError):
+        return "—"
+
+
+@register.filter
+def get(mapping, key):
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None

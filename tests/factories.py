@@ -1,0 +1,106 @@
+"""factory_boy factories and small builders that go through the real services."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import factory
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from tenants.models import Membership, PlatformRole, Pool, Route, Tenant
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    first_name = factory.Faker("first_name")
+    password = factory.django.Password("pw-for-tests")
+
+
+class TenantFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Tenant
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"tenant-{n}")
+    name = factory.LazyAttribute(lambda o: o.slug.title())
+    cost_centre = "CC-1"
+
+
+class PoolFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Pool
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"pool-{n}")
+    name = factory.LazyAttribute(lambda o: o.slug)
+    route = Route.SHARED_POOL
+    gpu_model = "NVIDIA-H100-80GB-HBM3"
+    devices_per_node = 8
+    capacity_devices = 32
+    rate_per_device_hour = Decimal("2.00")
+
+
+def make_pools() -> dict[str, Pool]:
+    return {
+        Route.SHARED_POOL: PoolFactory(slug="shared", route=Route.SHARED_POOL,
+                                       capacity_devices=32, rate_per_device_hour=Decimal("2.50")),
+        Route.DEDICATED_BLOCK: PoolFactory(slug="dedicated", route=Route.DEDICATED_BLOCK,
+                                           capacity_devices=16,
+                                           rate_per_device_hour=Decimal("2.00")),
+        Route.CONFIDENTIAL_POOL: PoolFactory(slug="confidential",
+                                             route=Route.CONFIDENTIAL_POOL, capacity_devices=8,
+                                             rate_per_device_hour=Decimal("3.00")),
+        Route.MIG_VCLUSTER: PoolFactory(slug="mig", route=Route.MIG_VCLUSTER,
+                                        gpu_model="NVIDIA-A100-SXM4-80GB", capacity_devices=4,
+                                        rate_per_device_hour=Decimal("1.40"),
+                                        device_class="mig.nvidia.com",
+                                        mig_profiles=["1g.10gb", "2g.20gb", "3g.40gb"]),
+    }
+
+
+def make_lead(tenant: Tenant, username: str):
+    user = UserFactory(username=username)
+    Membership.objects.update_or_create(user=user, tenant=tenant,
+                                        defaults={"role": Membership.Role.LEAD})
+    return user
+
+
+def make_member(tenant: Tenant, username: str):
+    user = UserFactory(username=username)
+    Membership.objects.update_or_create(user=user, tenant=tenant,
+                                        defaults={"role": Membership.Role.MEMBER})
+    return user
+
+
+def make_platform_user(username: str, role: str):
+    user = UserFactory(username=username)
+    PlatformRole.objects.get_or_create(user=user, role=role)
+    return user
+
+
+def request_fields(**overrides) -> dict:
+    today = timezone.localdate()
+    fields = {
+        "title": "Training run", "workload_kind": "training", "isolation_origin": "habitual",
+        "isolation_reference": "", "device_fill": "full", "whole_devices": 4, "replicas": 0,
+        "mig_profile": "", "memory_gb": 0, "gpu_model": "", "starts_on": today,
+        "ends_on": today + dt.timedelta(days=30), "expected_utilisation": 80,
+        "justification": "Because the model will not train itself.",
+    }
+    fields.update(overrides)
+    return fields
+
+
+def make_request(tenant: Tenant, lead, *, submit: bool = False, **overrides):
+    from intake import services
+
+    req = services.request_create(tenant=tenant, by=lead, fields=request_fields(**overrides))
+    if submit:
+        req = services.request_submit(request=req, by=lead)
+    return req

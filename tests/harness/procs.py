@@ -1,0 +1,88 @@
+"""Small helpers to run real servers as the test run's own child processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+CACHE_ROOT = Path(
+    os.environ.get("PORTAL_CACHE_DIR", Path.home() / ".cache" / "aifactory-portal")
+)
+
+
+def free_port() -> int:
+    """A free TCP port on loopback (the kernel picks; we release it just before use)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(check: Callable[[], bool], *, timeout: float, what: str,
+               interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class ManagedProcess:
+    """A child process with its output in a log file, stopped with its process group."""
+
+    def __init__(self, name: str, argv: list[str], *, log_path: Path,
+                 env: dict[str, str] | None = None, user: str | None = None,
+                 cwd: Path | None = None) -> None:
+        self.name = name
+        self.argv = (["runuser", "-u", user, "--"] + argv) if user else argv
+        self.log_path = log_path
+        self.env = env
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ManagedProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd,
+            start_new_session=True,
+        )
+        return self
+
+    def raise_if_dead(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise RuntimeError(
+                f"{self.name} exited with {self.proc.returncode}; last log lines:\n"
+                + self.tail()
+            )
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
+        except ProcessLookupError:
+            pass

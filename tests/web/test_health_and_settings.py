@@ -1,0 +1,67 @@
+"""The health check against the real database and broker, and production settings."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.django_db
+def test_healthz_reports_postgresql_and_the_real_redis_broker(client, settings):
+    from portal.celery import app
+
+    app.conf.task_always_eager = False
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    try:
+        body = client.get("/healthz").json()
+    finally:
+        app.conf.task_always_eager = True
+    assert body["database"] == {"ok": True, "detail": "postgresql"}
+    assert body["broker"] == {"ok": True, "detail": "reachable"}
+    assert body["status"] == "ok"
+
+
+@pytest.mark.django_db
+def test_healthz_is_503_when_the_broker_is_down(client, settings):
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # nothing listens on port 1
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["broker"]["ok"] is False
+
+
+def _production_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG",)}
+    env.update({
+        "PORTAL_MODE": "production",
+        "SECRET_KEY": "p" * 30 + "-x9$Qk2!mZ7@vL4#nR8%tY1^wB5&cE3*",
+        "ALLOWED_HOSTS": "portal.example.com",
+        "DATABASE_URL": os.environ["DATABASE_URL"],
+        "CELERY_BROKER_URL": os.environ["CELERY_BROKER_URL"],
+    })
+    env.update(extra)
+    return env
+
+
+def test_check_deploy_is_clean_in_production_settings():
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy",
+                             "--fail-level", "WARNING"], cwd=ROOT, env=_production_env(),
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(("drop", "message"), [
+    ("SECRET_KEY", "SECRET_KEY"), ("DATABASE_URL", "DATABASE_URL"),
+    ("ALLOWED_HOSTS", "ALLOWED_HOSTS"), ("CELERY_BROKER_URL", "CELERY_BROKER_URL")])
+def test_production_refuses_to_start_without_required_settings(drop, message):
+    env = _production_env()
+    env.pop(drop)
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=env,
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert message in result.stderr

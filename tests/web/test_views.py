@@ -1,0 +1,235 @@
+"""Every page for every role: lead of the tenant, lead elsewhere, member, admin, finance."""
+
+import pytest
+from django.urls import reverse
+
+from intake.models import CapacityRequest
+from tests.factories import make_request, request_fields
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def users(lead, other_lead, member, admin_user, finance_user):
+    return {"lead": lead, "other_lead": other_lead, "member": member, "admin": admin_user,
+            "finance": finance_user}
+
+
+@pytest.fixture
+def draft(tenant, lead, pools):
+    return make_request(tenant, lead, title="Draft one")
+
+
+@pytest.fixture
+def submitted(tenant, lead, pools):
+    return make_request(tenant, lead, submit=True, title="Submitted one")
+
+
+def form_data(tenant, **kw):
+    data = {k: ("" if v is None else v) for k, v in request_fields(**kw).items()}
+    data["tenant"] = tenant.pk
+    return data
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 200), ("other_lead", 404), ("member", 200), ("admin", 200), ("finance", 200),
+    (None, 302)])
+def test_request_detail(client, users, draft, who, status):
+    if who:
+        client.force_login(users[who])
+    response = client.get(reverse("intake:detail", args=[draft.pk]))
+    assert response.status_code == status
+    if status == 200:
+        assert b"Draft one" in response.content
+        assert b"Timeline" in response.content
+
+
+@pytest.mark.parametrize(("who", "sees"), [
+    ("lead", True), ("other_lead", False), ("member", True), ("admin", True), ("finance", True)])
+def test_request_list_is_scoped_to_the_tenant(client, users, draft, who, sees):
+    client.force_login(users[who])
+    response = client.get(reverse("intake:list"))
+    assert response.status_code == 200
+    assert (b"Draft one" in response.content) is sees
+
+
+def test_request_list_htmx_returns_only_the_rows(client, lead, draft):
+    client.force_login(lead)
+    response = client.get(reverse("intake:list"), {"status": "draft"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert b'id="rows"' in response.content and b"<html" not in response.content
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 200), ("other_lead", 200), ("member", 403), ("admin", 403), ("finance", 403)])
+def test_new_request_form_is_for_leads(client, users, pools, who, status):
+    client.force_login(users[who])
+    assert client.get(reverse("intake:new")).status_code == status
+
+
+def test_new_request_saves_a_draft(client, tenant, lead, pools):
+    client.force_login(lead)
+    response = client.post(reverse("intake:new"), {**form_data(tenant), "intent": "draft"})
+    req = CapacityRequest.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(f"/requests/{req.pk}/")
+    assert req.status == "draft" and req.requester == lead
+
+
+def test_new_request_can_be_submitted_at_once(client, tenant, lead, pools):
+    client.force_login(lead)
+    client.post(reverse("intake:new"), {**form_data(tenant), "intent": "submit"})
+    assert CapacityRequest.objects.get().status == "submitted"
+
+
+def test_invalid_form_keeps_every_answer_and_says_what_is_wrong(client, tenant, lead, pools):
+    client.force_login(lead)
+    data = {**form_data(tenant, isolation_origin="contractual", title="Keep me",
+                        justification="Typed with care"), "intent": "submit"}
+    response = client.post(reverse("intake:new"), data)
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "needs evidence" in body
+    assert 'value="Keep me"' in body and "Typed with care" in body
+    assert not CapacityRequest.objects.exists()
+
+
+def test_lead_cannot_file_for_another_tenant(client, other_tenant, lead, pools):
+    client.force_login(lead)
+    response = client.post(reverse("intake:new"), {**form_data(other_tenant), "intent": "draft"})
+    assert response.status_code == 200
+    assert b"Select a valid choice" in response.content
+    assert not CapacityRequest.objects.exists()
+
+
+def test_preview_shows_route_price_and_fit(client, tenant, lead, pools):
+    client.force_login(lead)
+    response = client.post(reverse("intake:preview"), form_data(tenant, whole_devices=2),
+                           HTTP_HX_REQUEST="true")
+    body = response.content.decode()
+    assert response.status_code == 200 and "<html" not in body
+    assert 'id="preview"' in body and "Shared pool" in body
+    assert "3,650.00" in body  # 2 devices × 730 h × 2.50
+    assert "Fits now" in body
+    assert 'class="active"' in body
+
+
+def test_preview_changes_with_the_answers(client, tenant, lead, pools):
+    client.force_login(lead)
+    body = client.post(reverse("intake:preview"), form_data(
+        tenant, isolation_origin="regulatory", isolation_reference="HIPAA PHI",
+        whole_devices=2)).content.decode()
+    assert "Dedicated block" in body and "(HIPAA PHI)" in body
+    assert "reserves whole nodes" in body
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("member", 403), ("finance", 403), ("other_lead", 200), ("admin", 200)])
+def test_preview_roles(client, users, tenant, pools, who, status):
+    client.force_login(users[who])
+    assert client.post(reverse("intake:preview"), form_data(tenant)).status_code == status
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 200), ("other_lead", 404), ("member", 403), ("admin", 403), ("finance", 403)])
+def test_edit_request(client, users, draft, who, status):
+    client.force_login(users[who])
+    assert client.get(reverse("intake:edit", args=[draft.pk])).status_code == status
+
+
+def test_edit_then_submit(client, tenant, lead, draft):
+    client.force_login(lead)
+    response = client.post(reverse("intake:edit", args=[draft.pk]),
+                           {**form_data(tenant, title="Renamed"), "intent": "submit"})
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert (draft.title, draft.status) == ("Renamed", "submitted")
+
+
+@pytest.mark.parametrize(("who", "status", "after"), [
+    ("lead", 302, "submitted"), ("other_lead", 404, "draft"), ("member", 302, "draft"),
+    ("admin", 302, "draft")])
+def test_submit_button(client, users, draft, who, status, after):
+    client.force_login(users[who])
+    response = client.post(reverse("intake:submit", args=[draft.pk]))
+    assert response.status_code == status
+    draft.refresh_from_db()
+    assert draft.status == after
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 403), ("other_lead", 403), ("member", 403), ("admin", 200), ("finance", 403)])
+def test_review_queue_is_for_admins(client, users, submitted, who, status):
+    client.force_login(users[who])
+    response = client.get(reverse("intake:review_queue"))
+    assert response.status_code == status
+    if status == 200:
+        assert b"Submitted one" in response.content
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 403), ("other_lead", 403), ("member", 403), ("admin", 200), ("finance", 403)])
+def test_review_detail_is_for_admins(client, users, submitted, who, status):
+    client.force_login(users[who])
+    assert client.get(reverse("intake:review_detail", args=[submitted.pk])).status_code == status
+
+
+def test_admin_approves_from_the_review_page(client, admin_user, submitted):
+    client.force_login(admin_user)
+    response = client.post(reverse("intake:review_detail", args=[submitted.pk]),
+                           {"action": "approve", "reason": "Fits the shared pool"})
+    assert response.status_code == 302
+    submitted.refresh_from_db()
+    assert submitted.status == "approved" and submitted.allocation is not None
+
+
+def test_review_decision_without_reason_is_refused(client, admin_user, submitted):
+    client.force_login(admin_user)
+    response = client.post(reverse("intake:review_detail", args=[submitted.pk]),
+                           {"action": "deny", "reason": ""})
+    assert response.status_code == 200 and b"Give a reason" in response.content
+    submitted.refresh_from_db()
+    assert submitted.status == "submitted"
+
+
+def test_second_approval_shows_who_won(client, admin_user, submitted):
+    from intake import services
+    from tenants.models import PlatformRole
+    from tests.factories import make_platform_user
+
+    winner = make_platform_user("winner", PlatformRole.Role.PLATFORM_ADMIN)
+    services.request_approve(request=submitted, by=winner, reason="mine")
+    client.force_login(admin_user)
+    response = client.post(reverse("intake:review_detail", args=[submitted.pk]),
+                           {"action": "approve", "reason": "also mine"})
+    assert response.status_code == 200
+    assert b"winner decided it at" in response.content
+
+
+@pytest.mark.parametrize("who", ["lead", "member", "admin", "finance", "other_lead"])
+def test_dashboard_for_every_role(client, users, draft, who):
+    client.force_login(users[who])
+    response = client.get(reverse("home"))
+    assert response.status_code == 200
+    assert b"Pool capacity" in response.content
+    assert (b"Draft one" in response.content) is (who != "other_lead")
+
+
+def test_anonymous_home_and_login_page(client):
+    assert b"Sign in" in client.get(reverse("home")).content
+    response = client.get(reverse("account_login"))
+    assert response.status_code == 200 and b"Demo accounts" in response.content
+
+
+def test_signup_is_closed(client):
+    response = client.get("/accounts/signup/")
+    assert b"closed" in response.content.lower() or response.status_code in (403, 404)
+
+
+def test_csrf_is_enforced(tenant, lead, pools):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(lead)
+    response = strict.post(reverse("intake:new"), {**form_data(tenant), "intent": "draft"})
+    assert response.status_code == 403
+    assert not CapacityRequest.objects.exists()

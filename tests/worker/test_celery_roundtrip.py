@@ -1,0 +1,51 @@
+"""A real Celery worker process consumes from the real Redis and writes to PostgreSQL."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tenants.models import WorkerHeartbeat
+from tests.harness.procs import ManagedProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def worker(transactional_db, tmp_path):
+    """A worker on the test database (pytest-django's test_ name) and the run's Redis."""
+    db = settings.DATABASES["default"]
+    url = (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}")
+    env = {**os.environ, "DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false"}
+    proc = ManagedProcess(
+        "celery-worker",
+        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo",
+         "--concurrency=1", "--without-gossip", "--without-mingle", "--loglevel=INFO"],
+        log_path=tmp_path / "worker.log", env=env, cwd=ROOT,
+    ).start()
+    yield proc
+    proc.stop()
+
+
+def test_enqueued_task_runs_in_the_worker_and_writes_to_postgresql(worker):
+    from portal.celery import app
+    from tenants.tasks import record_worker_heartbeat
+
+    app.conf.task_always_eager = False
+    try:
+        record_worker_heartbeat.delay()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not WorkerHeartbeat.objects.exists():
+            worker.raise_if_dead()
+            time.sleep(0.3)
+    finally:
+        app.conf.task_always_eager = True
+    beat = WorkerHeartbeat.objects.get()
+    # Written by the worker process, not by this one: the worker logs the task it ran.
+    assert "record_worker_heartbeat" in worker.log_path.read_text()
+    assert beat.hostname
+    assert subprocess.run(["true"]).returncode == 0
