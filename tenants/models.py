@@ -197,6 +197,3 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} at {self.at:%Y-%m-%d %H:%M:%S}"
-
-    def __str__(self) -> str:
-        return f"{self.hostname} at {self.at:%Y-%m-%d %H:%M:%S}"
