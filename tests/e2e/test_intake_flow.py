@@ -1,0 +1,64 @@
+"""A lead files a request through the form and watches the preview; an admin approves it."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from intake.models import CapacityRequest
+
+from .conftest import sign_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_user, pools):
+    base = live_server.url
+    sign_in(page, base, "lead")
+    page.goto(f"{base}/requests/new/")
+    preview = page.locator("#preview")
+    expect(preview).to_contain_text("Not routed yet")
+
+    page.fill("input[name=title]", "Eval harness for release 7")
+    page.select_option("select[name=workload_kind]", "evaluation")
+    page.check("input[name=isolation_origin][value=habitual]")
+    page.check("input[name=device_fill][value=small]")
+    page.fill("input[name=replicas]", "7")
+    page.select_option("select[name=mig_profile]", "1g.10gb")
+    expect(preview.locator(".route-name")).to_have_text("MIG under vCluster")
+    expect(preview.locator("td.active")).to_have_text("MIG under vCluster")
+    expect(preview).to_contain_text("1,022.00")  # 7 × 1/7 device × 730 h × 1.40
+    expect(preview).to_contain_text("Fits now")
+
+    # The reference field appears only for binding origins; the route moves with the answer.
+    expect(page.locator("input[name=isolation_reference]")).to_be_hidden()
+    page.check("input[name=isolation_origin][value=contractual]")
+    expect(page.locator("input[name=isolation_reference]")).to_be_visible()
+    expect(preview).to_contain_text("needs evidence")
+    page.fill("input[name=isolation_reference]", "MSA-2026-114")
+    expect(preview.locator(".route-name")).to_have_text("Confidential pool")
+    expect(preview).to_contain_text("(MSA-2026-114)")
+    shot(page, "intake-form-confidential")
+
+    page.check("input[name=isolation_origin][value=habitual]")
+    expect(preview.locator(".route-name")).to_have_text("MIG under vCluster")
+    page.fill("textarea[name=justification]", "Nightly evaluation of release candidates.")
+    page.click("button[name=intent][value=submit]")
+    expect(page.locator(".messages")).to_contain_text("submitted for review")
+    req = CapacityRequest.objects.get()
+    assert req.status == "submitted" and req.route == "mig_vcluster"
+
+    page.click("text=Sign out")
+    sign_in(page, base, "padmin")
+    page.goto(f"{base}/review/")
+    expect(page.locator("#rows")).to_contain_text("Eval harness for release 7")
+    page.click("text=Eval harness for release 7")
+    expect(page.locator(".route-name").first).to_contain_text("MIG under vCluster")
+    shot(page, "review-page")
+    page.check("input[name=action][value=approve]")
+    page.fill("textarea[name=reason]", "Fits the MIG pool.")
+    page.click("text=Record decision")
+    expect(page.locator("h1 .status")).to_have_text(re.compile("Approved"))
+    expect(page.locator(".timeline")).to_contain_text("Fits the MIG pool.")
+    req.refresh_from_db()
+    assert req.status == "approved" and req.allocation.mig_count == 7
