@@ -1,0 +1,284 @@
+"""The portal's Kubernetes adapter: server-side apply, dry-run, list-by-label and prune.
+
+Two backends share one interface: `KubernetesBackend` talks to a real API server through the
+official client, `DryRunBackend` (the embedded default) records what it would apply. Every
+failure is a `KubeError` that says whether a retry can help, with the server's message kept
+for the user.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.conf import settings
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "aifactory-portal"
+LABEL_TENANT = "aifactory.io/tenant"
+LABEL_ALLOCATION = "aifactory.io/allocation"
+LABEL_ROUTE = "aifactory.io/route"
+
+# Status codes where the same call may succeed later.
+RETRIABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+class KubeError(Exception):
+    def __init__(self, message: str, *, retriable: bool, status: int | None = None,
+                 reason: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.retriable = retriable
+        self.status = status
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True, order=True)
+class ObjectKey:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> ObjectKey:
+        meta = manifest.get("metadata", {})
+        return cls(manifest["apiVersion"], manifest["kind"], meta.get("namespace", ""),
+                   meta["name"])
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
+
+
+class KubeBackend(Protocol):
+    field_manager: str
+
+    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict: ...
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
+        ...
+
+    def list(self, api_version: str, kind: str, *, label_selector: str = "",
+             namespace: str = "") -> list[dict]: ...
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool: ...
+
+
+def _error_from_api(exc: Exception, what: str) -> KubeError:
+    status = getattr(exc, "status", None)
+    body = getattr(exc, "body", None)
+    message, reason = "", ""
+    if body:
+        try:
+            data = json.loads(body if isinstance(body, str | bytes) else json.dumps(body))
+            message, reason = data.get("message", ""), data.get("reason", "")
+        except (ValueError, TypeError, AttributeError):
+            message = str(body)[:2000]
+    if not message:
+        message = f"{exc.__class__.__name__}: {getattr(exc, 'reason', '') or exc}"
+    retriable = status is None or status in RETRIABLE_STATUS
+    return KubeError(f"{what}: {message}", retriable=retriable, status=status, reason=reason)
+
+
+class KubernetesBackend:
+    """A real API server through the official client's dynamic API."""
+
+    def __init__(self, api_client, *, field_manager: str = MANAGER,
+                 request_timeout: float = 20) -> None:
+        from kubernetes.dynamic import DynamicClient
+
+        self.api_client = api_client
+        self.field_manager = field_manager
+        self.timeout = request_timeout
+        self._client = None
+        self._client_cls = DynamicClient
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, **kw) -> KubernetesBackend:
+        from kubernetes import config
+
+        return cls(config.new_client_from_config(config_file=path), **kw)
+
+    @classmethod
+    def in_cluster(cls, **kw) -> KubernetesBackend:
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration), **kw)
+
+    # -- plumbing
+
+    def _dynamic(self):
+        with self._lock:
+            if self._client is None:
+                try:
+                    self._client = self._client_cls(self.api_client)
+                except Exception as exc:  # discovery failed: server down or refused us
+                    raise _error_from_api(exc, "Kubernetes API discovery failed") from exc
+            return self._client
+
+    def _resource(self, api_version: str, kind: str):
+        from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+        client = self._dynamic()
+        try:
+            return client.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError:
+            # New CRDs appear after discovery was cached: look once more.
+            client.resources.invalidate_cache()
+            try:
+                return client.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError as exc:
+                raise KubeError(f"The API server does not serve {kind} in {api_version} "
+                                "(is its CRD installed?)", retriable=False,
+                                reason="NotFound") from exc
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.dynamic.exceptions import DynamicApiError
+
+        try:
+            return fn(*args, _request_timeout=self.timeout, **kwargs)
+        except (ApiException, DynamicApiError) as exc:
+            raise _error_from_api(exc, what) from exc
+        except KubeError:
+            raise
+        except Exception as exc:  # connection refused, TLS, timeouts: the network's doing
+            raise KubeError(f"{what}: cannot reach the Kubernetes API "
+                            f"({exc.__class__.__name__}: {exc})", retriable=True) from exc
+
+    # -- operations
+
+    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict:
+        key = ObjectKey.of(manifest)
+        resource = self._resource(key.api_version, key.kind)
+        extra = {"dry_run": "All"} if dry_run else {}
+        result = self._call(
+            f"Applying {key}", self._dynamic().server_side_apply, resource, body=manifest,
+            name=key.name, namespace=key.namespace or None, field_manager=self.field_manager,
+            force_conflicts=force or None, **extra)
+        return result.to_dict()
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
+        resource = self._resource(api_version, kind)
+        try:
+            return self._call(f"Reading {kind} {name}", self._dynamic().get, resource,
+                              name=name, namespace=namespace or None).to_dict()
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, *, label_selector: str = "",
+             namespace: str = "") -> list[dict]:
+        resource = self._resource(api_version, kind)
+        result = self._call(f"Listing {kind}", self._dynamic().get, resource,
+                            namespace=namespace or None, label_selector=label_selector or None)
+        return [item for item in result.to_dict().get("items", [])]
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
+        resource = self._resource(api_version, kind)
+        try:
+            self._call(f"Deleting {kind} {name}", self._dynamic().delete, resource, name=name,
+                       namespace=namespace or None, propagation_policy="Background")
+            return True
+        except KubeError as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+
+@dataclass
+class DryRunBackend:
+    """The embedded default: records what it would apply and answers from that record."""
+
+    field_manager: str = MANAGER
+    objects: dict[ObjectKey, dict] = field(default_factory=dict)
+    log: list[tuple[str, ObjectKey]] = field(default_factory=list)
+
+    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict:
+        key = ObjectKey.of(manifest)
+        stored = copy.deepcopy(manifest)
+        stored.setdefault("metadata", {}).setdefault("managedFields", [
+            {"manager": self.field_manager, "operation": "Apply"}])
+        if not dry_run:
+            self.objects[key] = stored
+            self.log.append(("apply", key))
+        return stored
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
+        found = self.objects.get(ObjectKey(api_version, kind, namespace, name))
+        return copy.deepcopy(found) if found else None
+
+    def list(self, api_version: str, kind: str, *, label_selector: str = "",
+             namespace: str = "") -> list[dict]:
+        wanted = dict(part.split("=", 1) for part in label_selector.split(",") if "=" in part)
+        out = []
+        for key, obj in self.objects.items():
+            labels = obj.get("metadata", {}).get("labels", {})
+            if (key.api_version, key.kind) == (api_version, kind) and \
+                    (not namespace or key.namespace == namespace) and \
+                    all(labels.get(k) == v for k, v in wanted.items()):
+                out.append(copy.deepcopy(obj))
+        return out
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
+        key = ObjectKey(api_version, kind, namespace, name)
+        self.log.append(("delete", key))
+        return self.objects.pop(key, None) is not None
+
+
+def prune(backend: KubeBackend, *, label_selector: str, kinds: Iterable[tuple[str, str]],
+          keep: Iterable[ObjectKey] = ()) -> list[ObjectKey]:
+    """Delete every labelled object of these kinds that is not in `keep`; return them.
+
+    Namespaces go last, so their contents are deleted by name (and reported) first.
+    """
+    keep_set = set(keep)
+    ordered = sorted(kinds, key=lambda k: k[1] == "Namespace")
+    deleted: list[ObjectKey] = []
+    for api_version, kind in ordered:
+        for obj in backend.list(api_version, kind, label_selector=label_selector):
+            key = ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind})
+            if key not in keep_set and backend.delete(api_version, kind, key.name,
+                                                      key.namespace):
+                deleted.append(key)
+    return deleted
+
+
+_backend: KubeBackend | None = None
+_backend_lock = threading.Lock()
+
+
+def get_backend() -> KubeBackend:
+    """The configured backend, built once per process."""
+    global _backend
+    with _backend_lock:
+        if _backend is None:
+            kind = settings.PORTAL_KUBE_BACKEND
+            if kind == "kubeconfig":
+                _backend = KubernetesBackend.from_kubeconfig(
+                    settings.PORTAL_KUBECONFIG, field_manager=settings.PORTAL_FIELD_MANAGER)
+            elif kind == "in-cluster":
+                _backend = KubernetesBackend.in_cluster(
+                    field_manager=settings.PORTAL_FIELD_MANAGER)
+            else:
+                _backend = DryRunBackend(field_manager=settings.PORTAL_FIELD_MANAGER)
+        return _backend
+
+
+def set_backend(backend: KubeBackend | None) -> None:
+    """Replace the process-wide backend (tests point it at their API server)."""
+    global _backend
+    with _backend_lock:
+        _backend = backend
