@@ -8,15 +8,14 @@ import pytest
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = os.environ.get("PORTAL_TEST_CHROMIUM", "/usr/bin/chromium")
 
-# Playwright's sync API runs an event loop in this thread; the ORM calls the tests make for
-# setup are still plain synchronous calls.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 
 @pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright
 
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+    # for setup are still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -24,6 +23,7 @@ def browser():
             "--disable-quic"])
         yield browser
         browser.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture

@@ -55,6 +55,10 @@ def _attr(value) -> dict:
     return {"string": str(value)}
 
 
+def mig_uuid(gpu_uuid: str, index: int) -> str:
+    return f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{gpu_uuid}-{index}')}"
+
+
 def resource_slice(node: str, *, product: str = "NVIDIA H100 80GB HBM3", gpus: int = 8,
                    mig: dict[int, list[str]] | None = None, memory: str = "80Gi") -> dict:
     """A ResourceSlice with whole GPUs, and MIG devices on the GPUs named in `mig`."""
@@ -68,7 +72,7 @@ def resource_slice(node: str, *, product: str = "NVIDIA H100 80GB HBM3", gpus: i
                     "name": f"gpu-{index}-mig-{m}",
                     "attributes": {"type": _attr("mig"), "productName": _attr(product),
                                    "profile": _attr(profile), "parentUUID": _attr(gpu_uuid),
-                                   "uuid": _attr(f"MIG-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{gpu_uuid}-{m}')}"),
+                                   "uuid": _attr(mig_uuid(gpu_uuid, m)),
                                    "index": _attr(index)},
                     "capacity": {"memory": {"value": profile.split(".")[1].upper()
                                             .replace("GB", "Gi")}},

@@ -35,7 +35,8 @@ def test_healthz_is_503_when_the_broker_is_down(client, settings):
 
 
 def _production_env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG",)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     env.update({
         "PORTAL_MODE": "production",
         "SECRET_KEY": "p" * 30 + "-x9$Qk2!mZ7@vL4#nR8%tY1^wB5&cE3*",
