@@ -285,6 +285,8 @@ class PoolFacts:
     mig_profiles: tuple[str, ...] = ()
     capacity_source: str = "configured pool size"
     pool_id: int | None = None
+    free_whole_nodes: int | None = None  # known once the fleet is synced
+    free_mig_slices: dict[str, int] | None = None  # per profile, from DRA ResourceSlices
 
     @property
     def free_devices(self) -> Decimal:
@@ -367,22 +369,7 @@ def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisati
     window_price = (_money(held * window_hours * pool.rate_per_device_hour)
                     if window_hours is not None else None)
 
-    free, capacity = pool.free_devices, pool.capacity_devices
-    if held <= 0:
-        fit, fit_reason = Fit.NEVER, "Nothing to place yet."
-    elif held <= free:
-        fit = Fit.FITS_NOW
-        fit_reason = (f"Fits now: {format_devices(held)} of {format_devices(free)} free "
-                      f"device(s) in {pool.name} ({pool.capacity_source}).")
-    elif held <= capacity:
-        fit = Fit.FITS_LATER
-        fit_reason = (f"Does not fit now: {format_devices(free)} of "
-                      f"{format_devices(capacity)} device(s) are free in {pool.name}; it fits "
-                      "once allocations already promised end.")
-    else:
-        fit = Fit.NEVER
-        fit_reason = (f"Can never fit {pool.name}: it needs {format_devices(held)} device(s) "
-                      f"and the pool has {format_devices(capacity)} ({pool.capacity_source}).")
+    fit, fit_reason = _fit(decision, pool, held, nodes)
     return RequestPlan(
         decision=decision, pool=pool, held_devices=held, nodes=nodes,
         charged_device_hours_per_month=charged, expected_used_device_hours_per_month=used,
@@ -390,6 +377,38 @@ def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisati
         window_price=window_price, fit=fit, fit_reason=fit_reason, notes=tuple(notes),
         errors=tuple(errors),
     )
+
+
+def _fit(decision: RouteDecision, pool: PoolFacts, held: Decimal, nodes: int
+         ) -> tuple[Fit, str]:
+    """Fits now / fits once promised allocations end / can never fit, with the reason."""
+    free, capacity = pool.free_devices, pool.capacity_devices
+    where = f"{pool.name} ({pool.capacity_source})"
+    if held <= 0:
+        return Fit.NEVER, "Nothing to place yet."
+    if held > capacity:
+        return Fit.NEVER, (f"Can never fit {pool.name}: it needs {format_devices(held)} "
+                           f"device(s) and the pool can promise {format_devices(capacity)} "
+                           f"({pool.capacity_source}).")
+    if held > free:
+        return Fit.FITS_LATER, (f"Does not fit now: {format_devices(free)} of "
+                                f"{format_devices(capacity)} device(s) are free in {where}; it "
+                                "fits once allocations already promised end.")
+    if decision.route is Route.DEDICATED_BLOCK and pool.free_whole_nodes is not None \
+            and nodes > pool.free_whole_nodes:
+        return Fit.FITS_LATER, (f"Does not fit now: it needs {nodes} whole validated node(s) "
+                                f"and {pool.free_whole_nodes} are free in {where}.")
+    if decision.route is Route.MIG_VCLUSTER and pool.free_mig_slices is not None:
+        free_slices = pool.free_mig_slices.get(decision.mig_profile, 0)
+        if decision.mig_count > free_slices:
+            return Fit.FITS_LATER, (
+                f"Does not fit now: {free_slices} free {decision.mig_profile} slice(s) on "
+                f"schedulable nodes in {pool.name}, {decision.mig_count} needed; it fits once "
+                "slices are freed or the MIG layout is changed.")
+        return Fit.FITS_NOW, (f"Fits now: {decision.mig_count} of {free_slices} free "
+                              f"{decision.mig_profile} slice(s) in {where}.")
+    return Fit.FITS_NOW, (f"Fits now: {format_devices(held)} of {format_devices(free)} free "
+                          f"device(s) in {where}.")
 
 
 # ---------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ def pool_facts(pool: Pool) -> PoolFacts:
         allocated_devices=cap.allocated_devices,
         rate_per_device_hour=pool.rate_per_device_hour,
         mig_profiles=tuple(pool.mig_profiles or ()), capacity_source=cap.source,
-        pool_id=pool.pk,
+        pool_id=pool.pk, free_whole_nodes=cap.free_whole_nodes,
+        free_mig_slices=cap.free_mig_slices,
     )
 
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from tenants.access import roles_for
 from tenants.audit import audit_record
 from tenants.models import Pool, Route, Tenant
-from tenants.services import allocation_create
+from tenants.services import allocation_create, allocation_reserve_nodes
 
 from .domain import (
     TRANSITIONS,
@@ -171,6 +171,10 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
         device_equivalents=plan.held_devices, starts_at=starts_at, ends_at=ends_at, by=by,
         reason=f"Approved request #{request.pk}: {decision.reason}", name_suffix=f"r{request.pk}",
     )
+    try:
+        allocation_reserve_nodes(allocation=allocation, count=plan.nodes, by=by)
+    except ValueError as exc:
+        raise IntakeError(f"Not approved: {exc}.") from exc
     updated = CapacityRequest.objects.filter(pk=request.pk, status=Status.SUBMITTED).update(
         status=to_state.value, route=decision.route.value, route_reason=decision.reason,
         pool=pool, route_overridden=overridden, override_reason=override_reason.strip(),

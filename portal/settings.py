@@ -196,6 +196,12 @@ if PORTAL_KUBE_BACKEND not in {"dry-run", "kubeconfig", "in-cluster"}:
     raise ImproperlyConfigured("PORTAL_KUBE_BACKEND must be dry-run, kubeconfig or in-cluster")
 PORTAL_KUBECONFIG = env_str("PORTAL_KUBECONFIG")
 PORTAL_FIELD_MANAGER = env_str("PORTAL_FIELD_MANAGER", "aifactory-portal")
+# Node conditions (written by Node Problem Detector from DCGM) that make a GPU node unhealthy.
+PORTAL_GPU_CONDITION_TYPES = env_list(
+    "PORTAL_GPU_CONDITION_TYPES", ["GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal"])
+PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
+CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "tenants.tasks.sync_fleet",
+                                      "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}
 
 # --- Static files
 STATIC_URL = "static/"

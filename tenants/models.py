@@ -136,6 +136,11 @@ class Allocation(models.Model):
     ends_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     status_message = models.TextField(blank=True)
+    # Whole nodes reserved for a dedicated block (chosen at approval from validated nodes).
+    nodes = models.ManyToManyField("GpuNode", blank=True, related_name="allocations")
+    # Set when capacity under the allocation is lost (a node unhealthy, unvalidated, retiring).
+    flagged_reason = models.TextField(blank=True)
+    flagged_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -144,6 +149,58 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
+
+
+class GpuNode(models.Model):
+    """A GPU node as last read from the Kubernetes API (see tenants/capacity.py)."""
+
+    name = models.CharField(max_length=253, unique=True)
+    pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="nodes")
+    pool_label = models.CharField(max_length=63, blank=True)
+    gpu_model = models.CharField(max_length=80, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    mig_capable = models.BooleanField(default=False)
+    mig_config = models.CharField(max_length=80, blank=True)
+    validated = models.BooleanField(default=False)
+    bios_profile = models.CharField(max_length=40, blank=True)
+    burn_in_date = models.CharField(max_length=40, blank=True)
+    validation_failure = models.TextField(blank=True)
+    ready = models.BooleanField(default=False)
+    health_problems = models.JSONField(default=list, blank=True)
+    cordoned = models.BooleanField(default=False)
+    present = models.BooleanField(default=True)
+    dra_whole_gpus = models.IntegerField(null=True, blank=True)
+    mig_devices = models.JSONField(default=dict, blank=True)  # {profile: count}
+    # Set by a platform admin in the portal; takes the node out of promisable capacity.
+    retiring = models.BooleanField(default=False)
+    retiring_reason = models.TextField(blank=True)
+    state = models.CharField(max_length=20, db_index=True, default="unvalidated")
+    reason = models.TextField(blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["pool", "state"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def facts(self):
+        from .capacity import NodeFacts
+
+        return NodeFacts(
+            name=self.name, pool=self.pool_label, gpu_model=self.gpu_model,
+            gpu_count=self.gpu_count, gpu_memory_mib=self.gpu_memory_mib,
+            mig_capable=self.mig_capable, mig_config=self.mig_config,
+            validated=self.validated, bios_profile=self.bios_profile,
+            burn_in_date=self.burn_in_date, validation_failure=self.validation_failure,
+            ready=self.ready, health_problems=tuple(self.health_problems),
+            cordoned=self.cordoned, retiring=self.retiring, present=self.present,
+            dra_whole_gpus=self.dra_whole_gpus,
+            mig_devices=tuple(sorted((k, int(v)) for k, v in self.mig_devices.items())),
+        )
 
 
 class AuditQuerySet(models.QuerySet):

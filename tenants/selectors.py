@@ -2,30 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
 from decimal import Decimal
 
 from django.db.models import Sum
 
-from .models import Allocation, Pool
+from .capacity import PromisableCapacity, promisable_capacity
+from .models import Allocation, GpuNode, Pool
 
 
-@dataclass(frozen=True)
-class PoolCapacity:
-    capacity_devices: Decimal
-    allocated_devices: Decimal
-    source: str
+def pool_capacity(pool: Pool) -> PromisableCapacity:
+    """Promisable capacity of a pool and what allocations already hold of it.
 
-    @property
-    def free_devices(self) -> Decimal:
-        return max(Decimal(0), self.capacity_devices - self.allocated_devices)
-
-
-def pool_capacity(pool: Pool) -> PoolCapacity:
-    """Promisable capacity of a pool and what allocations already hold of it."""
-    held = (Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING)
-            .aggregate(total=Sum("device_equivalents"))["total"]) or Decimal(0)
-    return PoolCapacity(Decimal(pool.capacity_devices), Decimal(held), "configured pool size")
+    From the validated fleet once the pool has synced nodes; from the pool's configured
+    size before that (the embedded run without a cluster).
+    """
+    holding = Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING)
+    held = holding.aggregate(total=Sum("device_equivalents"))["total"] or Decimal(0)
+    nodes = [n.facts() for n in GpuNode.objects.filter(pool=pool)]
+    if not nodes:
+        return PromisableCapacity(Decimal(pool.capacity_devices), Decimal(held), None, None,
+                                  "configured pool size")
+    reserved = GpuNode.objects.filter(pool=pool, allocations__in=holding).values_list(
+        "name", flat=True)
+    mig_used: Counter = Counter()
+    for profile, count in holding.exclude(mig_profile="").values_list("mig_profile",
+                                                                       "mig_count"):
+        mig_used[profile] += count
+    return promisable_capacity(nodes, allocated_devices=Decimal(held), reserved_nodes=reserved,
+                               allocated_mig=dict(mig_used))
 
 
 def pools_for_route(route: str, gpu_model: str = ""):

@@ -8,7 +8,8 @@ from decimal import Decimal
 from django.db import transaction
 
 from .audit import audit_record
-from .models import Allocation, Pool, Tenant
+from .capacity import choose_dedicated_nodes
+from .models import Allocation, GpuNode, Pool, Route, Tenant
 
 
 def namespace_for(tenant: Tenant, suffix: str) -> str:
@@ -34,3 +35,25 @@ def allocation_create(*, tenant: Tenant, pool: Pool, route: str, whole_devices: 
                      "whole_devices": whole_devices, "mig_profile": mig_profile,
                      "mig_count": mig_count})
     return allocation
+
+
+def allocation_reserve_nodes(*, allocation: Allocation, count: int, by) -> list[str]:
+    """Reserve whole validated nodes for a dedicated block (caller holds the pool lock)."""
+    if allocation.route != Route.DEDICATED_BLOCK or count <= 0:
+        return []
+    pool_nodes = list(GpuNode.objects.filter(pool=allocation.pool))
+    if not pool_nodes:
+        return []  # no synced fleet yet: nodes are chosen when the fleet is known
+    reserved = GpuNode.objects.filter(
+        pool=allocation.pool, allocations__status__in=Allocation.HOLDING
+    ).exclude(allocations=allocation).values_list("name", flat=True)
+    names = choose_dedicated_nodes([n.facts() for n in pool_nodes], count=count,
+                                   reserved_nodes=reserved)
+    if len(names) < count:
+        raise ValueError(f"only {len(names)} free validated node(s), {count} needed")
+    allocation.nodes.set([n for n in pool_nodes if n.name in names])
+    audit_record(actor=by, subject=allocation, tenant=allocation.tenant,
+                 action="allocation.nodes_reserved",
+                 reason=f"Reserved validated node(s) {', '.join(names)} for the dedicated block.",
+                 data={"nodes": names})
+    return names

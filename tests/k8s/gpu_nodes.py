@@ -109,3 +109,10 @@ def patch_node_status(admin, name: str, body: dict) -> None:
     nodes = admin._resource("v1", "Node")
     client.request("patch", nodes.path(name=name) + "/status", body=body,
                    content_type="application/merge-patch+json")
+
+
+def patch_node(admin, name: str, body: dict) -> None:
+    """A merge patch, as the burn-in pipeline or kubectl cordon would make it."""
+    client = admin._dynamic()
+    nodes = admin._resource("v1", "Node")
+    client.patch(nodes, name=name, body=body, content_type="application/merge-patch+json")

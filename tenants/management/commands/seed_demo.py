@@ -63,6 +63,7 @@ class Command(BaseCommand):
                    for t in TENANTS}
         for p in POOLS:
             Pool.objects.update_or_create(slug=p["slug"], defaults=p)
+        self._fleet()
         users = {}
         User = get_user_model()
         for username, first, last, platform, memberships in USERS:
@@ -86,6 +87,17 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
             f"with password '{DEMO_PASSWORD}'."))
+
+    def _fleet(self):
+        """Sync a demo fleet through the real sync code, from a dry-run backend."""
+        from tenants.demo import demo_fleet
+        from tenants.fleet import fleet_sync
+        from tenants.kube import DryRunBackend
+
+        backend = DryRunBackend()
+        for obj in demo_fleet():
+            backend.apply(obj)
+        self.stdout.write(fleet_sync(backend=backend).summary())
 
     def _requests(self, tenants, users):
         from intake import services

@@ -1,0 +1,259 @@
+"""Fleet and capacity as pure functions: what a node is, and what a pool can promise.
+
+"A fleet count and a validated fleet count are two different numbers, and only one of them
+can be scheduled." Only devices on nodes that are present, validated, healthy, uncordoned
+and not retiring can be promised.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+# Labels and annotations: GPU feature discovery's, and our burn-in pipeline's.
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_MIG_CAPABLE = "nvidia.com/mig.capable"
+GFD_MIG_CONFIG = "nvidia.com/mig.config"
+POOL_LABEL = "aifactory.io/pool"
+VALIDATED_LABEL = "aifactory.io/validated"
+BIOS_PROFILE_LABEL = "aifactory.io/bios-profile"
+BURN_IN_ANNOTATION = "aifactory.io/burn-in-date"
+FAILURE_ANNOTATION = "aifactory.io/validation-failure"
+DEFAULT_GPU_CONDITIONS = ("GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal")
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str
+    pool: str = ""
+    gpu_model: str = ""
+    gpu_count: int = 0
+    gpu_memory_mib: int = 0
+    mig_capable: bool = False
+    mig_config: str = ""
+    validated: bool = False
+    bios_profile: str = ""
+    burn_in_date: str = ""
+    validation_failure: str = ""
+    ready: bool = False
+    health_problems: tuple[str, ...] = ()
+    cordoned: bool = False
+    retiring: bool = False
+    present: bool = True
+    # From DRA ResourceSlices, when the driver publishes them.
+    dra_whole_gpus: int | None = None
+    mig_devices: tuple[tuple[str, int], ...] = ()  # (profile, count), sorted
+
+    @property
+    def healthy(self) -> bool:
+        return self.ready and not self.health_problems
+
+    @property
+    def schedulable(self) -> bool:
+        return (self.present and self.validated and self.healthy and not self.cordoned
+                and not self.retiring)
+
+    @property
+    def devices(self) -> int:
+        """Whole devices the node holds (MIG-partitioned GPUs still count as devices)."""
+        return self.gpu_count
+
+    @property
+    def state(self) -> str:
+        if not self.present:
+            return "gone"
+        if self.retiring:
+            return "retiring"
+        if not self.validated:
+            return "unvalidated"
+        if not self.healthy:
+            return "unhealthy"
+        if self.cordoned:
+            return "cordoned"
+        return "schedulable"
+
+    @property
+    def reason(self) -> str:
+        """Why the node can or cannot be promised, in words."""
+        if not self.present:
+            return "The node is no longer in the cluster."
+        parts = []
+        if self.retiring:
+            parts.append("marked for retirement")
+        if not self.validated:
+            parts.append("not validated by burn-in"
+                         + (f" ({self.validation_failure})" if self.validation_failure else ""))
+        if not self.ready:
+            parts.append("kubelet not Ready")
+        parts += [f"{p}" for p in self.health_problems]
+        if self.cordoned:
+            parts.append("cordoned")
+        if not parts:
+            burn = f", burn-in {self.burn_in_date}" if self.burn_in_date else ""
+            bios = self.bios_profile or "baseline"
+            return f"Validated ({bios} BIOS{burn}), healthy, schedulable."
+        return "Not promisable: " + "; ".join(parts) + "."
+
+
+def _int(value, default: int = 0) -> int:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return default
+
+
+def parse_node(node: dict, *, slices: Iterable[dict] = (),
+               condition_types: Iterable[str] = DEFAULT_GPU_CONDITIONS,
+               retiring: bool = False) -> NodeFacts:
+    """A Node (and its ResourceSlices) from the API as plain facts."""
+    meta = node.get("metadata", {})
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    status = node.get("status") or {}
+    spec = node.get("spec") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready", {}).get("status") == "True"
+    problems = []
+    for ctype in condition_types:
+        c = conditions.get(ctype)
+        if c and c.get("status") == "True":
+            detail = c.get("message") or c.get("reason") or ""
+            problems.append(f"{ctype}" + (f": {detail}" if detail else ""))
+    capacity = _int((status.get("capacity") or {}).get("nvidia.com/gpu"), -1)
+    count = capacity if capacity >= 0 else _int(labels.get(GFD_COUNT))
+
+    whole, mig = None, Counter()
+    for s in slices:
+        sspec = s.get("spec", {})
+        if sspec.get("driver") != DRA_DRIVER:
+            continue
+        whole = whole or 0
+        for device in sspec.get("devices") or []:
+            attrs = device.get("attributes") or {}
+            kind = (attrs.get("type") or {}).get("string")
+            if kind == "gpu":
+                whole += 1
+            elif kind == "mig":
+                mig[(attrs.get("profile") or {}).get("string", "?")] += 1
+    return NodeFacts(
+        name=meta.get("name", ""),
+        pool=labels.get(POOL_LABEL, ""),
+        gpu_model=labels.get(GFD_PRODUCT, ""),
+        gpu_count=count,
+        gpu_memory_mib=_int(labels.get(GFD_MEMORY)),
+        mig_capable=labels.get(GFD_MIG_CAPABLE) == "true",
+        mig_config=labels.get(GFD_MIG_CONFIG, ""),
+        validated=labels.get(VALIDATED_LABEL) == "true",
+        bios_profile=labels.get(BIOS_PROFILE_LABEL, ""),
+        burn_in_date=annotations.get(BURN_IN_ANNOTATION, ""),
+        validation_failure=annotations.get(FAILURE_ANNOTATION, ""),
+        ready=ready,
+        health_problems=tuple(problems),
+        cordoned=bool(spec.get("unschedulable")),
+        retiring=retiring,
+        dra_whole_gpus=whole,
+        mig_devices=tuple(sorted(mig.items())),
+    )
+
+
+def node_changes(old: NodeFacts | None, new: NodeFacts) -> dict[str, tuple]:
+    """The state fields that changed, for the node's history."""
+    tracked = ("pool", "gpu_model", "gpu_count", "mig_config", "validated", "bios_profile",
+               "burn_in_date", "validation_failure", "ready", "health_problems", "cordoned",
+               "present", "mig_devices")
+    if old is None:
+        return {"state": ("", new.state)}
+    return {f: (getattr(old, f), getattr(new, f)) for f in tracked
+            if getattr(old, f) != getattr(new, f)}
+
+
+@dataclass(frozen=True)
+class FleetCounts:
+    """The numbers an admin compares: fleet ≥ validated ≥ healthy ≥ schedulable."""
+
+    nodes: int = 0
+    fleet_devices: int = 0
+    validated_devices: int = 0
+    healthy_devices: int = 0
+    schedulable_devices: int = 0
+    schedulable_nodes: int = 0
+    mig_slices: dict[str, int] = field(default_factory=dict)  # on schedulable nodes
+
+    @property
+    def unpromisable_devices(self) -> int:
+        return self.fleet_devices - self.schedulable_devices
+
+
+def fleet_counts(nodes: Iterable[NodeFacts]) -> FleetCounts:
+    n = fleet = validated = healthy = sched = sched_nodes = 0
+    mig: Counter = Counter()
+    for node in nodes:
+        if not node.present:
+            continue
+        n += 1
+        fleet += node.devices
+        if node.validated:
+            validated += node.devices
+            if node.healthy:
+                healthy += node.devices
+        if node.schedulable:
+            sched += node.devices
+            sched_nodes += 1
+            mig.update(dict(node.mig_devices))
+    return FleetCounts(n, fleet, validated, healthy, sched, sched_nodes, dict(sorted(mig.items())))
+
+
+@dataclass(frozen=True)
+class PromisableCapacity:
+    """What a pool can promise, from its schedulable nodes minus what is allocated."""
+
+    capacity_devices: Decimal
+    allocated_devices: Decimal
+    free_whole_nodes: int | None  # schedulable nodes not held by a dedicated block
+    free_mig_slices: dict[str, int] | None  # per profile, when the driver reports MIG devices
+    source: str
+
+    @property
+    def free_devices(self) -> Decimal:
+        return max(Decimal(0), self.capacity_devices - self.allocated_devices)
+
+
+def promisable_capacity(nodes: Iterable[NodeFacts], *, allocated_devices: Decimal,
+                        reserved_nodes: Iterable[str] = (),
+                        allocated_mig: dict[str, int] | None = None) -> PromisableCapacity:
+    nodes = [n for n in nodes if n.present]
+    counts = fleet_counts(nodes)
+    reserved = set(reserved_nodes)
+    free_nodes = sum(1 for n in nodes if n.schedulable and n.name not in reserved)
+    mig = None
+    if counts.mig_slices:
+        used = allocated_mig or {}
+        mig = {p: max(0, c - used.get(p, 0)) for p, c in counts.mig_slices.items()}
+    source = (f"validated fleet: {counts.schedulable_devices} schedulable of "
+              f"{counts.fleet_devices} devices on {counts.nodes} node(s)")
+    return PromisableCapacity(Decimal(counts.schedulable_devices), allocated_devices,
+                              free_nodes, mig, source)
+
+
+def choose_dedicated_nodes(nodes: Iterable[NodeFacts], *, count: int,
+                           reserved_nodes: Iterable[str] = ()) -> list[str]:
+    """Pick whole schedulable nodes for a dedicated block: stable order, most recent burn-in
+    first (freshest validation), then by name."""
+    reserved = set(reserved_nodes)
+    free = [n for n in nodes if n.schedulable and n.name not in reserved]
+    free.sort(key=lambda n: (n.burn_in_date or "", n.name))
+    free.sort(key=lambda n: n.burn_in_date or "", reverse=True)
+    return [n.name for n in free[:count]]
+
+
+def burn_in_age_days(node: NodeFacts, today: dt.date) -> int | None:
+    try:
+        return (today - dt.date.fromisoformat(node.burn_in_date)).days
+    except ValueError:
+        return None

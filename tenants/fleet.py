@@ -1,0 +1,178 @@
+"""Fleet sync: read GPU nodes from Kubernetes, keep their history, flag what lost capacity."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .audit import audit_bulk, audit_record
+from .capacity import NodeFacts, node_changes, parse_node
+from .kube import KubeBackend, KubeError, get_backend
+from .models import Allocation, GpuNode, Pool
+
+NODE_FIELDS = (
+    "pool_label", "gpu_model", "gpu_count", "gpu_memory_mib", "mig_capable", "mig_config",
+    "validated", "bios_profile", "burn_in_date", "validation_failure", "ready",
+    "health_problems", "cordoned", "present", "dra_whole_gpus", "mig_devices", "state",
+    "reason", "last_synced_at", "pool",
+)
+
+
+@dataclass
+class SyncReport:
+    nodes: int = 0
+    created: int = 0
+    changed: int = 0
+    gone: int = 0
+    flagged_allocations: list[int] = field(default_factory=list)
+    slices_read: bool = False
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (f"Read {self.nodes} GPU node(s) in {self.seconds:.2f}s: {self.created} new, "
+                f"{self.changed} changed, {self.gone} gone, "
+                f"{len(self.flagged_allocations)} allocation(s) flagged"
+                + ("" if self.slices_read else "; no DRA ResourceSlices readable") + ".")
+
+
+def _apply_facts(row: GpuNode, facts: NodeFacts, pools: dict[str, Pool], now) -> None:
+    row.pool_label = facts.pool
+    row.pool = pools.get(facts.pool)
+    for name in ("gpu_model", "gpu_count", "gpu_memory_mib", "mig_capable", "mig_config",
+                 "validated", "bios_profile", "burn_in_date", "validation_failure", "ready",
+                 "cordoned", "present", "dra_whole_gpus"):
+        setattr(row, name, getattr(facts, name))
+    row.health_problems = list(facts.health_problems)
+    row.mig_devices = dict(facts.mig_devices)
+    row.state = facts.state
+    row.reason = facts.reason
+    row.last_synced_at = now
+
+
+def _describe(changes: dict[str, tuple]) -> str:
+    words = []
+    for name, (old, new) in changes.items():
+        label = name.replace("_", " ")
+        if isinstance(new, bool):
+            words.append(f"{label}: {'yes' if new else 'no'} (was {'yes' if old else 'no'})")
+        else:
+            words.append(f"{label}: {new or '—'} (was {old or '—'})")
+    return "; ".join(words)
+
+
+@transaction.atomic
+def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
+    """Read every GPU node (and ResourceSlices) and bring the fleet table up to date.
+
+    Safe to run twice: unchanged nodes write nothing but their sync time.
+    """
+    started = time.monotonic()
+    backend = backend or get_backend()
+    report = SyncReport()
+    nodes = backend.list("v1", "Node", label_selector="nvidia.com/gpu.present=true")
+    slices_by_node: dict[str, list[dict]] = defaultdict(list)
+    try:
+        for s in backend.list("resource.k8s.io/v1", "ResourceSlice"):
+            slices_by_node[s.get("spec", {}).get("nodeName", "")].append(s)
+        report.slices_read = True
+    except KubeError as exc:
+        if exc.retriable:
+            raise
+    now = timezone.now()
+    pools = {p.slug: p for p in Pool.objects.all()}
+    existing = {n.name: n for n in GpuNode.objects.select_for_update()}
+    seen: set[str] = set()
+    to_create, to_update, lost, unchanged = [], [], [], []
+    conditions = settings.PORTAL_GPU_CONDITION_TYPES
+    for node in nodes:
+        name = node["metadata"]["name"]
+        seen.add(name)
+        row = existing.get(name)
+        facts = parse_node(node, slices=slices_by_node.get(name, ()),
+                           condition_types=conditions, retiring=bool(row and row.retiring))
+        old = row.facts() if row else None
+        changes = node_changes(old, facts)
+        if row is None:
+            row = GpuNode(name=name)
+            _apply_facts(row, facts, pools, now)
+            to_create.append((row, changes))
+            continue
+        if not changes and row.pool_id == (pools[facts.pool].pk if facts.pool in pools
+                                             else None):
+            unchanged.append(row.pk)
+            continue
+        _apply_facts(row, facts, pools, now)
+        to_update.append(row)
+        if changes:
+            report.changed += 1
+            audit_record(actor=by, subject=row, action="node.changed", reason=(
+                f"{name}: {_describe(changes)}. {facts.reason}"), data={
+                "changes": {k: [str(a), str(b)] for k, (a, b) in changes.items()}})
+            if old.schedulable and not facts.schedulable:
+                lost.append(row)
+    for name, row in existing.items():
+        if name not in seen and row.present:
+            row.present, row.state = False, "gone"
+            row.reason = "The node is no longer in the cluster."
+            to_update.append(row)
+            report.gone += 1
+            audit_record(actor=by, subject=row, action="node.gone", reason=row.reason)
+            lost.append(row)
+    GpuNode.objects.bulk_create([r for r, _ in to_create], batch_size=500)
+    audit_bulk([dict(actor=by, subject=row, action="node.discovered",
+                     reason=f"{row.name} discovered: {row.reason}") for row, _ in to_create])
+    GpuNode.objects.bulk_update(to_update, NODE_FIELDS, batch_size=500)
+    # Unchanged nodes only record that they were seen: one UPDATE, not a row each.
+    GpuNode.objects.filter(pk__in=unchanged).update(last_synced_at=now)
+    report.created = len(to_create)
+    report.nodes = len(nodes)
+    report.flagged_allocations = flag_allocations_on(lost, by=by)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
+    """Flag holding allocations whose reserved nodes can no longer be promised."""
+    flagged = []
+    if not nodes:
+        return flagged
+    allocations = (Allocation.objects.filter(nodes__in=nodes, status__in=Allocation.HOLDING)
+                   .select_related("tenant").prefetch_related("nodes").distinct())
+    now = timezone.now()
+    for alloc in allocations:
+        bad = [n for n in alloc.nodes.all() if n in nodes]
+        reason = "; ".join(f"{n.name}: {n.reason}" for n in bad)
+        alloc.flagged_reason, alloc.flagged_at = reason, now
+        alloc.save(update_fields=["flagged_reason", "flagged_at"])
+        audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.flagged",
+                     reason=f"Capacity under this allocation was lost: {reason}")
+        flagged.append(alloc.pk)
+    return flagged
+
+
+@transaction.atomic
+def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuNode:
+    """Mark a node for retirement (it leaves promisable capacity at once), or undo it."""
+    from .access import require_platform_admin
+
+    require_platform_admin(by)
+    if not reason.strip():
+        raise ValueError("Give a reason: it is kept in the node's history.")
+    node = GpuNode.objects.select_for_update().get(pk=node.pk)
+    if node.retiring == retiring:
+        return node
+    node.retiring = retiring
+    node.retiring_reason = reason.strip() if retiring else ""
+    facts = node.facts()
+    node.state, node.reason = facts.state, facts.reason
+    node.save(update_fields=["retiring", "retiring_reason", "state", "reason"])
+    audit_record(actor=by, subject=node, action="node.retiring" if retiring else
+                 "node.retirement_cancelled", reason=reason)
+    if retiring:
+        flag_allocations_on([node], by=by)
+    return node

@@ -1,0 +1,124 @@
+"""Fleet pages for platform admins: counts at a glance, the node table, a node's history."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from .access import require_platform_admin
+from .audit import audit_for
+from .capacity import fleet_counts
+from .fleet import node_set_retiring
+from .kube import KubeError
+from .models import Allocation, GpuNode, Pool
+from .selectors import pool_capacity
+
+NODE_STATES = ["schedulable", "cordoned", "unhealthy", "unvalidated", "retiring", "gone"]
+
+
+def _pool_rows():
+    """Per pool: fleet counts, what is allocated, and who is affected if it is overcommitted."""
+    nodes_by_pool = defaultdict(list)
+    for node in GpuNode.objects.select_related("pool"):
+        nodes_by_pool[node.pool_id].append(node.facts())
+    rows = []
+    for pool in Pool.objects.filter(active=True):
+        counts = fleet_counts(nodes_by_pool.get(pool.pk, []))
+        cap = pool_capacity(pool)
+        over = cap.allocated_devices > cap.capacity_devices
+        tenants = []
+        if over:
+            tenants = sorted({a.tenant.name for a in Allocation.objects.filter(
+                pool=pool, status__in=Allocation.HOLDING).select_related("tenant")})
+        rows.append({"pool": pool, "counts": counts, "cap": cap, "overcommitted": over,
+                     "affected": tenants, "synced": pool.pk in nodes_by_pool})
+    unpooled = nodes_by_pool.get(None, [])
+    return rows, fleet_counts(unpooled) if unpooled else None
+
+
+@login_required
+def fleet_overview(request):
+    require_platform_admin(request.user)
+    rows, unpooled = _pool_rows()
+    nodes = (GpuNode.objects.select_related("pool").annotate(n_alloc=Count("allocations"))
+             .order_by("name"))
+    state = request.GET.get("state", "")
+    if state in NODE_STATES:
+        nodes = nodes.filter(state=state)
+    pool = request.GET.get("pool", "")
+    if pool:
+        nodes = nodes.filter(pool__slug=pool)
+    page = Paginator(nodes, 50).get_page(request.GET.get("page"))
+    flagged = (Allocation.objects.exclude(flagged_reason="")
+               .filter(status__in=Allocation.HOLDING).select_related("tenant", "pool"))
+    template = "tenants/fleet.html" + ("#nodes" if request.htmx else "")
+    return render(request, template, {
+        "rows": rows, "unpooled": unpooled, "page": page, "state": state, "pool": pool,
+        "states": NODE_STATES, "pools": Pool.objects.all(), "flagged": flagged,
+        "total": fleet_counts(n.facts() for n in GpuNode.objects.all()),
+    })
+
+
+@login_required
+@require_POST
+def fleet_sync_now(request):
+    require_platform_admin(request.user)
+    from .tasks import sync_fleet
+
+    try:
+        result = sync_fleet.apply_async() if not _eager() else None
+        if result is None:
+            from .fleet import fleet_sync
+
+            messages.success(request, fleet_sync(by=request.user).summary())
+        else:
+            messages.info(request, "Fleet sync queued; the counts refresh when it finishes.")
+    except KubeError as exc:
+        messages.error(request, f"Fleet sync failed: {exc.message}")
+    return redirect("tenants:fleet")
+
+
+def _eager() -> bool:
+    from django.conf import settings
+
+    return settings.CELERY_TASK_ALWAYS_EAGER
+
+
+@login_required
+def node_detail(request, name: str):
+    require_platform_admin(request.user)
+    node = get_object_or_404(GpuNode.objects.select_related("pool"), name=name)
+    allocations = node.allocations.select_related("tenant", "pool").filter(
+        status__in=Allocation.HOLDING)
+    pool_allocations = []
+    if node.retiring and node.pool:
+        cap = pool_capacity(node.pool)
+        if cap.allocated_devices > cap.capacity_devices:
+            pool_allocations = Allocation.objects.filter(
+                pool=node.pool, status__in=Allocation.HOLDING).select_related("tenant")
+    return render(request, "tenants/node_detail.html", {
+        "node": node, "facts": node.facts(), "events": audit_for(node).order_by("-at")[:100],
+        "allocations": allocations, "pool_allocations": pool_allocations,
+    })
+
+
+@login_required
+@require_POST
+def node_retire(request, name: str):
+    require_platform_admin(request.user)
+    node = get_object_or_404(GpuNode, name=name)
+    retiring = request.POST.get("retiring") == "true"
+    reason = request.POST.get("reason", "")
+    try:
+        node_set_retiring(node=node, by=request.user, retiring=retiring, reason=reason)
+        state = "marked for retirement" if retiring else "back in service"
+        messages.success(request, f"{node.name} is {state}.")
+    except ValueError as exc:
+        messages.error(request, str(exc))
+    return redirect("tenants:node", name=node.name)

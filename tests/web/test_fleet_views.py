@@ -1,0 +1,91 @@
+"""Fleet pages: admins only; leads see pool capacity in aggregate, never node names."""
+
+import pytest
+from django.urls import reverse
+
+from tenants.demo import demo_fleet
+from tenants.fleet import fleet_sync
+from tenants.kube import DryRunBackend
+from tenants.models import GpuNode, Pool, Route
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def fleet(pools):
+    # The demo fleet labels nodes with the demo pool slugs: give the test pools those slugs.
+    for route, slug in [(Route.SHARED_POOL, "shared-h100"), (Route.DEDICATED_BLOCK,
+                        "dedicated-h100"), (Route.CONFIDENTIAL_POOL, "confidential-h100"),
+                        (Route.MIG_VCLUSTER, "mig-a100")]:
+        Pool.objects.filter(pk=pools[route].pk).update(slug=slug)
+    backend = DryRunBackend()
+    for obj in demo_fleet():
+        backend.apply(obj)
+    return fleet_sync(backend=backend)
+
+
+@pytest.fixture
+def users(lead, other_lead, member, admin_user, finance_user):
+    return {"lead": lead, "other_lead": other_lead, "member": member, "admin": admin_user,
+            "finance": finance_user}
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 403), ("member", 403), ("finance", 403), ("admin", 200)])
+def test_fleet_page_is_for_admins(client, users, fleet, who, status):
+    client.force_login(users[who])
+    response = client.get(reverse("tenants:fleet"))
+    assert response.status_code == status
+    if status == 200:
+        body = response.content.decode()
+        assert "h100-shared-08" in body and "XID 79" in body
+        assert "48 schedulable of 72 devices" in body
+
+
+def test_fleet_filter_by_state_returns_rows_only_for_htmx(client, admin_user, fleet):
+    client.force_login(admin_user)
+    response = client.get(reverse("tenants:fleet"), {"state": "unhealthy"},
+                          HTTP_HX_REQUEST="true")
+    body = response.content.decode()
+    assert "<html" not in body and "h100-shared-08" in body and "h100-shared-01" not in body
+
+
+@pytest.mark.parametrize(("who", "status"), [("lead", 403), ("finance", 403), ("admin", 200)])
+def test_node_page_is_for_admins(client, users, fleet, who, status):
+    client.force_login(users[who])
+    response = client.get(reverse("tenants:node", args=["h100-shared-07"]))
+    assert response.status_code == status
+    if status == 200:
+        assert b"NCCL all-reduce 14%" in response.content
+        assert b"discovered" in response.content  # the node's history
+
+
+def test_retire_and_cancel_from_the_node_page(client, admin_user, lead, fleet):
+    client.force_login(lead)
+    assert client.post(reverse("tenants:node_retire", args=["h100-cc-01"]),
+                       {"retiring": "true", "reason": "x"}).status_code == 403
+    client.force_login(admin_user)
+    url = reverse("tenants:node_retire", args=["h100-cc-01"])
+    client.post(url, {"retiring": "true", "reason": ""})
+    assert not GpuNode.objects.get(name="h100-cc-01").retiring  # a reason is required
+    client.post(url, {"retiring": "true", "reason": "End of warranty"})
+    node = GpuNode.objects.get(name="h100-cc-01")
+    assert node.retiring and node.state == "retiring"
+    page = client.get(reverse("tenants:node", args=["h100-cc-01"])).content.decode()
+    assert "Before it can go" in page and "End of warranty" in page
+    client.post(url, {"retiring": "false", "reason": "Warranty extended"})
+    assert GpuNode.objects.get(name="h100-cc-01").state == "schedulable"
+
+
+def test_sync_button_runs_the_sync(client, admin_user, fleet, settings):
+    client.force_login(admin_user)
+    response = client.post(reverse("tenants:fleet_sync"), follow=True)
+    # The embedded dry-run backend holds no nodes: the sync says so and marks them gone.
+    assert b"Read 0 GPU node(s)" in response.content
+
+
+def test_lead_sees_pool_capacity_but_no_node_names(client, lead, fleet):
+    client.force_login(lead)
+    body = client.get(reverse("home")).content.decode()
+    assert "Pool capacity" in body and "validated fleet: 48 schedulable" in body.lower()
+    assert "h100-shared" not in body
