@@ -51,6 +51,8 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
             errors.setdefault("ends_on", []).append("The end is before the start.")
         if errors:
             raise serializers.ValidationError(errors)
+        if merged.get("isolation_origin") == "habitual":
+            attrs["isolation_reference"] = ""  # evidence belongs to binding origins only
         return attrs
 
 

@@ -79,6 +79,8 @@ class CapacityRequestForm(forms.ModelForm):
         for name in ("whole_devices", "replicas", "memory_gb"):
             if data.get(name) is None:
                 data[name] = 0
+        if data.get("isolation_origin") == "habitual":
+            data["isolation_reference"] = ""  # evidence belongs to binding origins only
         for name, message in validate_answers(self.answers()):
             if name in self.fields and name not in self.errors:
                 self.add_error(name, message)

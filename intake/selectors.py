@@ -85,3 +85,15 @@ def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None
         expected_utilisation=request.expected_utilisation, starts_on=request.starts_on,
         ends_on=request.ends_on, pool=pool, decision=decision,
     )
+
+
+def request_events(request: CapacityRequest):
+    """The request's timeline: its own audit events and its allocation's, in order."""
+    from django.db.models import Q
+
+    from tenants.models import AuditEvent
+
+    q = Q(subject_type="capacityrequest", subject_id=request.pk)
+    if request.allocation_id:
+        q |= Q(subject_type="allocation", subject_id=request.allocation_id)
+    return AuditEvent.objects.filter(q).select_related("actor").order_by("at", "id")

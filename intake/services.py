@@ -13,6 +13,7 @@ from tenants.access import roles_for
 from tenants.audit import audit_record
 from tenants.models import Pool, Route, Tenant
 from tenants.services import allocation_create, allocation_reserve_nodes
+from tenants.tasks import provision_allocation
 
 from .domain import (
     TRANSITIONS,
@@ -183,6 +184,8 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
     )
     if updated != 1:  # cannot happen under the row lock; refuse rather than promise twice
         raise IntakeError("Another admin decided this request at the same moment.")
+    # Provision after commit: a rolled-back approval never starts a task.
+    transaction.on_commit(lambda: provision_allocation.delay(allocation.pk))
     if overridden:
         audit_record(actor=by, subject=request, tenant=request.tenant, action="request.rerouted",
                      reason=override_reason, data={"from": request.route,

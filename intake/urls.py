@@ -10,6 +10,9 @@ urlpatterns = [
     path("requests/<int:pk>/", views.request_detail, name="detail"),
     path("requests/<int:pk>/edit/", views.request_edit, name="edit"),
     path("requests/<int:pk>/submit/", views.request_submit, name="submit"),
+    path("requests/<int:pk>/allocation/", views.request_allocation, name="allocation"),
+    path("requests/<int:pk>/manifests/", views.request_manifests, name="manifests"),
+    path("requests/<int:pk>/retry/", views.allocation_retry, name="retry"),
     path("review/", views.review_queue, name="review_queue"),
     path("review/<int:pk>/", views.review_detail, name="review_detail"),
 ]

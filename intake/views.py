@@ -11,14 +11,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from tenants.access import require_platform_admin, roles_for, scope_to_tenants
-from tenants.audit import audit_for
 from tenants.models import Pool, Route, Tenant
 
 from . import services
 from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
 from .forms import CapacityRequestForm, DecisionForm
 from .models import CapacityRequest
-from .selectors import plan_answers, plan_for_request, pool_facts
+from .selectors import plan_answers, plan_for_request, pool_facts, request_events
 
 
 def get_request_for(user, pk: int) -> CapacityRequest:
@@ -156,8 +155,10 @@ def request_detail(request, pk: int):
     roles = roles_for(request.user)
     decision, plan = plan_for_request(obj)
     return render(request, "intake/request_detail.html", {
-        "req": obj, "decision": decision, "plan": plan, "events": audit_for(obj),
+        "req": obj, "decision": decision, "plan": plan, "events": request_events(obj),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
+        "polling": obj.allocation is not None and obj.allocation.status in (
+            "pending", "provisioning"),
         "isolation_label": ISOLATION_LABELS.get(Isolation(obj.isolation_origin)),
         "fill_label": FILL_LABELS.get(Fill(obj.device_fill)),
         **matrix_context(decision.cell),
@@ -227,6 +228,70 @@ def review_detail(request, pk: int):
     decision, plan = plan_for_request(obj)
     return render(request, "intake/review_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "form": form,
-        "events": audit_for(obj), "pending": obj.status == Status.SUBMITTED,
+        "events": request_events(obj), "pending": obj.status == Status.SUBMITTED,
+        "polling": obj.allocation is not None and obj.allocation.status in (
+            "pending", "provisioning"),
         **matrix_context(decision.cell),
     })
+
+
+def _allocation_context(obj: CapacityRequest) -> dict:
+    alloc = obj.allocation
+    if alloc is not None:
+        alloc.refresh_from_db()
+    return {"req": obj, "alloc": alloc,
+            "polling": alloc is not None and alloc.status in ("pending", "provisioning")}
+
+
+@login_required
+def request_allocation(request, pk: int):
+    """The allocation panel; htmx polls it while provisioning runs."""
+    obj = get_request_for(request.user, pk)
+    return render(request, "partials/allocation.html", _allocation_context(obj))
+
+
+@login_required
+def request_manifests(request, pk: int):
+    """The Kubernetes objects of a request: what approval would create, or what it did."""
+    import yaml
+
+    from tenants.provisioning import allocation_manifests
+
+    from .preview import request_manifests as preview_manifests
+    from .preview import request_preview
+
+    obj = get_request_for(request.user, pk)
+    roles = roles_for(request.user)
+    rows = None
+    if obj.allocation_id:
+        manifests = allocation_manifests(obj.allocation)
+    elif roles.platform_admin and obj.status == Status.SUBMITTED:
+        rows = request_preview(obj)  # the real API server's dry-run answer, per object
+        manifests = [r.manifest for r in rows]
+    else:
+        manifests = preview_manifests(obj)
+    docs = [{"kind": m.get("kind", "?"), "name": m.get("metadata", {}).get("name", ""),
+             "namespace": m.get("metadata", {}).get("namespace", ""),
+             "yaml": yaml.safe_dump(m, sort_keys=False),
+             "row": rows[i] if rows else None} for i, m in enumerate(manifests)]
+    return render(request, "intake/manifests.html", {
+        "req": obj, "docs": docs, "checked": rows is not None,
+        "rejected": sum(1 for r in rows or [] if not r.accepted)})
+
+
+@login_required
+@require_POST
+def allocation_retry(request, pk: int):
+    from tenants.provisioning import allocation_retry as retry
+
+    require_platform_admin(request.user)
+    obj = get_object_or_404(CapacityRequest.objects.select_related("allocation"), pk=pk)
+    if obj.allocation is None:
+        messages.error(request, "This request has no allocation to retry.")
+    else:
+        try:
+            retry(allocation=obj.allocation, by=request.user)
+            messages.success(request, "Provisioning queued again.")
+        except ValueError as exc:
+            messages.error(request, str(exc))
+    return redirect("intake:detail", pk=obj.pk)

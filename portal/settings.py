@@ -202,6 +202,19 @@ PORTAL_GPU_CONDITION_TYPES = env_list(
 PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
 CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "tenants.tasks.sync_fleet",
                                       "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}
+# Provisioning
+PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "aifactory-portal")  # the portal's own
+PORTAL_K8S_GROUP_PREFIX = env_str("PORTAL_K8S_GROUP_PREFIX", "oidc:")  # API server's prefix
+PORTAL_CONFIDENTIAL_RUNTIME_CLASS = env_str("PORTAL_CONFIDENTIAL_RUNTIME_CLASS",
+                                            "kata-qemu-nvidia-gpu-snp")
+PORTAL_EXPIRY_NOTICE_DAYS = env_int("PORTAL_EXPIRY_NOTICE_DAYS", 7, minimum=0)
+PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 8, minimum=0)
+PORTAL_PROVISION_RETRY_SECONDS = env_int("PORTAL_PROVISION_RETRY_SECONDS", 5, minimum=1)
+CELERY_BEAT_SCHEDULE["expire-allocations"] = {"task": "tenants.tasks.expire_allocations",
+                                              "schedule": 300.0}
+CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {
+    "task": "tenants.tasks.reconcile_allocations",
+    "schedule": float(env_int("PORTAL_RECONCILE_SECONDS", 600, minimum=30))}
 
 # --- Static files
 STATIC_URL = "static/"

@@ -150,12 +150,27 @@ class KubernetesBackend:
         try:
             return fn(*args, _request_timeout=self.timeout, **kwargs)
         except (ApiException, DynamicApiError) as exc:
-            raise _error_from_api(exc, what) from exc
+            err = _error_from_api(exc, what)
+            if err.status in (401, 403) and not self._server_ready():
+                # A starting API server refuses requests until its authorizer has synced:
+                # that refusal is not the final word.
+                err.retriable = True
+                err.message += " (the API server was not ready yet)"
+            raise err from exc
         except KubeError:
             raise
         except Exception as exc:  # connection refused, TLS, timeouts: the network's doing
             raise KubeError(f"{what}: cannot reach the Kubernetes API "
                             f"({exc.__class__.__name__}: {exc})", retriable=True) from exc
+
+    def _server_ready(self) -> bool:
+        try:
+            response = self.api_client.call_api(
+                "/readyz", "GET", auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=5)
+            return getattr(response, "status", None) == 200
+        except Exception:  # not answering is not ready
+            return False
 
     # -- operations
 

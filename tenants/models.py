@@ -99,6 +99,10 @@ class Pool(models.Model):
     rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4,
                                                default=Decimal("0"))
     borrowing_limit_devices = models.PositiveIntegerField(default=0)
+    # Kueue cohort for pools that lend and borrow (shared, MIG); blank elsewhere.
+    cohort = models.CharField(max_length=63, blank=True)
+    # The DRA driver's productName for the GPU model (it differs from GFD's label spelling).
+    dra_product_name = models.CharField(max_length=80, blank=True)
     active = models.BooleanField(default=True)
 
     class Meta:
@@ -141,6 +145,14 @@ class Allocation(models.Model):
     # Set when capacity under the allocation is lost (a node unhealthy, unvalidated, retiring).
     flagged_reason = models.TextField(blank=True)
     flagged_at = models.DateTimeField(null=True, blank=True)
+    # Provisioning progress, shown live on the request page.
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    # What the last reconcile found changed or deleted outside the portal.
+    drift_report = models.TextField(blank=True)
+    drift_checked_at = models.DateTimeField(null=True, blank=True)
+    expiry_notice_sent = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

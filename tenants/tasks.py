@@ -24,3 +24,57 @@ def sync_fleet() -> str:
     from .fleet import fleet_sync
 
     return fleet_sync().summary()
+
+
+# max_retries=None: the task counts retries itself (PORTAL_PROVISION_MAX_RETRIES) and then
+# fails the allocation with the message, rather than letting Celery raise.
+@shared_task(bind=True, name="tenants.tasks.provision_allocation", acks_late=True,
+             max_retries=None)
+def provision_allocation(self, allocation_id: int) -> str:
+    """Apply an allocation's objects; retry transient errors with back-off, fail on the rest."""
+    from django.conf import settings
+
+    from .provisioning import allocation_fail, allocation_provision
+
+    try:
+        return allocation_provision(allocation_id).status
+    except KubeError as exc:
+        if exc.retriable and self.request.retries < settings.PORTAL_PROVISION_MAX_RETRIES:
+            from .models import Allocation
+
+            Allocation.objects.filter(pk=allocation_id).update(
+                status_message=f"Retrying after a transient error: {exc.message}")
+            delay = min(300, settings.PORTAL_PROVISION_RETRY_SECONDS * 2 ** self.request.retries)
+            raise self.retry(exc=exc, countdown=delay) from exc
+        allocation_fail(allocation_id, exc.message if not exc.retriable else
+                        f"Gave up after {self.request.retries} retries: {exc.message}")
+        return "failed"
+
+
+@shared_task(name="tenants.tasks.expire_allocations")
+def expire_allocations() -> str:
+    from django.conf import settings
+
+    from .provisioning import allocation_mark_expiring, allocation_retire, allocations_due
+
+    notice = timezone.timedelta(days=settings.PORTAL_EXPIRY_NOTICE_DAYS)
+    expiring, retire = allocations_due(timezone.now(), notice)
+    for pk in expiring:
+        allocation_mark_expiring(pk)
+    for pk in retire:
+        allocation_retire(pk)
+    return f"{len(expiring)} expiring, {len(retire)} retired"
+
+
+@shared_task(name="tenants.tasks.reconcile_allocations", autoretry_for=(KubeError,),
+             retry_backoff=True, max_retries=3)
+def reconcile_allocations() -> str:
+    from .models import Allocation
+    from .provisioning import allocation_reconcile, prune_leftovers
+
+    drifted = 0
+    for pk in Allocation.objects.filter(status__in=("active", "expiring")).values_list(
+            "pk", flat=True):
+        drifted += bool(allocation_reconcile(pk))
+    removed = prune_leftovers()
+    return f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"

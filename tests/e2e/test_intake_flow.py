@@ -58,7 +58,17 @@ def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_u
     page.check("input[name=action][value=approve]")
     page.fill("textarea[name=reason]", "Fits the MIG pool.")
     page.click("text=Record decision")
-    expect(page.locator("h1 .status")).to_have_text(re.compile("Approved"))
+    # Tasks run eagerly here against the dry-run backend: provisioning finishes at once.
+    expect(page.locator("h1 .status")).to_have_text(re.compile("Active"))
     expect(page.locator(".timeline")).to_contain_text("Fits the MIG pool.")
+    allocation = page.locator("#allocation")
+    expect(allocation).to_contain_text(re.compile(r"(\d+) of \1 object\(s\) applied"))
+    shot(page, "approved-and-provisioned")
+    page.click("text=Kubernetes objects")
+    expect(page.locator("h1")).to_have_text("Kubernetes objects")
+    expect(page.locator("details.manifest").first).to_contain_text("Namespace")
+    page.click("text=ResourceClaimTemplate")
+    expect(page.locator("details[open] pre")).to_contain_text("1g.10gb")
+    shot(page, "manifests")
     req.refresh_from_db()
-    assert req.status == "approved" and req.allocation.mig_count == 7
+    assert req.status == "active" and req.allocation.mig_count == 7

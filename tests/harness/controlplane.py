@@ -218,9 +218,7 @@ class ControlPlane:
         ).start()
         self._procs.append(etcd)
         port = free_port()
-        api = ManagedProcess(
-            "kube-apiserver",
-            [str(binaries.kube_apiserver),
+        self._api_argv = [str(binaries.kube_apiserver),
              f"--etcd-servers=http://127.0.0.1:{etcd_port}",
              f"--secure-port={port}", "--bind-address=127.0.0.1",
              "--advertise-address=127.0.0.1",
@@ -235,11 +233,9 @@ class ControlPlane:
              "--disable-admission-plugins=ServiceAccount",
              # Loopback is fine for tests; the endpoint reconciler refuses it.
              "--endpoint-reconciler-type=none",
-             "--v=0"],
-            log_path=self.workdir / "kube-apiserver.log",
-        ).start()
-        self._procs.append(api)
+             "--v=0"]
         self.server = f"https://127.0.0.1:{port}"
+        self.start_apiserver(wait=False)
         for who in ("admin", "portal", "outsider"):
             path = self.workdir / f"{who}.kubeconfig"
             user = {"admin": "test-admin", "portal": self.portal_user,
@@ -250,6 +246,19 @@ class ControlPlane:
         self._wait_ready(pki)
         self.startup_seconds = time.monotonic() - started
         return self
+
+    def start_apiserver(self, *, wait: bool = True) -> None:
+        """Start (or restart) kube-apiserver on the same port; etcd keeps the state."""
+        self._api = ManagedProcess("kube-apiserver", self._api_argv,
+                                   log_path=self.workdir / "kube-apiserver.log").start()
+        self._procs.append(self._api)
+        if wait:
+            self._wait_ready(self.workdir / "pki")
+
+    def stop_apiserver(self) -> None:
+        """Stop kube-apiserver only, as an outage would."""
+        self._api.stop()
+        self._procs.remove(self._api)
 
     def _wait_ready(self, pki: Path) -> None:
         import requests  # the harness runs inside the project's venv

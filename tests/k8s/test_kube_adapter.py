@@ -176,8 +176,8 @@ def test_fake_gpu_nodes_and_resource_slices_are_readable_by_the_portal(admin_kub
     assert kinds.count("gpu") == 7 and kinds.count("mig") == 3
     profiles = {d["attributes"].get("profile", {}).get("string") for d in devices}
     assert {"1g.10gb", "3g.40gb"} <= profiles
-    # The portal reads the fleet but may not change it.
+    # The portal may label existing nodes (dedicated blocks) but never create one.
     with pytest.raises(KubeError) as err:
         portal_kube.apply({"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": "gpu-node-a", "labels": {"x": "y"}}})
-    assert err.value.status == 403
+            "name": "no-such-node", "labels": {"x": "y"}}})
+    assert err.value.status == 403 and 'cannot create resource "nodes"' in err.value.message

@@ -233,3 +233,67 @@ def test_csrf_is_enforced(tenant, lead, pools):
     response = strict.post(reverse("intake:new"), {**form_data(tenant), "intent": "draft"})
     assert response.status_code == 403
     assert not CapacityRequest.objects.exists()
+
+
+@pytest.fixture
+def approved(tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    from intake import services
+
+    req = make_request(tenant, lead, submit=True, title="Approved one")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.request_approve(request=req, by=admin_user, reason="ok")
+    req.refresh_from_db()
+    return req
+
+
+def test_approval_provisions_through_the_dry_run_backend(approved):
+    assert approved.status == "active"
+    assert approved.allocation.status == "active"
+    assert approved.allocation.progress_done == approved.allocation.progress_total > 0
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 200), ("member", 200), ("other_lead", 404), ("admin", 200), ("finance", 200)])
+def test_allocation_panel_and_manifests(client, users, approved, who, status):
+    client.force_login(users[who])
+    panel = client.get(reverse("intake:allocation", args=[approved.pk]))
+    assert panel.status_code == status
+    manifests = client.get(reverse("intake:manifests", args=[approved.pk]))
+    assert manifests.status_code == status
+    if status == 200:
+        assert b"<html" not in panel.content and b"acme-r" in panel.content
+        assert b"kind: ResourceQuota" in manifests.content
+
+
+def test_timeline_includes_the_allocation(client, lead, approved):
+    client.force_login(lead)
+    body = client.get(reverse("intake:detail", args=[approved.pk])).content.decode()
+    assert "Provisioned:" in body and "Provisioning started." in body
+
+
+def test_habitual_request_drops_a_stale_reference(client, tenant, lead, pools):
+    client.force_login(lead)
+    client.post(reverse("intake:new"), {**form_data(tenant, isolation_reference="MSA-1"),
+                                        "intent": "draft"})
+    assert CapacityRequest.objects.get().isolation_reference == ""
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 403), ("member", 403), ("other_lead", 403), ("finance", 403)])
+def test_retry_is_for_admins(client, users, approved, who, status):
+    client.force_login(users[who])
+    assert client.post(reverse("intake:retry", args=[approved.pk])).status_code == status
+
+
+def test_retry_of_an_active_allocation_is_refused(client, admin_user, approved):
+    client.force_login(admin_user)
+    response = client.post(reverse("intake:retry", args=[approved.pk]), follow=True)
+    assert b"Only a failed allocation can be retried" in response.content
+
+
+def test_admin_preview_of_a_submitted_request_shows_dry_run_rows(client, admin_user,
+                                                                submitted):
+    client.force_login(admin_user)
+    body = client.get(reverse("intake:manifests", args=[submitted.pk])).content.decode()
+    assert "the embedded dry-run backend has no API server" in body
+    assert "kind: ClusterQueue" in body

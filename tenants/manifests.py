@@ -1,0 +1,343 @@
+"""Desired Kubernetes state of an allocation, rendered by pure functions.
+
+`render_manifests(spec)` returns every object the allocation needs, in apply order, each
+labelled with the tenant and allocation so that it can be listed, reconciled and pruned.
+Objects shared by a pool (its ResourceFlavor) carry the pool label but no allocation label,
+so retiring one tenant never removes another's flavor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .kube import LABEL_ALLOCATION, LABEL_ROUTE, LABEL_TENANT, MANAGED_BY, MANAGER
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+LABEL_POOL = "aifactory.io/pool"
+DEDICATED_TAINT = "aifactory.io/dedicated"
+DEDICATED_LABEL = "aifactory.io/dedicated-to"
+CONFIDENTIAL_BIOS = {"aifactory.io/bios-profile": "confidential"}
+
+SHARED_ROUTE = "shared_pool"
+DEDICATED_ROUTE = "dedicated_block"
+CONFIDENTIAL_ROUTE = "confidential_pool"
+MIG_ROUTE = "mig_vcluster"
+
+
+@dataclass(frozen=True)
+class AllocationSpec:
+    """Everything rendering needs, as plain values (see tenants/provisioning.py)."""
+
+    allocation_id: int
+    tenant: str
+    namespace: str
+    route: str
+    pool: str
+    gpu_model: str
+    node_selector: dict[str, str] = field(default_factory=dict)
+    whole_devices: int = 0
+    mig_profile: str = ""
+    mig_count: int = 0
+    device_class: str = "gpu.nvidia.com"
+    dra_product_name: str = ""
+    nodes: tuple[str, ...] = ()  # dedicated block: the reserved nodes
+    cohort: str = ""
+    borrowing_limit: int = 0
+    group_prefix: str = "oidc:"
+    lead_group: str = "/tenants/{slug}/leads"
+    member_group: str = "/tenants/{slug}/members"
+    confidential_runtime_class: str = "kata-qemu-nvidia-gpu-snp"
+    cpu_per_device: int = 16
+    memory_gi_per_device: int = 128
+    vcluster_chart_version: str = "0.30.0"
+
+
+def _labels(spec: AllocationSpec, *, allocation: bool = True) -> dict[str, str]:
+    labels = {MANAGED_BY: MANAGER, LABEL_TENANT: spec.tenant, LABEL_ROUTE: spec.route,
+              LABEL_POOL: spec.pool}
+    if allocation:
+        labels[LABEL_ALLOCATION] = str(spec.allocation_id)
+    return labels
+
+
+def _meta(spec: AllocationSpec, name: str, *, namespaced: bool = True,
+          allocation: bool = True) -> dict:
+    meta = {"name": name, "labels": _labels(spec, allocation=allocation)}
+    if namespaced:
+        meta["namespace"] = spec.namespace
+    return meta
+
+
+def _quota_devices(spec: AllocationSpec) -> int:
+    return spec.mig_count if spec.route == MIG_ROUTE else spec.whole_devices
+
+
+def flavor_name(spec: AllocationSpec) -> str:
+    # Dedicated blocks get a flavor of their own (it selects exactly their nodes).
+    if spec.route == DEDICATED_ROUTE:
+        return f"{spec.namespace}-dedicated"
+    return f"pool-{spec.pool}"
+
+
+def _namespace(spec: AllocationSpec) -> dict:
+    level = "restricted" if spec.route in (CONFIDENTIAL_ROUTE, DEDICATED_ROUTE) else "baseline"
+    labels = _labels(spec) | {
+        "pod-security.kubernetes.io/enforce": level,
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }
+    return {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": spec.namespace, "labels": labels}}
+
+
+def _quota(spec: AllocationSpec) -> dict:
+    devices = _quota_devices(spec)
+    hard = {
+        "requests.cpu": str(max(1, devices) * spec.cpu_per_device),
+        "requests.memory": f"{max(1, devices) * spec.memory_gi_per_device}Gi",
+        "limits.memory": f"{max(1, devices) * spec.memory_gi_per_device}Gi",
+    }
+    if spec.route == MIG_ROUTE:
+        # Slices come only through DRA claims of the MIG class; no whole devices here.
+        hard[f"{spec.device_class}.deviceclass.resource.k8s.io/devices"] = str(devices)
+        hard["requests.nvidia.com/gpu"] = "0"
+    else:
+        hard["requests.nvidia.com/gpu"] = str(devices)
+        hard[f"{spec.device_class}.deviceclass.resource.k8s.io/devices"] = str(devices)
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(spec, "gpu-quota"),
+            "spec": {"hard": hard}}
+
+
+def _limit_range(spec: AllocationSpec) -> dict:
+    return {"apiVersion": "v1", "kind": "LimitRange", "metadata": _meta(spec, "defaults"),
+            "spec": {"limits": [{"type": "Container",
+                                 "default": {"cpu": "2", "memory": "8Gi"},
+                                 "defaultRequest": {"cpu": "500m", "memory": "2Gi"}}]}}
+
+
+def _role_bindings(spec: AllocationSpec) -> list[dict]:
+    out = []
+    for who, role, pattern in (("leads", "admin", spec.lead_group),
+                               ("members", "edit", spec.member_group)):
+        out.append({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(spec, f"tenant-{who}"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                          "name": spec.group_prefix + pattern.format(slug=spec.tenant)}],
+        })
+    return out
+
+
+def _network_policies(spec: AllocationSpec) -> list[dict]:
+    dns = {"to": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "kube-system"}}, "podSelector": {"matchLabels": {
+            "k8s-app": "kube-dns"}}}],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    same_ns = {"podSelector": {}}
+    policies = [
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": _meta(spec, "default-deny"),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+         "metadata": _meta(spec, "allow-same-namespace-and-dns"),
+         "spec": {"podSelector": {}, "policyTypes": ["Ingress", "Egress"],
+                  "ingress": [{"from": [same_ns]}],
+                  "egress": [{"to": [same_ns]}, dns]}},
+    ]
+    if spec.route != CONFIDENTIAL_ROUTE:
+        # Outside the confidential pool, workloads may reach the internet (model hubs,
+        # object storage), never other tenants' namespaces or the cluster's private ranges.
+        policies.append({
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(spec, "allow-internet-egress"),
+            "spec": {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": [
+                    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]}}]}]}})
+    return policies
+
+
+def _flavor(spec: AllocationSpec) -> dict:
+    if spec.route == DEDICATED_ROUTE:
+        return {"apiVersion": KUEUE, "kind": "ResourceFlavor",
+                "metadata": _meta(spec, flavor_name(spec), namespaced=False),
+                "spec": {"nodeLabels": {DEDICATED_LABEL: spec.tenant},
+                         "nodeTaints": [{"key": DEDICATED_TAINT, "value": spec.tenant,
+                                         "effect": "NoSchedule"}],
+                         "tolerations": [{"key": DEDICATED_TAINT, "operator": "Equal",
+                                          "value": spec.tenant, "effect": "NoSchedule"}]}}
+    labels = dict(spec.node_selector)
+    if spec.route == CONFIDENTIAL_ROUTE:
+        labels |= CONFIDENTIAL_BIOS
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor",
+            "metadata": _meta(spec, flavor_name(spec), namespaced=False, allocation=False),
+            "spec": {"nodeLabels": labels}}
+
+
+def _cluster_queue(spec: AllocationSpec) -> dict:
+    resource = spec.device_class if spec.route == MIG_ROUTE else "nvidia.com/gpu"
+    quota: dict = {"name": resource, "nominalQuota": _quota_devices(spec)}
+    body: dict = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}},
+        "queueingStrategy": "BestEffortFIFO",
+    }
+    if spec.route in (SHARED_ROUTE, MIG_ROUTE) and spec.cohort:
+        body["cohortName"] = spec.cohort
+        quota["borrowingLimit"] = spec.borrowing_limit
+        body["preemption"] = {"reclaimWithinCohort": "Any",
+                              "withinClusterQueue": "LowerPriority"}
+    # Dedicated and confidential queues stand alone: no cohort, no lending, no borrowing.
+    body["resourceGroups"] = [{"coveredResources": [resource], "flavors": [
+        {"name": flavor_name(spec), "resources": [quota]}]}]
+    return {"apiVersion": KUEUE, "kind": "ClusterQueue",
+            "metadata": _meta(spec, f"{spec.namespace}", namespaced=False), "spec": body}
+
+
+def _local_queue(spec: AllocationSpec) -> dict:
+    return {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": _meta(spec, "gpu"),
+            "spec": {"clusterQueue": spec.namespace}}
+
+
+def _dedicated_nodes(spec: AllocationSpec) -> list[dict]:
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": node, "labels": {DEDICATED_LABEL: spec.tenant,
+                                 LABEL_ALLOCATION: str(spec.allocation_id)}},
+        "spec": {"taints": [{"key": DEDICATED_TAINT, "value": spec.tenant,
+                             "effect": "NoSchedule"}]}} for node in spec.nodes]
+
+
+def _admission_policy(spec: AllocationSpec, name: str, expression: str, message: str,
+                      namespace_selector: dict) -> list[dict]:
+    group = "admissionregistration.k8s.io/v1"
+    return [
+        {"apiVersion": group, "kind": "ValidatingAdmissionPolicy",
+         "metadata": _meta(spec, name, namespaced=False),
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {"resourceRules": [{
+                      "apiGroups": [""], "apiVersions": ["v1"],
+                      "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]},
+                  "validations": [{"expression": expression, "message": message}]}},
+        {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": _meta(spec, name, namespaced=False),
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"namespaceSelector": namespace_selector}}},
+    ]
+
+
+def _dedicated_guard(spec: AllocationSpec) -> list[dict]:
+    # No namespace but the tenant's own may tolerate the tenant's dedicated taint.
+    expression = (
+        "!has(object.spec.tolerations) || !object.spec.tolerations.exists(t, "
+        f"t.key == '{DEDICATED_TAINT}' && (!has(t.value) || t.value == '{spec.tenant}')) || "
+        f"(has(namespaceObject.metadata.labels) && '{LABEL_TENANT}' in "
+        f"namespaceObject.metadata.labels && namespaceObject.metadata.labels['{LABEL_TENANT}']"
+        f" == '{spec.tenant}')")
+    return _admission_policy(
+        spec, f"{spec.namespace}-dedicated-taint", expression,
+        f"Only {spec.tenant}'s namespaces may tolerate its dedicated nodes.", {})
+
+
+def _confidential_guard(spec: AllocationSpec) -> list[dict]:
+    rc = spec.confidential_runtime_class
+    return _admission_policy(
+        spec, f"{spec.namespace}-confidential-runtime",
+        f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName == '{rc}'",
+        f"Pods in this confidential namespace must use the {rc} RuntimeClass.",
+        {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}})
+
+
+def _claim_template(spec: AllocationSpec) -> dict:
+    conditions = [f"device.attributes['gpu.nvidia.com'].profile == '{spec.mig_profile}'"]
+    if spec.dra_product_name:
+        conditions.append(
+            f"device.attributes['gpu.nvidia.com'].productName == '{spec.dra_product_name}'")
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": _meta(spec, f"mig-{spec.mig_profile.replace('.', '-')}"),
+            "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+                "deviceClassName": spec.device_class, "count": 1,
+                "selectors": [{"cel": {"expression": " && ".join(conditions)}}]}}]}}}}
+
+
+def _vcluster(spec: AllocationSpec) -> list[dict]:
+    name = "vcluster"
+    values = (
+        "sync:\n  toHost:\n    pods:\n      enabled: true\n    resourceClaims:\n"
+        "      enabled: true\n    resourceClaimTemplates:\n      enabled: true\n"
+        "  fromHost:\n    deviceClasses:\n      enabled: true\n"
+        "policies:\n  resourceQuota:\n    enabled: false\n")
+    return [
+        {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "VCluster",
+         "metadata": _meta(spec, name),
+         "spec": {"helmRelease": {"chart": {"name": "vcluster", "repo":
+                                            "https://charts.loft.sh",
+                                            "version": spec.vcluster_chart_version},
+                                  "values": values}}},
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+         "metadata": _meta(spec, name),
+         "spec": {"controlPlaneRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "VCluster", "name": name},
+                  "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                        "kind": "VCluster", "name": name}}},
+    ]
+
+
+def render_manifests(spec: AllocationSpec) -> list[dict]:
+    """Every object of the allocation, in the order they must be applied."""
+    out = [_namespace(spec), _quota(spec), _limit_range(spec), *_role_bindings(spec),
+           *_network_policies(spec)]
+    if spec.route == DEDICATED_ROUTE:
+        out += _dedicated_nodes(spec)
+        out += _dedicated_guard(spec)
+    if spec.route == CONFIDENTIAL_ROUTE:
+        out += _confidential_guard(spec)
+    if spec.route == MIG_ROUTE:
+        out.append(_claim_template(spec))
+        out += _vcluster(spec)
+    out += [_flavor(spec), _cluster_queue(spec), _local_queue(spec)]
+    return out
+
+
+# Kinds an allocation may own, for listing and pruning (namespaces last).
+OWNED_KINDS: tuple[tuple[str, str], ...] = (
+    (KUEUE, "LocalQueue"), (KUEUE, "ClusterQueue"), (KUEUE, "ResourceFlavor"),
+    ("cluster.x-k8s.io/v1beta2", "Cluster"),
+    ("infrastructure.cluster.x-k8s.io/v1alpha1", "VCluster"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("v1", "LimitRange"), ("v1", "ResourceQuota"), ("v1", "Namespace"),
+)
+
+
+def node_release(name: str) -> dict:
+    """Applying this with the portal's field manager drops the labels and taint it owned."""
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
+def drift(desired, live, path: str = "") -> list[str]:
+    """Paths where the live object no longer has what we want (extra live fields are fine)."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return [path or "/"]
+        out = []
+        for key, value in desired.items():
+            out += drift(value, live.get(key), f"{path}.{key}" if path else key)
+        return out
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(live) != len(desired):
+            return [path]
+        out = []
+        for i, (d, lv) in enumerate(zip(desired, live, strict=True)):
+            out += drift(d, lv, f"{path}[{i}]")
+        return out
+    return [] if _same(desired, live) else [path]
+
+
+def _same(desired, live) -> bool:
+    if desired == live:
+        return True
+    # The server normalises some scalars: quantities ("4" vs 4) and the like.
+    return live is not None and str(desired) == str(live)

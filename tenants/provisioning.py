@@ -1,0 +1,264 @@
+"""Provisioning, expiry, retirement and reconcile of allocations through the Kubernetes API.
+
+Tasks call these with ids. Each step is idempotent (server-side apply; conditional status
+updates) so a retry or a second run never duplicates or orphans anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .audit import audit_record
+from .kube import (
+    LABEL_ALLOCATION,
+    MANAGED_BY,
+    MANAGER,
+    DryRunBackend,
+    KubeBackend,
+    KubeError,
+    ObjectKey,
+    get_backend,
+    prune,
+)
+from .manifests import OWNED_KINDS, AllocationSpec, drift, node_release, render_manifests
+from .models import Allocation, Pool, Tenant
+from .signals import allocation_status_changed
+
+S = Allocation.Status
+
+
+def spec_for(*, allocation_id: int, tenant: Tenant, pool: Pool, namespace: str, route: str,
+             whole_devices: int, mig_profile: str, mig_count: int,
+             nodes: tuple[str, ...] = ()) -> AllocationSpec:
+    return AllocationSpec(
+        allocation_id=allocation_id, tenant=tenant.slug, namespace=namespace, route=route,
+        pool=pool.slug, gpu_model=pool.gpu_model, node_selector=dict(pool.node_selector or {}),
+        whole_devices=whole_devices, mig_profile=mig_profile, mig_count=mig_count,
+        device_class=pool.device_class, dra_product_name=pool.dra_product_name, nodes=nodes,
+        cohort=pool.cohort, borrowing_limit=pool.borrowing_limit_devices,
+        group_prefix=settings.PORTAL_K8S_GROUP_PREFIX,
+        lead_group=settings.PORTAL_LEAD_GROUP_PATTERN,
+        member_group=settings.PORTAL_MEMBER_GROUP_PATTERN,
+        confidential_runtime_class=settings.PORTAL_CONFIDENTIAL_RUNTIME_CLASS,
+    )
+
+
+def allocation_spec(allocation: Allocation) -> AllocationSpec:
+    return spec_for(
+        allocation_id=allocation.pk, tenant=allocation.tenant, pool=allocation.pool,
+        namespace=allocation.namespace, route=allocation.route,
+        whole_devices=allocation.whole_devices, mig_profile=allocation.mig_profile,
+        mig_count=allocation.mig_count,
+        nodes=tuple(sorted(allocation.nodes.values_list("name", flat=True))))
+
+
+def allocation_manifests(allocation: Allocation) -> list[dict]:
+    return render_manifests(allocation_spec(allocation))
+
+
+# ---------------------------------------------------------------------------------------
+# Preview: what the API server would say before anything is applied
+
+
+@dataclass(frozen=True)
+class PreviewRow:
+    key: ObjectKey
+    accepted: bool
+    message: str
+    manifest: dict
+
+
+def preview(manifests: list[dict], *, backend: KubeBackend | None = None) -> list[PreviewRow]:
+    """Dry-run every object (`dryRun=All`). Objects for a namespace that does not exist yet
+    are dry-run in the portal's own namespace, so schema, CEL and admission still run."""
+    backend = backend or get_backend()
+    rows = []
+    namespaces = {m["metadata"]["name"] for m in manifests if m["kind"] == "Namespace"}
+    existing: dict[str, bool] = {}
+    for manifest in manifests:
+        key = ObjectKey.of(manifest)
+        target, note = manifest, ""
+        if key.namespace in namespaces:
+            if key.namespace not in existing:
+                existing[key.namespace] = backend.get("v1", "Namespace", key.namespace) \
+                    is not None
+            if not existing[key.namespace]:
+                target = {**manifest, "metadata": {
+                    **manifest["metadata"], "namespace": settings.PORTAL_NAMESPACE}}
+                note = f" (checked in {settings.PORTAL_NAMESPACE}: {key.namespace} does not " \
+                       "exist yet)"
+        try:
+            backend.apply(target, dry_run=True)
+            said = ("accepted by the API server" if not isinstance(backend, DryRunBackend)
+                    else "not validated: the embedded dry-run backend has no API server")
+            rows.append(PreviewRow(key, True, said + note, manifest))
+        except KubeError as exc:
+            rows.append(PreviewRow(key, False, exc.message, manifest))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# Status changes
+
+
+def _set_status(allocation_id: int, *, from_states, to: str, reason: str, by=None,
+                message: str = "", action: str = "") -> Allocation | None:
+    """Conditional status change with its audit row; None if another worker moved it."""
+    with transaction.atomic():
+        alloc = (Allocation.objects.select_for_update(of=("self",)).select_related("tenant")
+                 .get(pk=allocation_id))
+        if alloc.status not in from_states:
+            return None
+        old = alloc.status
+        alloc.status, alloc.status_message = to, message
+        alloc.save(update_fields=["status", "status_message"])
+        audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
+                     action=action or f"allocation.{to}", from_state=old, to_state=to,
+                     reason=reason)
+        transaction.on_commit(lambda: allocation_status_changed.send(
+            sender=Allocation, allocation_id=allocation_id, old=old, new=to))
+    return alloc
+
+
+def _progress(allocation_id: int, done: int, total: int) -> None:
+    Allocation.objects.filter(pk=allocation_id).update(progress_done=done, progress_total=total)
+
+
+def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:
+    """Apply the allocation's desired state. Raises KubeError for the task to retry or fail."""
+    backend = backend or get_backend()
+    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    if alloc.status in (S.ACTIVE, S.EXPIRING, S.RETIRED):
+        return alloc  # done already: a duplicate task changes nothing
+    claimed = _set_status(allocation_id, from_states=(S.PENDING, S.FAILED, S.PROVISIONING),
+                          to=S.PROVISIONING, reason="Provisioning started.",
+                          action="allocation.provisioning") if alloc.status != S.PROVISIONING \
+        else alloc
+    if claimed is None:
+        return Allocation.objects.get(pk=allocation_id)
+    Allocation.objects.filter(pk=allocation_id).update(attempts=alloc.attempts + 1)
+    manifests = allocation_manifests(alloc)
+    _progress(allocation_id, 0, len(manifests))
+    for done, manifest in enumerate(manifests, start=1):
+        # Nodes are shared with the kubelet and others: never force on them.
+        backend.apply(manifest, force=manifest["kind"] != "Node")
+        _progress(allocation_id, done, len(manifests))
+    _set_status(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                reason=f"Provisioned: {len(manifests)} object(s) applied in namespace "
+                       f"{alloc.namespace}.")
+    return Allocation.objects.get(pk=allocation_id)
+
+
+def allocation_fail(allocation_id: int, message: str) -> None:
+    _set_status(allocation_id, from_states=(S.PENDING, S.PROVISIONING), to=S.FAILED,
+                reason=f"Provisioning failed: {message}", message=message)
+
+
+def allocation_retry(*, allocation: Allocation, by) -> None:
+    """An admin's retry of a failed allocation; the task is queued after commit."""
+    from .access import require_platform_admin
+    from .tasks import provision_allocation
+
+    require_platform_admin(by)
+    moved = _set_status(allocation.pk, from_states=(S.FAILED,), to=S.PENDING, by=by,
+                        reason="Retry requested by a platform admin.",
+                        action="allocation.retry")
+    if moved is None:
+        raise ValueError("Only a failed allocation can be retried.")
+    transaction.on_commit(lambda: provision_allocation.delay(allocation.pk))
+
+
+# ---------------------------------------------------------------------------------------
+# Expiry and retirement
+
+
+def allocations_due(now: dt.datetime, notice: dt.timedelta):
+    """(to mark expiring, to retire), by their end date."""
+    ending = Allocation.objects.filter(ends_at__isnull=False)
+    expiring = ending.filter(status=S.ACTIVE, ends_at__lte=now + notice, ends_at__gt=now)
+    retire = ending.filter(status__in=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED),
+                           ends_at__lte=now)
+    return list(expiring.values_list("pk", flat=True)), list(retire.values_list("pk", flat=True))
+
+
+def allocation_mark_expiring(allocation_id: int) -> None:
+    alloc = Allocation.objects.get(pk=allocation_id)
+    _set_status(allocation_id, from_states=(S.ACTIVE,), to=S.EXPIRING,
+                reason=f"Ends {alloc.ends_at:%Y-%m-%d %H:%M} UTC: renew through a new request "
+                       "before then, or its objects are removed.")
+
+
+def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
+                      by=None) -> Allocation:
+    """Prune every object of the allocation, then release its dedicated nodes."""
+    backend = backend or get_backend()
+    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    if alloc.status == S.RETIRED:
+        return alloc
+    deleted = prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}", kinds=OWNED_KINDS)
+    released = []
+    for node in alloc.nodes.all():
+        backend.apply(node_release(node.name))  # drops the labels and taint we owned
+        released.append(node.name)
+    _set_status(allocation_id, from_states=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
+                                            S.PROVISIONING), to=S.RETIRED, by=by,
+                reason=(f"Retired: removed {len(deleted)} object(s)"
+                        + (f", released node(s) {', '.join(released)}" if released else "")
+                        + "."))
+    if released:
+        alloc.nodes.clear()
+    return Allocation.objects.get(pk=allocation_id)
+
+
+# ---------------------------------------------------------------------------------------
+# Reconcile
+
+
+def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = None) -> list[str]:
+    """Re-apply desired state; report what had drifted (changed or deleted outside us)."""
+    backend = backend or get_backend()
+    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    if alloc.status not in (S.ACTIVE, S.EXPIRING):
+        return []
+    found = []
+    for manifest in allocation_manifests(alloc):
+        key = ObjectKey.of(manifest)
+        live = backend.get(key.api_version, key.kind, key.name, key.namespace)
+        if live is None:
+            found.append(f"{key} was deleted")
+        else:
+            paths = [p for p in drift({k: v for k, v in manifest.items()
+                                       if k not in ("apiVersion", "kind")}, live)]
+            if paths:
+                found.append(f"{key} changed at {', '.join(paths)}")
+        backend.apply(manifest, force=manifest["kind"] != "Node")
+    now = timezone.now()
+    report = "; ".join(found)
+    Allocation.objects.filter(pk=alloc.pk).update(drift_report=report, drift_checked_at=now)
+    if found:
+        audit_record(actor=None, subject=alloc, tenant=alloc.tenant, action="allocation.drift",
+                     reason=f"Drift repaired by reconcile: {report}.")
+    return found
+
+
+def prune_leftovers(*, backend: KubeBackend | None = None) -> list[ObjectKey]:
+    """Objects the portal manages whose allocation is retired or unknown."""
+    backend = backend or get_backend()
+    live_ids = {str(pk) for pk in Allocation.objects.exclude(status=S.RETIRED)
+                .values_list("pk", flat=True)}
+    removed = []
+    for api_version, kind in OWNED_KINDS:
+        for obj in backend.list(api_version, kind, label_selector=f"{MANAGED_BY}={MANAGER}"):
+            labels = obj.get("metadata", {}).get("labels") or {}
+            alloc = labels.get(LABEL_ALLOCATION)
+            if alloc is None or alloc in live_ids:
+                continue  # pool-level objects (no allocation label) are kept
+            key = ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind})
+            if backend.delete(api_version, kind, key.name, key.namespace):
+                removed.append(key)
+    return removed

@@ -1,0 +1,309 @@
+"""Provisioning per route against the real API server, as the portal's restricted identity."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.utils import timezone
+
+from intake import services
+from intake.models import CapacityRequest
+from tenants.fleet import fleet_sync
+from tenants.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
+from tenants.manifests import OWNED_KINDS, render_manifests
+from tenants.models import Allocation, AuditEvent, Pool, Route
+from tenants.provisioning import (
+    allocation_manifests,
+    allocation_reconcile,
+    allocation_retry,
+)
+from tests.factories import make_request
+from tests.harness.procs import ManagedProcess
+
+from .gpu_nodes import create_gpu_node
+
+pytestmark = pytest.mark.django_db
+ROOT = Path(__file__).resolve().parents[2]
+VALID = {"aifactory.io/validated": "true"}
+
+ROUTE_REQUESTS = {
+    Route.SHARED_POOL: {"whole_devices": 4},
+    Route.DEDICATED_BLOCK: {"whole_devices": 8, "isolation_origin": "contractual",
+                            "isolation_reference": "MSA-900"},
+    Route.CONFIDENTIAL_POOL: {"device_fill": "small", "replicas": 2, "mig_profile": "1g.10gb",
+                              "whole_devices": 0, "isolation_origin": "regulatory",
+                              "isolation_reference": "PCI DSS cardholder data"},
+    Route.MIG_VCLUSTER: {"device_fill": "small", "replicas": 3, "mig_profile": "2g.20gb",
+                         "whole_devices": 0},
+}
+
+
+@pytest.fixture
+def kube(portal_kube):
+    set_backend(portal_kube)
+    yield portal_kube
+    set_backend(None)
+
+
+@pytest.fixture
+def fleet(admin_kube, kube, pools):
+    """Two validated nodes for the dedicated pool, so a block can reserve one."""
+    Pool.objects.filter(pk=pools[Route.SHARED_POOL].pk).update(
+        cohort="shared-h100", borrowing_limit_devices=8,
+        node_selector={"aifactory.io/pool": "shared"})
+    Pool.objects.filter(pk=pools[Route.MIG_VCLUSTER].pk).update(
+        cohort="mig-a100", dra_product_name="NVIDIA A100-SXM4-80GB")
+    for node in admin_kube.list("v1", "Node"):
+        admin_kube.delete("v1", "Node", node["metadata"]["name"])
+    for i in range(2):
+        create_gpu_node(admin_kube, f"blk-{i}", labels={**VALID, "aifactory.io/pool": "dedicated"})
+    fleet_sync(backend=kube)
+    return admin_kube
+
+
+def approve(tenant, lead, admin_user, route, django_capture_on_commit_callbacks, **extra):
+    req = make_request(tenant, lead, submit=True, **{**ROUTE_REQUESTS[route], **extra})
+    assert req.route == route
+    with django_capture_on_commit_callbacks(execute=True):
+        req = services.request_approve(request=req, by=admin_user, reason="ok")
+    req.refresh_from_db()
+    return req, Allocation.objects.get(pk=req.allocation_id)
+
+
+def live(kube, manifest):
+    key = ObjectKey.of(manifest)
+    return kube.get(key.api_version, key.kind, key.name, key.namespace)
+
+
+@pytest.mark.parametrize("route", list(ROUTE_REQUESTS))
+def test_approve_provisions_every_object_of_the_route(route, kube, fleet, tenant, lead,
+                                                      admin_user,
+                                                      django_capture_on_commit_callbacks):
+    req, alloc = approve(tenant, lead, admin_user, route, django_capture_on_commit_callbacks)
+    assert alloc.status == "active", alloc.status_message
+    assert req.status == "active"  # the request follows its allocation
+    assert (alloc.progress_done, alloc.progress_total) == (len(allocation_manifests(alloc)),) * 2
+    manifests = allocation_manifests(alloc)
+    for m in manifests:
+        assert live(kube, m) is not None, ObjectKey.of(m)
+    ns = kube.get("v1", "Namespace", alloc.namespace)
+    assert ns["metadata"]["labels"]["aifactory.io/tenant"] == "acme"
+    assert ns["metadata"]["labels"]["aifactory.io/route"] == route
+    quota = kube.get("v1", "ResourceQuota", "gpu-quota", alloc.namespace)["spec"]["hard"]
+    cq = kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", alloc.namespace)["spec"]
+    rb = kube.get("rbac.authorization.k8s.io/v1", "RoleBinding", "tenant-leads", alloc.namespace)
+    assert rb["subjects"][0]["name"] == "oidc:/tenants/acme/leads"
+    if route == Route.SHARED_POOL:
+        assert cq["cohortName"] == "shared-h100"
+        res = cq["resourceGroups"][0]["flavors"][0]["resources"][0]
+        assert (res["nominalQuota"], res["borrowingLimit"]) == (4, 8)
+        assert quota["requests.nvidia.com/gpu"] == "4"
+    elif route == Route.DEDICATED_BLOCK:
+        assert "cohortName" not in cq
+        node = kube.get("v1", "Node", alloc.nodes.get().name)
+        assert node["metadata"]["labels"]["aifactory.io/dedicated-to"] == "acme"
+        assert node["spec"]["taints"] == [{"key": "aifactory.io/dedicated", "value": "acme",
+                                           "effect": "NoSchedule"}]
+        assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    elif route == Route.CONFIDENTIAL_POOL:
+        assert quota["requests.nvidia.com/gpu"] == "2"
+        flavor = kube.get("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "pool-confidential")
+        assert flavor["spec"]["nodeLabels"]["aifactory.io/bios-profile"] == "confidential"
+    else:
+        assert quota["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "3"
+        rct = kube.get("resource.k8s.io/v1", "ResourceClaimTemplate", "mig-2g-20gb",
+                       alloc.namespace)
+        expr = rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]
+        assert "2g.20gb" in expr["cel"]["expression"]
+        assert "NVIDIA A100-SXM4-80GB" in expr["cel"]["expression"]
+        cluster = kube.get("cluster.x-k8s.io/v1beta2", "Cluster", "vcluster", alloc.namespace)
+        assert cluster["spec"]["controlPlaneRef"]["kind"] == "VCluster"
+
+    # Provisioning again changes nothing.
+    versions = [live(kube, m)["metadata"]["resourceVersion"] for m in manifests]
+    from tenants.provisioning import allocation_provision
+
+    Allocation.objects.filter(pk=alloc.pk).update(status="pending")
+    allocation_provision(alloc.pk)
+    assert [live(kube, m)["metadata"]["resourceVersion"] for m in manifests] == versions
+
+
+def test_dedicated_taint_is_guarded_by_admission_policy(kube, fleet, tenant, lead, admin_user,
+                                                       django_capture_on_commit_callbacks):
+    approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK, django_capture_on_commit_callbacks)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sneaky",
+                                                          "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                    "tolerations": [{"key": "aifactory.io/dedicated", "operator": "Equal",
+                                     "value": "acme", "effect": "NoSchedule"}]}}
+
+    def refused():
+        with pytest.raises(KubeError) as err:
+            fleet.apply(pod, dry_run=True)
+        return err.value
+
+    from .conftest import eventually
+
+    err = eventually(refused, timeout=15)  # policies take a moment to load
+    assert "Only acme's namespaces may tolerate its dedicated nodes" in err.message
+
+
+def test_reconcile_restores_deleted_and_edited_objects_and_reports_drift(
+        kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+    _, alloc = approve(tenant, lead, admin_user, Route.SHARED_POOL,
+                       django_capture_on_commit_callbacks)
+    admin = fleet
+    admin.delete("kueue.x-k8s.io/v1beta2", "LocalQueue", "gpu", alloc.namespace)
+    client = admin._dynamic()
+    client.patch(admin._resource("v1", "ResourceQuota"), name="gpu-quota",
+                 namespace=alloc.namespace, content_type="application/merge-patch+json",
+                 body={"spec": {"hard": {"requests.nvidia.com/gpu": "64"}}})
+    found = allocation_reconcile(alloc.pk)
+    assert any("LocalQueue" in f and "deleted" in f for f in found)
+    assert any("ResourceQuota" in f and "requests.nvidia.com/gpu" in f for f in found)
+    assert kube.get("kueue.x-k8s.io/v1beta2", "LocalQueue", "gpu", alloc.namespace)
+    assert kube.get("v1", "ResourceQuota", "gpu-quota", alloc.namespace)["spec"]["hard"][
+        "requests.nvidia.com/gpu"] == "4"
+    alloc.refresh_from_db()
+    assert "LocalQueue" in alloc.drift_report
+    assert AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk,
+                                     action="allocation.drift").exists()
+    assert allocation_reconcile(alloc.pk) == []  # repaired: nothing drifts now
+
+
+def test_expiry_prunes_everything_and_releases_dedicated_nodes(
+        kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+    from tenants.tasks import expire_allocations
+
+    req, alloc = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                         django_capture_on_commit_callbacks)
+    node = alloc.nodes.get().name
+    soon = timezone.now() + dt.timedelta(days=2)
+    Allocation.objects.filter(pk=alloc.pk).update(ends_at=soon)
+    with django_capture_on_commit_callbacks(execute=True):
+        expire_allocations()
+    alloc.refresh_from_db()
+    req.refresh_from_db()
+    assert alloc.status == "expiring" and req.status == "expiring"
+    Allocation.objects.filter(pk=alloc.pk).update(ends_at=timezone.now() - dt.timedelta(minutes=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        expire_allocations()
+    alloc.refresh_from_db()
+    req.refresh_from_db()
+    assert alloc.status == "retired" and req.status == "retired"
+    for api_version, kind in OWNED_KINDS:
+        left = kube.list(api_version, kind, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}")
+        # Without kube-controller-manager a deleted namespace stays Terminating (its
+        # finalizer is the namespace controller's); deletion was requested, which is ours.
+        assert [o for o in left if not o["metadata"].get("deletionTimestamp")] == [], kind
+    labels = kube.get("v1", "Node", node)["metadata"]["labels"]
+    assert "aifactory.io/dedicated-to" not in labels
+    assert not kube.get("v1", "Node", node)["spec"].get("taints")
+    assert "released node(s) " + node in AuditEvent.objects.filter(
+        subject_type="allocation", subject_id=alloc.pk, action="allocation.retired").get().reason
+
+
+def test_invalid_object_fails_with_the_server_message_and_is_retriable(
+        kube, fleet, tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    Pool.objects.filter(pk=pools[Route.SHARED_POOL].pk).update(device_class="not valid!")
+    req, alloc = approve(tenant, lead, admin_user, Route.SHARED_POOL,
+                         django_capture_on_commit_callbacks)
+    assert alloc.status == "failed" and req.status == "failed"
+    assert "ResourceQuota" in alloc.status_message
+    assert "not valid!.deviceclass.resource.k8s.io/devices" in alloc.status_message
+    # The admin fixes the pool and retries: the same allocation finishes.
+    Pool.objects.filter(pk=pools[Route.SHARED_POOL].pk).update(device_class="gpu.nvidia.com")
+    with django_capture_on_commit_callbacks(execute=True):
+        allocation_retry(allocation=alloc, by=admin_user)
+    alloc.refresh_from_db()
+    assert alloc.status == "active" and alloc.attempts == 2
+
+
+def test_forbidden_fails_with_the_server_message(control_plane, outsider_kube, tenant, lead,
+                                                 admin_user, pools,
+                                                 django_capture_on_commit_callbacks):
+    set_backend(outsider_kube)
+    try:
+        _, alloc = approve(tenant, lead, admin_user, Route.SHARED_POOL,
+                           django_capture_on_commit_callbacks)
+    finally:
+        set_backend(None)
+    assert alloc.status == "failed"
+    assert "forbidden" in alloc.status_message and "not-bound-to-anything" in alloc.status_message
+
+
+def test_preview_dry_runs_before_approval(kube, fleet, tenant, lead, pools):
+    from intake.preview import request_preview
+
+    req = make_request(tenant, lead, submit=True, **ROUTE_REQUESTS[Route.MIG_VCLUSTER])
+    rows = request_preview(req)
+    assert rows and all(r.accepted for r in rows), [r.message for r in rows if not r.accepted]
+    assert kube.get("v1", "Namespace", f"acme-r{req.pk}") is None  # nothing was created
+    Pool.objects.filter(pk=pools[Route.MIG_VCLUSTER].pk).update(
+        dra_product_name="x' ||| broken")
+    rows = request_preview(req)
+    bad = [r for r in rows if not r.accepted]
+    assert [r.key.kind for r in bad] == ["ResourceClaimTemplate"]
+    assert "compilation failed" in bad[0].message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_api_server_down_mid_provision_the_worker_retries_and_finishes(
+        control_plane, kube, fleet, tenant, lead, admin_user, tmp_path):
+    """A real Celery worker provisions while kube-apiserver is stopped, then restarted."""
+    from portal.celery import app
+
+    db = settings.DATABASES["default"]
+    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
+           f"{db['NAME']}", "CELERY_TASK_ALWAYS_EAGER": "false",
+           "PORTAL_KUBE_BACKEND": "kubeconfig",
+           "PORTAL_KUBECONFIG": str(control_plane.portal_kubeconfig),
+           "PORTAL_PROVISION_RETRY_SECONDS": "1", "PORTAL_PROVISION_MAX_RETRIES": "30"}
+    worker = ManagedProcess(
+        "celery-worker", [sys.executable, "-m", "celery", "-A", "portal", "worker",
+                          "--pool=solo", "--without-gossip", "--without-mingle",
+                          "--loglevel=INFO"],
+        log_path=tmp_path / "worker.log", env=env, cwd=ROOT).start()
+    app.conf.task_always_eager = False
+    try:
+        req = make_request(tenant, lead, submit=True, **ROUTE_REQUESTS[Route.SHARED_POOL])
+        control_plane.stop_apiserver()
+        try:
+            services.request_approve(request=req, by=admin_user, reason="during an outage")
+            alloc = CapacityRequest.objects.get(pk=req.pk).allocation
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                alloc.refresh_from_db()
+                if "Retrying" in alloc.status_message:
+                    break
+                worker.raise_if_dead()
+                time.sleep(0.5)
+            assert "Retrying after a transient error" in alloc.status_message
+            assert alloc.status in ("pending", "provisioning")
+        finally:
+            control_plane.start_apiserver()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and alloc.status != "active":
+            worker.raise_if_dead()
+            time.sleep(0.5)
+            alloc.refresh_from_db()
+        assert alloc.status == "active", alloc.status_message
+    finally:
+        app.conf.task_always_eager = True
+        worker.stop()
+    # No duplicates, no orphans: exactly the desired objects carry the allocation's label.
+    desired = {ObjectKey.of(m) for m in render_manifests(
+        __import__("tenants.provisioning", fromlist=["x"]).allocation_spec(alloc))
+        if m["kind"] != "Node" and LABEL_ALLOCATION in m["metadata"].get("labels", {})}
+    found = set()
+    for api_version, kind in OWNED_KINDS:
+        for obj in kube.list(api_version, kind, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}"):
+            found.add(ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind}))
+    assert found == desired
+    assert alloc.attempts >= 1
