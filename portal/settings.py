@@ -155,10 +155,20 @@ PORTAL_LEAD_GROUP_PATTERN = env_str("PORTAL_LEAD_GROUP_PATTERN", "/tenants/{slug
 PORTAL_MEMBER_GROUP_PATTERN = env_str("PORTAL_MEMBER_GROUP_PATTERN", "/tenants/{slug}/members")
 PORTAL_ADMIN_ROLE = env_str("PORTAL_ADMIN_ROLE", "platform-admin")
 PORTAL_FINANCE_ROLE = env_str("PORTAL_FINANCE_ROLE", "finance")
+# A Keycloak group of a tenant the portal does not know is ignored unless this is on.
+PORTAL_CREATE_TENANTS_FROM_GROUPS = env_bool("PORTAL_CREATE_TENANTS_FROM_GROUPS", False)
+PORTAL_API_AUDIENCE = env_str("PORTAL_API_AUDIENCE", KEYCLOAK_CLIENT_ID)
+PORTAL_JWT_LEEWAY_SECONDS = env_int("PORTAL_JWT_LEEWAY_SECONDS", 10, minimum=0)
+# End the Keycloak session too when signing out of the portal.
+PORTAL_KEYCLOAK_LOGOUT = env_bool("PORTAL_KEYCLOAK_LOGOUT", True)
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_LOGIN_ON_GET = False
 
 # --- REST API
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.api_auth.KeycloakJWTAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class TenantsConfig(AppConfig):
     name = "tenants"
     verbose_name = "Tenants, pools and allocations"
+
+    def ready(self) -> None:
+        from . import receivers  # noqa: F401 - connects the sign-in receiver

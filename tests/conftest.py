@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+CHROMIUM = os.environ.get("PORTAL_TEST_CHROMIUM", "/usr/bin/chromium")
 TIERS = ("unit", "db", "web", "worker", "k8s", "sso", "metrics", "e2e")
 
 
@@ -96,3 +97,32 @@ def pytest_configure(config):
     from django.conf import settings
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+# --- Headless Chromium (Debian's) driven by Playwright: one browser per session, shared by
+# the e2e and sso tiers (two sync Playwright instances cannot share a thread).
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+    # for setup are still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run",
+            "--disable-quic"])
+        yield browser
+        browser.close()
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    yield page
+    context.close()
+
+

@@ -1,37 +1,10 @@
-"""Headless Chromium (Debian's) driven by Playwright against pytest-django's live server."""
+"""Screenshots and sign-in for the e2e tier (the browser fixtures live in tests/conftest.py)."""
 
-import os
 from pathlib import Path
 
 import pytest
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM = os.environ.get("PORTAL_TEST_CHROMIUM", "/usr/bin/chromium")
-
-
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # for setup are still plain synchronous calls.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run",
-            "--disable-quic"])
-        yield browser
-        browser.close()
-    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    page = context.new_page()
-    yield page
-    context.close()
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ def test_compose_config_accepts_the_file():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
-    assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
+    assert {"postgres", "redis", "web", "worker", "beat", "keycloak"} <= set(services)
     for name in ("postgres", "redis", "web", "worker"):
         assert "healthcheck" in services[name], name
     assert services["web"]["environment"]["PORTAL_MODE"] == "production"
