@@ -1,1 +1,129 @@
-# Usage, rates and statements arrive with the billing issue.
+"""Usage, rates and statements over allocations and fleet history."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from tenants.models import Allocation, Pool, Tenant
+
+
+class RateCard(models.Model):
+    """Price per device-hour for a pool (and GPU model), from a moment on."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="rate_cards")
+    gpu_model = models.CharField(max_length=80, blank=True, help_text="Blank: the pool's model")
+    rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    effective_from = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["pool", "-effective_from"]
+        constraints = [models.UniqueConstraint(fields=["pool", "gpu_model", "effective_from"],
+                                               name="one_rate_per_moment")]
+
+    def __str__(self) -> str:
+        return f"{self.pool} {self.rate_per_device_hour}/h from {self.effective_from:%Y-%m-%d}"
+
+
+class UsageHour(models.Model):
+    """One allocation in one hour: device-seconds allocated, used, credited and charged."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="hours")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="+")
+    hour = models.DateTimeField()
+    allocated_s = models.DecimalField(max_digits=16, decimal_places=4)
+    used_s = models.DecimalField(max_digits=16, decimal_places=4, null=True, blank=True)
+    credit_s = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    charged_s = models.DecimalField(max_digits=16, decimal_places=4)
+    rate = models.DecimalField(max_digits=10, decimal_places=4)
+    amount = models.DecimalField(max_digits=14, decimal_places=4)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["allocation", "hour"],
+                                               name="one_row_per_allocation_hour")]
+        indexes = [models.Index(fields=["tenant", "hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id} {self.hour:%Y-%m-%d %H:00}"
+
+    @property
+    def pending(self) -> bool:
+        return self.used_s is None
+
+
+class UsageMonth(models.Model):
+    """Monthly totals per allocation, refreshed from UsageHour by every rollup."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="months")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="usage_months")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="+")
+    month = models.DateField()
+    allocated_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    used_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    credit_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    charged_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    amount = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    hours = models.PositiveIntegerField(default=0)
+    pending_hours = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["allocation", "month"],
+                                               name="one_row_per_allocation_month")]
+        indexes = [models.Index(fields=["month", "tenant"])]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id} {self.month:%Y-%m}"
+
+
+class Statement(models.Model):
+    """A tenant's month. Open: computed live. Closed: its lines are frozen."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="statements")
+    month = models.DateField()
+    closed_at = models.DateTimeField(null=True, blank=True)
+    closed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                  on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "month"],
+                                               name="one_statement_per_tenant_month")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug} {self.month:%Y-%m}"
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_at is not None
+
+
+class StatementLine(models.Model):
+    statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="lines")
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="+")
+    description = models.CharField(max_length=200)
+    route = models.CharField(max_length=30)
+    policy = models.CharField(max_length=120)
+    allocated_h = models.DecimalField(max_digits=14, decimal_places=4)
+    used_h = models.DecimalField(max_digits=14, decimal_places=4)
+    idle_h = models.DecimalField(max_digits=14, decimal_places=4)
+    credit_h = models.DecimalField(max_digits=14, decimal_places=4)
+    charged_h = models.DecimalField(max_digits=14, decimal_places=4)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    pending_hours = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.description
+
+
+class Adjustment(models.Model):
+    """A correction to a closed month, with its reason; closed lines are never edited."""
+
+    statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="adjustments")
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    reason = models.TextField()
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.amount} on {self.statement}"

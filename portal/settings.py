@@ -226,6 +226,16 @@ CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {
     "task": "tenants.tasks.reconcile_allocations",
     "schedule": float(env_int("PORTAL_RECONCILE_SECONDS", 600, minimum=30))}
 
+# --- Billing
+PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090")
+# Per-profile device weights, e.g. "1g.10gb=0.125,3g.40gb=0.4"; default compute slices / 7.
+PORTAL_MIG_WEIGHTS = {
+    k.strip(): v.strip() for k, v in (item.split("=", 1) for item in env_list(
+        "PORTAL_MIG_WEIGHTS", []) if "=" in item)}
+PORTAL_METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN")
+CELERY_BEAT_SCHEDULE["rollup-usage"] = {"task": "billing.tasks.rollup_recent_usage",
+                                        "schedule": 900.0}
+
 # --- Static files
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]

@@ -13,7 +13,7 @@ from django.utils import timezone
 from .audit import audit_bulk, audit_record
 from .capacity import NodeFacts, node_changes, parse_node
 from .kube import KubeBackend, KubeError, get_backend
-from .models import Allocation, GpuNode, Pool
+from .models import Allocation, GpuNode, NodeOutage, Pool
 
 NODE_FIELDS = (
     "pool_label", "gpu_model", "gpu_count", "gpu_memory_mib", "mig_capable", "mig_config",
@@ -115,6 +115,9 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
                 "changes": {k: [str(a), str(b)] for k, (a, b) in changes.items()}})
             if old.schedulable and not facts.schedulable:
                 lost.append(row)
+                NodeOutage.objects.create(node=row, started_at=now, reason=facts.reason)
+            elif facts.schedulable and not old.schedulable:
+                NodeOutage.objects.filter(node=row, ended_at__isnull=True).update(ended_at=now)
     for name, row in existing.items():
         if name not in seen and row.present:
             row.present, row.state = False, "gone"
@@ -122,6 +125,8 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
             to_update.append(row)
             report.gone += 1
             audit_record(actor=by, subject=row, action="node.gone", reason=row.reason)
+            if not NodeOutage.objects.filter(node=row, ended_at__isnull=True).exists():
+                NodeOutage.objects.create(node=row, started_at=now, reason=row.reason)
             lost.append(row)
     GpuNode.objects.bulk_create([r for r, _ in to_create], batch_size=500)
     audit_bulk([dict(actor=by, subject=row, action="node.discovered",
@@ -173,6 +178,10 @@ def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuN
     node.save(update_fields=["retiring", "retiring_reason", "state", "reason"])
     audit_record(actor=by, subject=node, action="node.retiring" if retiring else
                  "node.retirement_cancelled", reason=reason)
+    now = timezone.now()
     if retiring:
+        NodeOutage.objects.create(node=node, started_at=now, reason=f"Retiring: {reason}")
         flag_allocations_on([node], by=by)
+    else:
+        NodeOutage.objects.filter(node=node, ended_at__isnull=True).update(ended_at=now)
     return node

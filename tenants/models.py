@@ -215,6 +215,23 @@ class GpuNode(models.Model):
         )
 
 
+class NodeOutage(models.Model):
+    """A span in which a node could not be promised (unvalidated, unhealthy, cordoned, gone,
+    retiring). Billing credits hours of reserved nodes inside such spans."""
+
+    node = models.ForeignKey(GpuNode, on_delete=models.CASCADE, related_name="outages")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField()
+
+    class Meta:
+        ordering = ["node", "started_at"]
+        indexes = [models.Index(fields=["node", "started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node} from {self.started_at:%Y-%m-%d %H:%M}"
+
+
 class AuditQuerySet(models.QuerySet):
     def update(self, **kwargs):
         raise TypeError("the audit trail is append-only")

@@ -40,3 +40,22 @@ def get(mapping, key):
         return mapping.get(key)
     except AttributeError:
         return None
+
+
+@register.filter
+def sub(a, b):
+    try:
+        return Decimal(a) - Decimal(b)
+    except (InvalidOperation, TypeError, ValueError):
+        return 0
+
+
+@register.filter
+def split(value: str, sep: str = ","):
+    return value.split(sep)
+
+
+@register.filter
+def pairs(value: str):
+    """"a:A,b:B" → [("a", "A"), ("b", "B")], for small static option lists."""
+    return [tuple(item.split(":", 1)) for item in value.split(",")]

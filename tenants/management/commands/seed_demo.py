@@ -84,6 +84,7 @@ class Command(BaseCommand):
             self.stdout.write("Demo requests exist already; users and pools refreshed.")
             return
         self._requests(tenants, users)
+        self._usage()
         self.stdout.write(self.style.SUCCESS(
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
             f"with password '{DEMO_PASSWORD}'."))
@@ -98,6 +99,48 @@ class Command(BaseCommand):
         for obj in demo_fleet():
             backend.apply(obj)
         self.stdout.write(fleet_sync(backend=backend).summary())
+
+    def _usage(self):
+        """Rate cards, and 60 days of demo usage for the active allocations.
+
+        The embedded run has no Prometheus, so the used hours are synthetic here (a daily
+        rhythm around the request's expected utilisation); a real deployment rolls them up
+        from DCGM metrics with billing.services.rollup_usage.
+        """
+        import math
+
+        from billing.domain import amount, hour_charge, month_start
+        from billing.models import RateCard, UsageHour
+        from billing.services import refresh_months
+        from tenants.models import Allocation
+
+        now = timezone.now().replace(minute=0, second=0, microsecond=0)
+        year_start = now.replace(month=1, day=1, hour=0)
+        for pool in Pool.objects.all():
+            RateCard.objects.get_or_create(pool=pool, effective_from=year_start, defaults={
+                "rate_per_device_hour": pool.rate_per_device_hour})
+        rows, touched = [], set()
+        # Provisioning runs after this command commits, so approved allocations are pending.
+        for alloc in Allocation.objects.filter(status__in=("pending", "active")).select_related(
+                "request", "pool"):
+            start = now - dt.timedelta(days=60)
+            Allocation.objects.filter(pk=alloc.pk).update(starts_at=start)
+            target = alloc.request.expected_utilisation / 100
+            for h in range(60 * 24):
+                hour = start + dt.timedelta(hours=h)
+                level = max(0.0, min(1.0, target + 0.25 * math.sin(h / 24 * 2 * math.pi)))
+                allocated = alloc.device_equivalents * 3600
+                used = (allocated * Decimal(str(round(level, 3)))).quantize(Decimal("1"))
+                charge = hour_charge(alloc.route, allocated=allocated, used=used,
+                                     credit=Decimal(0))
+                rate = alloc.pool.rate_per_device_hour
+                rows.append(UsageHour(allocation=alloc, tenant_id=alloc.tenant_id,
+                                      pool=alloc.pool, hour=hour, allocated_s=allocated,
+                                      used_s=used, credit_s=0, charged_s=charge.charged,
+                                      rate=rate, amount=amount(charge.charged, rate)))
+                touched.add((alloc.pk, month_start(hour)))
+        UsageHour.objects.bulk_create(rows, batch_size=2000)
+        refresh_months(touched)
 
     def _requests(self, tenants, users):
         from intake import services

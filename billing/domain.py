@@ -1,0 +1,142 @@
+"""Billing math as pure functions: device-seconds per hour, policies, rates, months.
+
+Everything is in device-seconds (exact integers of time × Decimal devices) until a
+statement shows hours, so rollups match measurements to the device-second.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+HOUR = dt.timedelta(hours=1)
+SECONDS_PER_HOUR = Decimal(3600)
+SLICES_PER_DEVICE = 7
+
+
+def mig_weight(profile: str, overrides: dict[str, Decimal] | None = None) -> Decimal:
+    """The share of a device a MIG instance counts as: compute slices / 7 by default."""
+    if not profile:
+        return Decimal(1)
+    if overrides and profile in overrides:
+        return Decimal(overrides[profile])
+    try:
+        slices = int(profile.split("g.", 1)[0])
+    except ValueError:
+        return Decimal(1)
+    return Decimal(slices) / SLICES_PER_DEVICE
+
+
+def floor_hour(t: dt.datetime) -> dt.datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
+def hours_between(start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """Hour starts h with [h, h+1h) overlapping [start, end)."""
+    out, h = [], floor_hour(start)
+    while h < end:
+        out.append(h)
+        h += HOUR
+    return out
+
+
+def overlap_seconds(a_start: dt.datetime, a_end: dt.datetime | None, b_start: dt.datetime,
+                    b_end: dt.datetime) -> int:
+    end = min(a_end, b_end) if a_end else b_end
+    start = max(a_start, b_start)
+    return max(0, int((end - start).total_seconds()))
+
+
+def allocated_device_seconds(*, starts_at: dt.datetime, ends_at: dt.datetime | None,
+                             devices: Decimal, hour: dt.datetime) -> Decimal:
+    """Device-seconds an allocation holds in one hour (partial at its start and end)."""
+    return Decimal(overlap_seconds(starts_at, ends_at, hour, hour + HOUR)) * devices
+
+
+def credit_device_seconds(*, outages: Iterable[tuple[dt.datetime, dt.datetime | None, int]],
+                          starts_at: dt.datetime, ends_at: dt.datetime | None,
+                          hour: dt.datetime) -> Decimal:
+    """Device-seconds on reserved nodes that were not validated or not healthy: not charged.
+
+    outages: (from, to or None, devices on that node).
+    """
+    h_end = hour + HOUR
+    win_start = max(starts_at, hour)
+    win_end = min(ends_at, h_end) if ends_at else h_end
+    total = Decimal(0)
+    for o_start, o_end, devices in outages:
+        total += Decimal(overlap_seconds(o_start, o_end, win_start, win_end)) * devices
+    return total
+
+
+@dataclass(frozen=True)
+class HourCharge:
+    allocated: Decimal  # device-seconds
+    used: Decimal | None  # None while Prometheus has not answered for this hour
+    credit: Decimal
+    charged: Decimal
+    policy: str
+
+    @property
+    def idle(self) -> Decimal:
+        return max(Decimal(0), self.allocated - (self.used or Decimal(0)))
+
+
+POLICIES = {
+    "dedicated_block": "allocated hours, idle included (priced back)",
+    "confidential_pool": "allocated hours, idle included (priced back)",
+    "mig_vcluster": "allocated slice-hours of the approved slices",
+    "shared_pool": "allocated quota hours, plus hours borrowed beyond the quota",
+}
+
+
+def hour_charge(route: str, *, allocated: Decimal, used: Decimal | None,
+                credit: Decimal) -> HourCharge:
+    """What one allocation-hour is charged for, by the route's policy."""
+    base = max(Decimal(0), allocated - credit)
+    charged = base
+    if route == "shared_pool" and used is not None and used > allocated:
+        charged += used - allocated  # borrowed from idle peers in the cohort
+    return HourCharge(allocated, used, credit, charged, POLICIES.get(route, "allocated hours"))
+
+
+@dataclass(frozen=True)
+class Rate:
+    effective_from: dt.datetime
+    per_device_hour: Decimal
+
+
+def rate_at(rates: Iterable[Rate], t: dt.datetime, fallback: Decimal) -> Decimal:
+    """The rate in force at t: the latest effective_from at or before it."""
+    best = None
+    for r in rates:
+        if r.effective_from <= t and (best is None or r.effective_from > best.effective_from):
+            best = r
+    return best.per_device_hour if best else fallback
+
+
+def amount(device_seconds: Decimal, rate_per_device_hour: Decimal) -> Decimal:
+    return (device_seconds / SECONDS_PER_HOUR * rate_per_device_hour).quantize(
+        Decimal("0.0001"), rounding=ROUND_HALF_UP)
+
+
+def money(value: Decimal) -> Decimal:
+    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def month_start(t: dt.datetime | dt.date) -> dt.date:
+    return dt.date(t.year, t.month, 1)
+
+
+def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    start = dt.datetime(month.year, month.month, 1, tzinfo=dt.UTC)
+    nxt = dt.datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=dt.UTC)
+    return start, nxt
+
+
+def utilisation(used: Decimal, allocated: Decimal) -> Decimal | None:
+    if allocated <= 0:
+        return None
+    return (used / allocated * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)

@@ -1,0 +1,51 @@
+"""The Prometheus adapter: used device-seconds per namespace from DCGM exporter metrics."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import requests
+from django.conf import settings
+
+from .domain import HOUR, SECONDS_PER_HOUR, mig_weight
+
+# Graphics-engine activity (0-1) works for whole GPUs and MIG instances alike. The window is
+# an hour less a millisecond: Prometheus 2 ranges include their left edge, so a sample taken
+# exactly on the hour would otherwise count in two hours.
+USED_QUERY = ("sum by (namespace, GPU_I_PROFILE) "
+              "(avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{namespace!=\"\"}[3599999ms]))")
+
+
+class PrometheusError(Exception):
+    """Prometheus did not answer; the hour stays pending (never silently zero)."""
+
+    retriable = True
+
+
+def used_device_seconds(hour: dt.datetime, *, base_url: str | None = None,
+                        weights: dict[str, Decimal] | None = None) -> dict[str, Decimal]:
+    """Used device-seconds per namespace in [hour, hour + 1h).
+
+    avg_over_time over the hour × 3600 s is the device-seconds one series was busy; a MIG
+    instance counts with its share of a device (compute slices / 7 unless configured).
+    """
+    url = (base_url or settings.PROMETHEUS_URL).rstrip("/")
+    at = hour + HOUR
+    try:
+        response = requests.get(f"{url}/api/v1/query", params={
+            "query": USED_QUERY, "time": f"{at.timestamp():.3f}"}, timeout=10)
+        response.raise_for_status()
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise PrometheusError(f"Prometheus at {url} did not answer: {exc}") from exc
+    if body.get("status") != "success":
+        raise PrometheusError(f"Prometheus refused the query: {body.get('error')}")
+    out: dict[str, Decimal] = {}
+    for series in body["data"]["result"]:
+        labels = series["metric"]
+        value = Decimal(series["value"][1])
+        weight = mig_weight(labels.get("GPU_I_PROFILE", ""), weights)
+        ns = labels.get("namespace", "")
+        out[ns] = out.get(ns, Decimal(0)) + value * SECONDS_PER_HOUR * weight
+    return out

@@ -1,0 +1,76 @@
+"""Reads for finance pages: few queries whatever the number of tenants and hours."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.db.models import Sum
+
+from .domain import SECONDS_PER_HOUR, month_start, utilisation
+from .models import UsageMonth
+
+
+@dataclass
+class TenantRow:
+    tenant_id: int
+    slug: str
+    name: str
+    months: dict[dt.date, dict] = field(default_factory=dict)
+    allocated_h: Decimal = Decimal(0)
+    used_h: Decimal = Decimal(0)
+    amount: Decimal = Decimal(0)
+    pending: int = 0
+
+    @property
+    def idle_h(self) -> Decimal:
+        return max(Decimal(0), self.allocated_h - self.used_h)
+
+    @property
+    def utilisation(self) -> Decimal | None:
+        return utilisation(self.used_h, self.allocated_h)
+
+
+def last_months(n: int, today: dt.date) -> list[dt.date]:
+    out, m = [], month_start(today)
+    for _ in range(n):
+        out.append(m)
+        m = dt.date(m.year - (m.month == 1), (m.month - 2) % 12 + 1, 1)
+    return list(reversed(out))
+
+
+def overview(tenant_ids, months: list[dt.date], *, route: str = "") -> tuple[list[TenantRow],
+                                                                            list[dict]]:
+    """Tenants × months, and per-month totals for the chart. One aggregate query."""
+    qs = UsageMonth.objects.filter(month__in=months)
+    if tenant_ids is not None:
+        qs = qs.filter(tenant_id__in=tenant_ids)
+    if route:
+        qs = qs.filter(allocation__route=route)
+    data = (qs.values("tenant_id", "tenant__slug", "tenant__name", "month")
+            .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"), amount=Sum("amount"),
+                      pending=Sum("pending_hours")))
+    rows: dict[int, TenantRow] = {}
+    totals = {m: {"month": m, "allocated_h": Decimal(0), "used_h": Decimal(0),
+                  "amount": Decimal(0)} for m in months}
+    for d in data:
+        row = rows.setdefault(d["tenant_id"], TenantRow(d["tenant_id"], d["tenant__slug"],
+                                                        d["tenant__name"]))
+        alloc_h = Decimal(d["allocated"] or 0) / SECONDS_PER_HOUR
+        used_h = Decimal(d["used"] or 0) / SECONDS_PER_HOUR
+        amt = Decimal(d["amount"] or 0)
+        row.months[d["month"]] = {"allocated_h": alloc_h, "used_h": used_h, "amount": amt}
+        row.allocated_h += alloc_h
+        row.used_h += used_h
+        row.amount += amt
+        row.pending += d["pending"] or 0
+        t = totals[d["month"]]
+        t["allocated_h"] += alloc_h
+        t["used_h"] += used_h
+        t["amount"] += amt
+    return list(rows.values()), [totals[m] for m in months]
+
+
+def tenant_trend(tenant_id: int, months: list[dt.date]) -> list[dict]:
+    return overview([tenant_id], months)[1]

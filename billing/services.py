@@ -1,0 +1,272 @@
+"""Rollup of usage from allocations and Prometheus, statements, closing and adjustments."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from tenants.audit import audit_record
+from tenants.models import Allocation, NodeOutage, Tenant
+
+from . import prometheus
+from .domain import (
+    HOUR,
+    SECONDS_PER_HOUR,
+    Rate,
+    allocated_device_seconds,
+    amount,
+    credit_device_seconds,
+    floor_hour,
+    hour_charge,
+    hours_between,
+    money,
+    month_bounds,
+    month_start,
+    rate_at,
+    utilisation,
+)
+from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, UsageMonth
+
+BILLED = (Allocation.Status.ACTIVE, Allocation.Status.EXPIRING, Allocation.Status.RETIRED)
+
+
+class BillingError(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class RollupReport:
+    hours: int = 0
+    rows: int = 0
+    pending_hours: list[dt.datetime] | None = None
+
+    def summary(self) -> str:
+        pending = len(self.pending_hours or [])
+        return (f"{self.rows} allocation-hour(s) over {self.hours} hour(s); "
+                f"{pending} hour(s) pending on Prometheus")
+
+
+def _weights() -> dict[str, Decimal]:
+    return {k: Decimal(v) for k, v in settings.PORTAL_MIG_WEIGHTS.items()}
+
+
+def _rates(pools) -> dict[int, list[Rate]]:
+    out: dict[int, list[Rate]] = defaultdict(list)
+    for card in RateCard.objects.filter(pool__in=pools):
+        out[card.pool_id].append(Rate(card.effective_from, card.rate_per_device_hour))
+    return out
+
+
+@transaction.atomic
+def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | None = None
+                 ) -> RollupReport:
+    """Recompute every allocation-hour in [start, end). Safe to re-run on any window: rows
+    are replaced, never added twice; an hour Prometheus cannot answer stays pending (or keeps
+    the value an earlier run measured)."""
+    start, end = floor_hour(start), floor_hour(end)
+    now = timezone.now()
+    end = min(end, floor_hour(now))  # only whole, finished hours
+    report = RollupReport(pending_hours=[])
+    allocations = list(
+        Allocation.objects.filter(status__in=BILLED, starts_at__lt=end)
+        .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
+        .select_related("pool").prefetch_related("nodes"))
+    if not allocations:
+        return report
+    rates = _rates({a.pool_id for a in allocations})
+    outages = defaultdict(list)
+    node_ids = {n.pk for a in allocations for n in a.nodes.all()}
+    for o in NodeOutage.objects.filter(node_id__in=node_ids).select_related("node"):
+        outages[o.node_id].append((o.started_at, o.ended_at, o.node.gpu_count))
+    existing = {(u.allocation_id, u.hour): u.used_s for u in UsageHour.objects.filter(
+        allocation__in=allocations, hour__gte=start, hour__lt=end)}
+    rows: list[UsageHour] = []
+    touched: set[tuple[int, dt.date]] = set()
+    for hour in hours_between(start, end):
+        report.hours += 1
+        try:
+            used_by_ns = prometheus.used_device_seconds(hour, base_url=prometheus_url,
+                                                        weights=_weights())
+        except prometheus.PrometheusError:
+            used_by_ns = None
+            report.pending_hours.append(hour)
+        for alloc in allocations:
+            window_end = alloc.ends_at
+            allocated = allocated_device_seconds(starts_at=alloc.starts_at, ends_at=window_end,
+                                                 devices=alloc.device_equivalents, hour=hour)
+            if allocated <= 0:
+                continue
+            credit = credit_device_seconds(
+                outages=[o for n in alloc.nodes.all() for o in outages.get(n.pk, [])],
+                starts_at=alloc.starts_at, ends_at=window_end, hour=hour)
+            if used_by_ns is None:
+                used = existing.get((alloc.pk, hour))  # keep what an earlier run measured
+            else:
+                used = used_by_ns.get(alloc.namespace, Decimal(0))
+            charge = hour_charge(alloc.route, allocated=allocated, used=used, credit=credit)
+            rate = rate_at(rates.get(alloc.pool_id, []), hour, alloc.pool.rate_per_device_hour)
+            rows.append(UsageHour(
+                allocation=alloc, tenant_id=alloc.tenant_id, pool_id=alloc.pool_id, hour=hour,
+                allocated_s=allocated, used_s=used, credit_s=credit, charged_s=charge.charged,
+                rate=rate, amount=amount(charge.charged, rate)))
+            touched.add((alloc.pk, month_start(hour)))
+    UsageHour.objects.bulk_create(
+        rows, batch_size=1000, update_conflicts=True, unique_fields=["allocation", "hour"],
+        update_fields=["allocated_s", "used_s", "credit_s", "charged_s", "rate", "amount"])
+    report.rows = len(rows)
+    refresh_months(touched)
+    return report
+
+
+def refresh_months(keys: set[tuple[int, dt.date]]) -> None:
+    """Rebuild the monthly totals of these (allocation, month) pairs from their hours."""
+    by_month: dict[dt.date, set[int]] = defaultdict(set)
+    for alloc_id, month in keys:
+        by_month[month].add(alloc_id)
+    for month, alloc_ids in by_month.items():
+        m_start, m_end = month_bounds(month)
+        totals = (UsageHour.objects.filter(allocation_id__in=alloc_ids, hour__gte=m_start,
+                                           hour__lt=m_end)
+                  .values("allocation_id", "tenant_id", "pool_id")
+                  .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
+                            credit=Sum("credit_s"), charged=Sum("charged_s"),
+                            amt=Sum("amount"), hours=Count("id"),
+                            pending=Count("id", filter=Q(used_s__isnull=True))))
+        UsageMonth.objects.bulk_create([UsageMonth(
+            allocation_id=t["allocation_id"], tenant_id=t["tenant_id"], pool_id=t["pool_id"],
+            month=month, allocated_s=t["allocated"] or 0, used_s=t["used"] or 0,
+            credit_s=t["credit"] or 0, charged_s=t["charged"] or 0, amount=t["amt"] or 0,
+            hours=t["hours"], pending_hours=t["pending"]) for t in totals],
+            update_conflicts=True, unique_fields=["allocation", "month"],
+            update_fields=["allocated_s", "used_s", "credit_s", "charged_s", "amount", "hours",
+                           "pending_hours"])
+
+
+def rollup_recent(hours: int = 6) -> RollupReport:
+    """The beat task's window: the last few finished hours (re-filling pending ones)."""
+    now = floor_hour(timezone.now())
+    pending = UsageHour.objects.filter(used_s__isnull=True).order_by("hour").values_list(
+        "hour", flat=True).first()
+    start = min(now - HOUR * hours, pending) if pending else now - HOUR * hours
+    return rollup_usage(start=start, end=now)
+
+
+# ---------------------------------------------------------------------------------------
+# Statements
+
+
+@dataclass(frozen=True)
+class Line:
+    allocation_id: int
+    description: str
+    route: str
+    policy: str
+    allocated_h: Decimal
+    used_h: Decimal
+    idle_h: Decimal
+    credit_h: Decimal
+    charged_h: Decimal
+    amount: Decimal
+    pending_hours: int
+
+    @property
+    def utilisation(self) -> Decimal | None:
+        return utilisation(self.used_h, self.allocated_h)
+
+
+def _h(seconds) -> Decimal:
+    return (Decimal(seconds or 0) / SECONDS_PER_HOUR).quantize(Decimal("0.0001"))
+
+
+def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
+    from .domain import POLICIES
+
+    months = (UsageMonth.objects.filter(tenant=tenant, month=month)
+              .select_related("allocation", "pool").order_by("allocation_id"))
+    out = []
+    for m in months:
+        alloc = m.allocation
+        used = Decimal(m.used_s)
+        out.append(Line(
+            allocation_id=alloc.pk,
+            description=f"{alloc.namespace} · {m.pool.name}"
+                        + (f" · {alloc.mig_count} × {alloc.mig_profile}" if alloc.mig_profile
+                           else f" · {alloc.device_equivalents.normalize():f} device(s)"),
+            route=alloc.route, policy=POLICIES.get(alloc.route, ""),
+            allocated_h=_h(m.allocated_s), used_h=_h(used),
+            idle_h=_h(max(Decimal(0), Decimal(m.allocated_s) - used)),
+            credit_h=_h(m.credit_s), charged_h=_h(m.charged_s), amount=money(m.amount),
+            pending_hours=m.pending_hours))
+    return out
+
+
+def statement_for(tenant: Tenant, month: dt.date) -> tuple[Statement | None, list]:
+    statement = Statement.objects.filter(tenant=tenant, month=month).first()
+    if statement and statement.closed:
+        return statement, list(statement.lines.all())
+    return statement, live_lines(tenant, month)
+
+
+@transaction.atomic
+def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
+    """Freeze a month: its lines are copied and never change again."""
+    _require_billing_role(by)
+    if month >= month_start(timezone.now()):
+        raise BillingError("Only a month that has ended can be closed.")
+    statement, _ = Statement.objects.select_for_update().get_or_create(tenant=tenant,
+                                                                      month=month)
+    if statement.closed:
+        raise BillingError(f"{month:%B %Y} is closed already; correct it with an adjustment.")
+    lines = live_lines(tenant, month)
+    pending = sum(line.pending_hours for line in lines)
+    if pending:
+        raise BillingError(f"{pending} hour(s) still wait for Prometheus; close the month "
+                           "once usage is complete.")
+    StatementLine.objects.bulk_create([StatementLine(
+        statement=statement, allocation_id=line.allocation_id, description=line.description,
+        route=line.route, policy=line.policy, allocated_h=line.allocated_h, used_h=line.used_h,
+        idle_h=line.idle_h, credit_h=line.credit_h, charged_h=line.charged_h,
+        amount=line.amount, pending_hours=0) for line in lines])
+    statement.closed_at, statement.closed_by = timezone.now(), by
+    statement.save(update_fields=["closed_at", "closed_by"])
+    total = sum((line.amount for line in lines), Decimal(0))
+    audit_record(actor=by, subject=statement, tenant=tenant, action="statement.closed",
+                 reason=f"Closed {month:%B %Y} at {total:.2f} over {len(lines)} line(s).")
+    return statement
+
+
+@transaction.atomic
+def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
+                     reason: str) -> Adjustment:
+    _require_billing_role(by)
+    if not statement.closed:
+        raise BillingError("Adjust only a closed month; an open one is recomputed from usage.")
+    if not reason.strip():
+        raise BillingError("An adjustment needs a reason.")
+    if amount_value == 0:
+        raise BillingError("An adjustment of zero changes nothing.")
+    adj = Adjustment.objects.create(statement=statement, amount=amount_value,
+                                    reason=reason.strip(), by=by)
+    audit_record(actor=by, subject=statement, tenant=statement.tenant,
+                 action="statement.adjusted",
+                 reason=f"Adjusted by {amount_value:+.2f}: {reason.strip()}")
+    return adj
+
+
+def _require_billing_role(user) -> None:
+    from django.core.exceptions import PermissionDenied
+
+    from tenants.access import roles_for
+
+    roles = roles_for(user)
+    if not (roles.finance or roles.platform_admin):
+        raise PermissionDenied("Only finance and platform admins close and adjust statements.")

@@ -1,0 +1,207 @@
+"""Finance pages: tenants × months, statements, drill-down, CSV, and /metrics."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from decimal import Decimal, InvalidOperation
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Sum
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from tenants.access import roles_for, visible_tenants
+from tenants.models import Allocation, Route, Tenant
+
+from . import services
+from .domain import SECONDS_PER_HOUR, month_bounds, month_start
+from .models import UsageHour, UsageMonth
+from .selectors import last_months, overview
+
+SORTS = {"name": lambda r: r.name.lower(), "amount": lambda r: -r.amount,
+         "allocated": lambda r: -r.allocated_h, "used": lambda r: -r.used_h,
+         "utilisation": lambda r: (r.utilisation is None, r.utilisation or 0)}
+
+
+def _billing_reader(user):
+    """Finance and admins see every tenant; leads and members their own."""
+    roles = roles_for(user)
+    if roles.sees_all_tenants:
+        return None
+    if not roles.tenant_ids:
+        raise PermissionDenied("Billing is for finance, admins and a tenant's own people.")
+    return roles.tenant_ids
+
+
+def _month(value: str) -> dt.date:
+    try:
+        year, month = (int(x) for x in value.split("-"))
+        return dt.date(year, month, 1)
+    except (TypeError, ValueError):
+        raise Http404("No such month") from None
+
+
+@login_required
+def finance_overview(request):
+    tenant_ids = _billing_reader(request.user)
+    months = last_months(int(request.GET.get("months", 6) or 6) if
+                         str(request.GET.get("months", "6")).isdigit() else 6,
+                         timezone.localdate())
+    months = months[-12:]
+    route = request.GET.get("route", "")
+    route = route if route in Route.values else ""
+    rows, totals = overview(tenant_ids, months, route=route)
+    sort = request.GET.get("sort", "amount")
+    rows.sort(key=SORTS.get(sort, SORTS["amount"]))
+    q = request.GET.get("q", "").strip().lower()
+    if q:
+        rows = [r for r in rows if q in r.name.lower() or q in r.slug]
+    if request.GET.get("format") == "csv":
+        return _csv(rows, months)
+    peak = max([max(t["allocated_h"], t["used_h"]) for t in totals] + [Decimal(1)])
+    bars = [{"month": t["month"], "x": i * 100 + 8, "allocated_h": t["allocated_h"],
+             "used_h": t["used_h"], "ha": float(t["allocated_h"] / peak * 110),
+             "hu": float(t["used_h"] / peak * 110)} for i, t in enumerate(totals)]
+    template = "billing/overview.html" + ("#table" if request.htmx else "")
+    return render(request, template, {
+        "rows": rows, "months": months, "totals": totals, "bars": bars, "sort": sort,
+        "chart_width": len(months) * 100,
+        "route": route, "routes": Route.choices, "q": q, "n_months": len(months),
+        "grand": {"allocated_h": sum(t["allocated_h"] for t in totals),
+                  "used_h": sum(t["used_h"] for t in totals),
+                  "amount": sum(t["amount"] for t in totals)},
+    })
+
+
+def _csv(rows, months) -> HttpResponse:
+    response = HttpResponse(content_type="text/csv")
+    response["Content-Disposition"] = 'attachment; filename="device-hours.csv"'
+    out = csv.writer(response)
+    out.writerow(["tenant", "month", "allocated_device_hours", "used_device_hours",
+                  "idle_device_hours", "amount"])
+    for r in rows:
+        for m in months:
+            cell = r.months.get(m)
+            if cell:
+                idle = max(Decimal(0), cell["allocated_h"] - cell["used_h"])
+                out.writerow([r.slug, f"{m:%Y-%m}", f"{cell['allocated_h']:.4f}",
+                              f"{cell['used_h']:.4f}", f"{idle:.4f}", f"{cell['amount']:.2f}"])
+    return response
+
+
+def _tenant_for(user, slug: str) -> Tenant:
+    return get_object_or_404(visible_tenants(user), slug=slug)
+
+
+@login_required
+def statement(request, slug: str, month: str):
+    _billing_reader(request.user)
+    tenant = _tenant_for(request.user, slug)
+    m = _month(month)
+    stmt, lines = services.statement_for(tenant, m)
+    total = sum((line.amount for line in lines), Decimal(0))
+    adjustments = list(stmt.adjustments.select_related("by")) if stmt else []
+    roles = roles_for(request.user)
+    return render(request, "billing/statement.html", {
+        "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
+        "adjustments": adjustments,
+        "final": total + sum((a.amount for a in adjustments), Decimal(0)),
+        "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
+        and m < month_start(timezone.now()),
+        "can_adjust": (roles.finance or roles.platform_admin) and stmt and stmt.closed,
+        "pending": sum(getattr(line, "pending_hours", 0) for line in lines),
+    })
+
+
+@login_required
+@require_POST
+def statement_close(request, slug: str, month: str):
+    tenant = _tenant_for(request.user, slug)
+    try:
+        services.statement_close(tenant=tenant, month=_month(month), by=request.user)
+        messages.success(request, f"{_month(month):%B %Y} is closed for {tenant.name}.")
+    except services.BillingError as exc:
+        messages.error(request, exc.message)
+    return redirect("billing:statement", slug=slug, month=month)
+
+
+@login_required
+@require_POST
+def statement_adjust(request, slug: str, month: str):
+    tenant = _tenant_for(request.user, slug)
+    stmt, _ = services.statement_for(tenant, _month(month))
+    try:
+        value = Decimal(request.POST.get("amount", ""))
+    except InvalidOperation:
+        messages.error(request, "The amount must be a number, e.g. -120.50.")
+        return redirect("billing:statement", slug=slug, month=month)
+    try:
+        if stmt is None:
+            raise services.BillingError("Adjust only a closed month.")
+        services.statement_adjust(statement=stmt, by=request.user, amount_value=value,
+                                  reason=request.POST.get("reason", ""))
+        messages.success(request, "Adjustment recorded.")
+    except services.BillingError as exc:
+        messages.error(request, exc.message)
+    return redirect("billing:statement", slug=slug, month=month)
+
+
+@login_required
+def allocation_hours(request, slug: str, month: str, allocation_id: int):
+    """Drill-down: one allocation's hours in a month."""
+    _billing_reader(request.user)
+    tenant = _tenant_for(request.user, slug)
+    alloc = get_object_or_404(Allocation.objects.select_related("pool"), pk=allocation_id,
+                              tenant=tenant)
+    start, end = month_bounds(_month(month))
+    hours = UsageHour.objects.filter(allocation=alloc, hour__gte=start, hour__lt=end).order_by(
+        "hour")
+    return render(request, "billing/hours.html", {"tenant": tenant, "month": _month(month),
+                                                  "alloc": alloc, "hours": hours})
+
+
+def metrics(request):
+    """Prometheus exposition: per-tenant device-hours and request counts (for Grafana,
+    OpenCost). Needs the bearer token PORTAL_METRICS_TOKEN; open only in the embedded run."""
+    token = settings.PORTAL_METRICS_TOKEN
+    if token:
+        if request.headers.get("Authorization", "") != f"Bearer {token}":
+            return HttpResponse("metrics token required\n", status=401,
+                                content_type="text/plain")
+    elif settings.PRODUCTION:
+        raise Http404("Set PORTAL_METRICS_TOKEN to expose /metrics")
+    from intake.models import CapacityRequest
+
+    lines = [
+        "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",
+        "# TYPE aifactory_allocated_device_hours counter",
+    ]
+    totals = (UsageMonth.objects.values("tenant__slug", "pool__slug")
+              .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
+                        amount=Sum("amount")).order_by("tenant__slug", "pool__slug"))
+    used_lines, amount_lines = [], []
+    for t in totals:
+        labels = f'tenant="{t["tenant__slug"]}",pool="{t["pool__slug"]}"'
+        lines.append(f"aifactory_allocated_device_hours{{{labels}}} "
+                     f"{Decimal(t['allocated'] or 0) / SECONDS_PER_HOUR:.4f}")
+        used_lines.append(f"aifactory_used_device_hours{{{labels}}} "
+                          f"{Decimal(t['used'] or 0) / SECONDS_PER_HOUR:.4f}")
+        amount_lines.append(f"aifactory_charged_amount{{{labels}}} {Decimal(t['amount'] or 0):.4f}")
+    lines += ["# HELP aifactory_used_device_hours Device-hours measured busy (DCGM), by tenant.",
+              "# TYPE aifactory_used_device_hours counter", *used_lines,
+              "# HELP aifactory_charged_amount Charges at the rate card, by tenant.",
+              "# TYPE aifactory_charged_amount counter", *amount_lines,
+              "# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
+              "# TYPE aifactory_capacity_requests gauge"]
+    for r in (CapacityRequest.objects.values("tenant__slug", "status").annotate(n=Count("id"))
+              .order_by("tenant__slug", "status")):
+        lines.append(f'aifactory_capacity_requests{{tenant="{r["tenant__slug"]}",'
+                     f'status="{r["status"]}"}} {r["n"]}')
+    return HttpResponse("\n".join(lines) + "\n",
+                        content_type="text/plain; version=0.0.4; charset=utf-8")

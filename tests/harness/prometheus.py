@@ -1,0 +1,65 @@
+"""A real Prometheus (Debian's) loaded with backfilled DCGM history for the metrics tier."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from .procs import ManagedProcess, free_port, port_open, wait_until
+
+
+def write_openmetrics(path: Path, series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]],
+                      metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE") -> None:
+    """series: labels → [(unix seconds, value)], ascending. One family, series after series."""
+    lines = [f"# TYPE {metric} gauge"]
+    for labels, samples in series.items():
+        label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+        lines += [f"{metric}{{{label_text}}} {value} {ts}" for ts, value in samples]
+    lines.append("# EOF")
+    path.write_text("\n".join(lines) + "\n")
+
+
+class PrometheusServer:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = 0
+        self.proc: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def backfill(self, openmetrics: Path) -> None:
+        data = self.workdir / "tsdb"
+        data.mkdir(parents=True, exist_ok=True)
+        subprocess.run([shutil.which("promtool") or "promtool", "tsdb",
+                        "create-blocks-from", "openmetrics", str(openmetrics), str(data)],
+                       check=True, capture_output=True)
+
+    def start(self) -> PrometheusServer:
+        self.port = free_port()
+        self.proc = ManagedProcess(
+            "prometheus",
+            [shutil.which("prometheus") or "prometheus", "--config.file=/dev/null",
+             f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+             "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{self.port}"],
+            log_path=self.workdir / "prometheus.log").start()
+
+        def ready() -> bool:
+            self.proc.raise_if_dead()
+            if not port_open(self.port):
+                return False
+            import requests
+
+            try:
+                return requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, timeout=60, what="Prometheus")
+        return self
+
+    def stop(self) -> None:
+        if self.proc:
+            self.proc.stop()

@@ -1,0 +1,127 @@
+"""Billing math over every policy and edge."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from billing.domain import (
+    Rate,
+    allocated_device_seconds,
+    amount,
+    credit_device_seconds,
+    hour_charge,
+    hours_between,
+    mig_weight,
+    month_bounds,
+    rate_at,
+    utilisation,
+)
+
+UTC = dt.UTC
+H = dt.datetime(2026, 10, 31, 23, 0, tzinfo=UTC)
+
+
+def t(*args):
+    return dt.datetime(*args, tzinfo=UTC)
+
+
+def test_a_full_hour_is_3600_seconds_per_device():
+    assert allocated_device_seconds(starts_at=t(2026, 1, 1), ends_at=None,
+                                    devices=Decimal(8), hour=H) == 8 * 3600
+
+
+def test_allocation_starting_and_ending_mid_hour():
+    start, end = H + dt.timedelta(minutes=15), H + dt.timedelta(minutes=45)
+    assert allocated_device_seconds(starts_at=start, ends_at=None, devices=Decimal(2),
+                                    hour=H) == 2 * 45 * 60
+    assert allocated_device_seconds(starts_at=t(2026, 1, 1), ends_at=end, devices=Decimal(2),
+                                    hour=H) == 2 * 45 * 60
+    assert allocated_device_seconds(starts_at=start, ends_at=end, devices=Decimal(2),
+                                    hour=H) == 2 * 30 * 60
+
+
+def test_outside_the_window_is_zero():
+    assert allocated_device_seconds(starts_at=H + dt.timedelta(hours=1), ends_at=None,
+                                    devices=Decimal(4), hour=H) == 0
+    assert allocated_device_seconds(starts_at=t(2026, 1, 1), ends_at=H, devices=Decimal(4),
+                                    hour=H) == 0
+
+
+def test_mig_slices_count_as_their_share():
+    assert mig_weight("1g.10gb") == Decimal(1) / 7
+    assert mig_weight("3g.40gb") == Decimal(3) / 7
+    assert mig_weight("") == 1
+    assert mig_weight("1g.10gb", {"1g.10gb": Decimal("0.125")}) == Decimal("0.125")
+    # 7 × 1g.10gb are stored as 1.0000 device-equivalents: one device-hour per hour.
+    assert allocated_device_seconds(starts_at=t(2026, 1, 1), ends_at=None,
+                                    devices=Decimal("1.0000"), hour=H) == 3600
+
+
+def test_month_boundary_hours_belong_to_their_month():
+    hours = hours_between(t(2026, 10, 31, 22, 30), t(2026, 11, 1, 1, 0))
+    assert hours == [t(2026, 10, 31, 22), t(2026, 10, 31, 23), t(2026, 11, 1, 0)]
+    oct_start, oct_end = month_bounds(dt.date(2026, 10, 1))
+    assert (oct_start, oct_end) == (t(2026, 10, 1), t(2026, 11, 1))
+    dec = month_bounds(dt.date(2026, 12, 1))
+    assert dec == (t(2026, 12, 1), t(2027, 1, 1))
+
+
+def test_rate_changes_mid_month_apply_from_their_moment():
+    rates = [Rate(t(2026, 1, 1), Decimal("2.00")), Rate(t(2026, 11, 15, 12), Decimal("2.50"))]
+    assert rate_at(rates, t(2026, 11, 15, 11), Decimal(9)) == Decimal("2.00")
+    assert rate_at(rates, t(2026, 11, 15, 12), Decimal(9)) == Decimal("2.50")
+    assert rate_at([], t(2026, 11, 15), Decimal(9)) == Decimal(9)
+    assert rate_at(rates, t(2025, 12, 31), Decimal(9)) == Decimal(9)
+
+
+@pytest.mark.parametrize("route", ["dedicated_block", "confidential_pool"])
+def test_binding_routes_pay_allocated_hours_idle_included(route):
+    c = hour_charge(route, allocated=Decimal(8 * 3600), used=Decimal(3600), credit=Decimal(0))
+    assert c.charged == 8 * 3600 and c.idle == 7 * 3600
+    assert "idle included" in c.policy
+
+
+def test_mig_pays_its_slices_whatever_it_used():
+    c = hour_charge("mig_vcluster", allocated=Decimal(1800), used=Decimal(3000),
+                    credit=Decimal(0))
+    assert c.charged == 1800 and c.idle == 0
+
+
+def test_shared_pays_quota_plus_what_it_borrowed():
+    c = hour_charge("shared_pool", allocated=Decimal(4 * 3600), used=Decimal(6 * 3600),
+                    credit=Decimal(0))
+    assert c.charged == 6 * 3600
+    c = hour_charge("shared_pool", allocated=Decimal(4 * 3600), used=Decimal(3600),
+                    credit=Decimal(0))
+    assert c.charged == 4 * 3600 and c.idle == 3 * 3600
+
+
+def test_pending_usage_charges_the_allocation_and_shows_no_idle_guess():
+    c = hour_charge("shared_pool", allocated=Decimal(3600), used=None, credit=Decimal(0))
+    assert c.used is None and c.charged == 3600
+
+
+def test_unvalidated_node_hours_are_credited():
+    outages = [(H + dt.timedelta(minutes=20), H + dt.timedelta(minutes=50), 8),
+               (t(2026, 1, 1), None, 0)]
+    credit = credit_device_seconds(outages=outages, starts_at=t(2026, 1, 1), ends_at=None,
+                                   hour=H)
+    assert credit == 8 * 30 * 60
+    c = hour_charge("dedicated_block", allocated=Decimal(16 * 3600), used=Decimal(0),
+                    credit=credit)
+    assert c.charged == 16 * 3600 - 8 * 1800
+
+
+def test_credit_is_limited_to_the_allocation_window():
+    outages = [(t(2026, 1, 1), None, 8)]
+    credit = credit_device_seconds(outages=outages, starts_at=H + dt.timedelta(minutes=30),
+                                   ends_at=None, hour=H)
+    assert credit == 8 * 1800
+
+
+def test_amount_and_utilisation():
+    assert amount(Decimal(8 * 3600), Decimal("2.50")) == Decimal("20.0000")
+    assert amount(Decimal(1), Decimal("3600")) == Decimal("1.0000")
+    assert utilisation(Decimal(25), Decimal(100)) == Decimal("25.0")
+    assert utilisation(Decimal(0), Decimal(0)) is None

@@ -1,0 +1,135 @@
+"""Finance pages and /metrics: who sees which tenant, closing and adjusting months."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.domain import month_start
+from billing.models import Adjustment, Statement, UsageHour
+from billing.services import refresh_months
+from tenants.models import Allocation, AuditEvent, Route
+
+pytestmark = pytest.mark.django_db
+
+LAST_MONTH = month_start(month_start(timezone.now()) - dt.timedelta(days=1))
+
+
+def usage(alloc, hour, allocated, used, amount):
+    UsageHour.objects.create(allocation=alloc, tenant=alloc.tenant, pool=alloc.pool, hour=hour,
+                             allocated_s=allocated, used_s=used, credit_s=0,
+                             charged_s=allocated, rate=Decimal("2.5"), amount=amount)
+
+
+@pytest.fixture
+def billed(tenant, other_tenant, pools):
+    hour = dt.datetime.combine(LAST_MONTH, dt.time(5), tzinfo=dt.UTC)
+    out = []
+    for t, ns, devices in ((tenant, "acme-r1", 4), (other_tenant, "globex-r2", 2)):
+        alloc = Allocation.objects.create(
+            tenant=t, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+            whole_devices=devices, device_equivalents=Decimal(devices), namespace=ns,
+            status="active", starts_at=hour)
+        usage(alloc, hour, Decimal(devices * 3600), Decimal(devices * 900),
+              Decimal(devices * 2.5))
+        out.append(alloc)
+    refresh_months({(a.pk, LAST_MONTH) for a in out})
+    return out
+
+
+@pytest.fixture
+def users(lead, other_lead, member, admin_user, finance_user):
+    return {"lead": lead, "other_lead": other_lead, "member": member, "admin": admin_user,
+            "finance": finance_user}
+
+
+@pytest.mark.parametrize(("who", "sees_acme", "sees_globex"), [
+    ("finance", True, True), ("admin", True, True), ("lead", True, False),
+    ("member", True, False), ("other_lead", False, True)])
+def test_overview_is_scoped(client, users, billed, who, sees_acme, sees_globex):
+    client.force_login(users[who])
+    body = client.get(reverse("billing:overview")).content.decode()
+    assert ("Acme" in body) is sees_acme and ("Globex" in body) is sees_globex
+
+
+def test_overview_sorts_filters_and_exports_csv(client, finance_user, billed):
+    client.force_login(finance_user)
+    body = client.get(reverse("billing:overview"), {"sort": "name"}).content.decode()
+    assert body.index("Acme") < body.index("Globex")
+    body = client.get(reverse("billing:overview"), {"sort": "amount"}).content.decode()
+    assert body.index("Acme") < body.index("Globex")  # 10.00 before 5.00
+    rows = client.get(reverse("billing:overview"), {"q": "glob"}, HTTP_HX_REQUEST="true")
+    assert b"Globex" in rows.content and b"Acme" not in rows.content
+    assert b"<html" not in rows.content
+    csv = client.get(reverse("billing:overview"), {"format": "csv"}).content.decode()
+    assert csv.splitlines()[0] == ("tenant,month,allocated_device_hours,used_device_hours,"
+                                   "idle_device_hours,amount")
+    assert f"acme,{LAST_MONTH:%Y-%m},4.0000,1.0000,3.0000,10.00" in csv
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("finance", 200), ("lead", 200), ("member", 200), ("other_lead", 404), ("admin", 200)])
+def test_statement_page(client, users, billed, who, status):
+    client.force_login(users[who])
+    url = reverse("billing:statement", args=["acme", f"{LAST_MONTH:%Y-%m}"])
+    response = client.get(url)
+    assert response.status_code == status
+    if status == 200:
+        assert b"acme-r1" in response.content and b"10.00" in response.content
+        hours = client.get(reverse("billing:hours", args=["acme", f"{LAST_MONTH:%Y-%m}",
+                                                          billed[0].pk]))
+        assert hours.status_code == 200 and b"14400" in hours.content
+
+
+def test_finance_closes_a_month_and_corrects_it_with_an_adjustment(client, finance_user,
+                                                                   lead, billed):
+    month = f"{LAST_MONTH:%Y-%m}"
+    client.force_login(lead)
+    assert client.post(reverse("billing:close", args=["acme", month])).status_code == 403
+    client.force_login(finance_user)
+    client.post(reverse("billing:close", args=["acme", month]))
+    statement = Statement.objects.get(tenant__slug="acme", month=LAST_MONTH)
+    assert statement.closed and statement.lines.get().amount == Decimal("10.00")
+    # Closed means frozen: new usage changes the live numbers, not the statement.
+    usage(billed[0], dt.datetime.combine(LAST_MONTH, dt.time(6), tzinfo=dt.UTC),
+          Decimal(14400), Decimal(0), Decimal(10))
+    refresh_months({(billed[0].pk, LAST_MONTH)})
+    page = client.get(reverse("billing:statement", args=["acme", month])).content.decode()
+    assert "10.00" in page and "20.00" not in page
+    client.post(reverse("billing:adjust", args=["acme", month]),
+                {"amount": "-2.50", "reason": ""})
+    assert not Adjustment.objects.exists()  # a reason is required
+    client.post(reverse("billing:adjust", args=["acme", month]),
+                {"amount": "-2.50", "reason": "Credit for the 5 May outage"})
+    adj = Adjustment.objects.get()
+    assert adj.amount == Decimal("-2.50") and adj.by == finance_user
+    assert AuditEvent.objects.filter(action="statement.adjusted").exists()
+    page = client.get(reverse("billing:statement", args=["acme", month])).content.decode()
+    assert "7.50" in page  # final after the adjustment
+    response = client.post(reverse("billing:close", args=["acme", month]), follow=True)
+    assert b"closed already" in response.content
+
+
+def test_finance_cannot_change_anything_else(client, finance_user, tenant, lead, pools):
+    from tests.factories import make_request
+
+    req = make_request(tenant, lead, submit=True)
+    client.force_login(finance_user)
+    assert client.get(reverse("intake:new")).status_code == 403
+    assert client.get(reverse("intake:review_queue")).status_code == 403
+    assert client.get(reverse("tenants:fleet")).status_code == 403
+    client.post(reverse("intake:review_detail", args=[req.pk]),
+                {"action": "approve", "reason": "x"})
+    req.refresh_from_db()
+    assert req.status == "submitted"
+
+
+def test_metrics_endpoint(client, billed, settings):
+    body = client.get("/metrics").content.decode()
+    assert 'aifactory_allocated_device_hours{tenant="acme",pool="shared"} 4.0000' in body
+    assert 'aifactory_used_device_hours{tenant="globex",pool="shared"} 0.5000' in body
+    settings.PORTAL_METRICS_TOKEN = "s3cret"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
