@@ -8,8 +8,10 @@ from pathlib import Path
 
 from .procs import ManagedProcess, free_port, port_open, wait_until
 
+Labels = tuple[tuple[str, str], ...]
 
-def write_openmetrics(path: Path, series: dict[tuple[tuple[str, str], ...], list[tuple[int, float]]],
+
+def write_openmetrics(path: Path, series: dict[Labels, list[tuple[int, float]]],
                       metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE") -> None:
     """series: labels → [(unix seconds, value)], ascending. One family, series after series."""
     lines = [f"# TYPE {metric} gauge"]
