@@ -70,6 +70,9 @@ class CapacityRequest(models.Model):
     decision_reason = models.TextField(blank=True)
     allocation = models.OneToOneField(Allocation, null=True, blank=True,
                                       on_delete=models.PROTECT, related_name="request")
+    # A renewal extends an existing allocation through the same review.
+    renews = models.ForeignKey(Allocation, null=True, blank=True, on_delete=models.PROTECT,
+                               related_name="renewals")
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -12,7 +12,7 @@ from django.utils import timezone
 from tenants.access import roles_for
 from tenants.audit import audit_record
 from tenants.models import Pool, Route, Tenant
-from tenants.services import allocation_create, allocation_reserve_nodes
+from tenants.services import allocation_create, allocation_extend, allocation_reserve_nodes
 from tenants.tasks import provision_allocation
 
 from .domain import (
@@ -79,6 +79,27 @@ def request_create(*, tenant: Tenant, by, fields: dict[str, Any]) -> CapacityReq
 
 
 @transaction.atomic
+def request_create_renewal(*, request: CapacityRequest, by) -> CapacityRequest:
+    """A draft that asks to extend this request's allocation, same size and route."""
+    alloc = request.allocation
+    if alloc is None or alloc.status not in ("active", "expiring"):
+        raise IntakeError("Only an active or expiring allocation can be renewed.")
+    if not roles_for(by).can_file_for(request.tenant_id):
+        raise IntakeError("Only a team lead of this tenant may renew its allocations.")
+    fields = {name: getattr(request, name) for name in EDITABLE_FIELDS}
+    old_end = alloc.ends_at.date() if alloc.ends_at else timezone.localdate()
+    length = (request.ends_on - request.starts_on) if request.ends_on else dt.timedelta(days=90)
+    fields.update(title=f"Renewal: {request.title}"[:120], starts_on=old_end,
+                  ends_on=old_end + length)
+    renewal = CapacityRequest.objects.create(tenant=request.tenant, requester=by, renews=alloc,
+                                             **fields)
+    audit_record(actor=by, subject=renewal, tenant=request.tenant, action="request.created",
+                 to_state=renewal.status,
+                 reason=f"Renewal draft for allocation {alloc.namespace} (request #{request.pk}).")
+    return renewal
+
+
+@transaction.atomic
 def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> CapacityRequest:
     request = CapacityRequest.objects.select_for_update(of=("self",)).get(pk=request.pk)
     if not roles_for(by).can_file_for(request.tenant_id):
@@ -111,7 +132,9 @@ def request_submit(*, request: CapacityRequest, by) -> CapacityRequest:
                           + ".", fields={"gpu_model": "No pool offers this GPU model here."})
     if plan.errors:
         raise IntakeError(" ".join(m for _, m in plan.errors), fields=dict(plan.errors))
-    if plan.fit is Fit.NEVER:
+    if request.renews_id:
+        _check_renewal_keeps_shape(request, decision, plan)
+    elif plan.fit is Fit.NEVER:
         raise IntakeError(plan.fit_reason)
     from_state = request.status
     request.status = to_state.value
@@ -125,6 +148,15 @@ def request_submit(*, request: CapacityRequest, by) -> CapacityRequest:
                  data={"route": decision.route.value, "pool": request.pool.slug,
                        "monthly_price": str(plan.monthly_price)})
     return request
+
+
+def _check_renewal_keeps_shape(request: CapacityRequest, decision, plan) -> None:
+    alloc = request.renews
+    if decision.route.value != alloc.route or plan.held_devices != alloc.device_equivalents:
+        raise IntakeError(
+            f"A renewal keeps the allocation's route and size ({Route(alloc.route).label}, "
+            f"{alloc.device_equivalents.normalize():f} device(s)); file a new request to "
+            "change them.")
 
 
 def _window(request: CapacityRequest, now: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
@@ -142,6 +174,8 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
     request = (CapacityRequest.objects.select_for_update(of=("self",))
                .select_related("tenant").get(pk=request.pk))
     to_state = _check(request, "approve", by, reason)
+    if request.renews_id:
+        return _approve_renewal(request, by, reason, to_state)
     decision, plan = plan_for_request(request)
     overridden = bool(override_route) and override_route != request.route
     if overridden:
@@ -194,6 +228,26 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
                  from_state=Status.SUBMITTED.value, to_state=to_state.value, reason=reason,
                  data={"allocation": allocation.pk, "pool": pool.slug,
                        "held_devices": str(plan.held_devices), "fit": plan.fit_reason})
+    request.refresh_from_db()
+    return request
+
+
+def _approve_renewal(request: CapacityRequest, by, reason: str, to_state) -> CapacityRequest:
+    """A renewal holds the same capacity for longer: no new promise, the end moves."""
+    _, ends_at = _window(request, timezone.now())
+    try:
+        alloc = allocation_extend(allocation=request.renews, ends_at=ends_at, by=by,
+                                  reason=f"request #{request.pk}: {reason.strip()}")
+    except ValueError as exc:
+        raise IntakeError(f"Not approved: {exc}.") from exc
+    now = timezone.now()
+    CapacityRequest.objects.filter(pk=request.pk, status=Status.SUBMITTED).update(
+        status=to_state.value, decided_by=by, decided_at=now, decision_reason=reason.strip(),
+        updated_at=now)
+    until = f"{alloc.ends_at:%Y-%m-%d}" if alloc.ends_at else "open-ended"
+    audit_record(actor=by, subject=request, tenant=request.tenant, action="request.approved",
+                 from_state=Status.SUBMITTED.value, to_state=to_state.value,
+                 reason=f"{reason.strip()} (renews {alloc.namespace} until {until})")
     request.refresh_from_db()
     return request
 

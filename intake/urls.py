@@ -13,6 +13,7 @@ urlpatterns = [
     path("requests/<int:pk>/allocation/", views.request_allocation, name="allocation"),
     path("requests/<int:pk>/manifests/", views.request_manifests, name="manifests"),
     path("requests/<int:pk>/retry/", views.allocation_retry, name="retry"),
+    path("requests/<int:pk>/renew/", views.request_renew, name="renew"),
     path("review/", views.review_queue, name="review_queue"),
     path("review/<int:pk>/", views.review_detail, name="review_detail"),
 ]

@@ -295,3 +295,17 @@ def allocation_retry(request, pk: int):
         except ValueError as exc:
             messages.error(request, str(exc))
     return redirect("intake:detail", pk=obj.pk)
+
+
+@login_required
+@require_POST
+def request_renew(request, pk: int):
+    """Start a renewal: a draft with the same answers and the window moved on."""
+    obj = get_request_for(request.user, pk)
+    try:
+        renewal = services.request_create_renewal(request=obj, by=request.user)
+    except services.IntakeError as exc:
+        messages.error(request, exc.message)
+        return redirect("intake:detail", pk=obj.pk)
+    messages.info(request, "Renewal drafted: check the dates, then submit it for review.")
+    return redirect("intake:edit", pk=renewal.pk)

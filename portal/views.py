@@ -14,7 +14,7 @@ from intake.domain import Status
 from intake.models import CapacityRequest
 from intake.selectors import pool_facts
 from tenants.access import roles_for, scope_to_tenants, visible_tenants
-from tenants.models import Pool, WorkerHeartbeat
+from tenants.models import Allocation, Pool, WorkerHeartbeat
 
 
 def home(request):
@@ -25,7 +25,11 @@ def home(request):
     counts = dict(requests_qs.values_list("status").annotate(n=Count("id")))
     recent = requests_qs.select_related("tenant", "pool")[:6]
     pools = [(p, pool_facts(p)) for p in Pool.objects.filter(active=True)]
+    # Allocations about to end: the notice a lead needs to renew in time.
+    expiring = scope_to_tenants(request.user, Allocation.objects.filter(
+        status=Allocation.Status.EXPIRING).select_related("tenant", "request"))
     return render(request, "dashboard.html", {
+        "expiring": expiring,
         "counts": counts, "recent": recent, "pools": pools,
         "tenants": visible_tenants(request.user),
         "queue": counts.get(Status.SUBMITTED.value, 0) if roles.platform_admin else None,

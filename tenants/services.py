@@ -57,3 +57,30 @@ def allocation_reserve_nodes(*, allocation: Allocation, count: int, by) -> list[
                  reason=f"Reserved validated node(s) {', '.join(names)} for the dedicated block.",
                  data={"nodes": names})
     return names
+
+
+@transaction.atomic
+def allocation_extend(*, allocation: Allocation, ends_at: dt.datetime | None, by,
+                      reason: str) -> Allocation:
+    """A renewal: move the end, and bring an expiring allocation back to active."""
+    from .signals import allocation_status_changed
+
+    alloc = Allocation.objects.select_for_update(of=("self",)).select_related("tenant").get(
+        pk=allocation.pk)
+    if alloc.status not in (Allocation.Status.ACTIVE, Allocation.Status.EXPIRING):
+        raise ValueError(f"only an active or expiring allocation can be renewed; this one is "
+                         f"{alloc.get_status_display().lower()}")
+    old_end, old_status = alloc.ends_at, alloc.status
+    alloc.ends_at = ends_at
+    alloc.status = Allocation.Status.ACTIVE
+    alloc.expiry_notice_sent = False
+    alloc.save(update_fields=["ends_at", "status", "expiry_notice_sent"])
+    until = f"{ends_at:%Y-%m-%d}" if ends_at else "open-ended"
+    was = f"{old_end:%Y-%m-%d}" if old_end else "open-ended"
+    audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.renewed",
+                 from_state=old_status, to_state=alloc.status,
+                 reason=f"Renewed until {until} (was {was}): {reason}")
+    if old_status != alloc.status:
+        transaction.on_commit(lambda: allocation_status_changed.send(
+            sender=Allocation, allocation_id=alloc.pk, old=old_status, new=alloc.status))
+    return alloc

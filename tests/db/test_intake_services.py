@@ -233,3 +233,47 @@ def test_two_approvals_racing_for_the_last_devices_one_wins(tenant, lead, admin_
     assert "Does not fit now" in errors[0].message
     held = sum(a.device_equivalents for a in Allocation.objects.all())
     assert held == 30 <= pools[Route.SHARED_POOL].capacity_devices
+
+
+def test_renewal_extends_the_allocation_through_the_same_review(
+        tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from tenants.tasks import expire_allocations
+
+    req = make_request(tenant, lead, submit=True, whole_devices=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        req = services.request_approve(request=req, by=admin_user, reason="ok")
+    alloc = Allocation.objects.get(pk=req.allocation_id)
+    assert alloc.status == "active"
+    Allocation.objects.filter(pk=alloc.pk).update(ends_at=timezone.now() + dt.timedelta(days=2))
+    with django_capture_on_commit_callbacks(execute=True):
+        expire_allocations()
+    alloc.refresh_from_db()
+    assert alloc.status == "expiring"
+
+    renewal = services.request_create_renewal(request=req, by=lead)
+    assert renewal.renews == alloc and renewal.status == "draft"
+    # Changing the size is a new request, not a renewal.
+    services.request_update(request=renewal, by=lead, fields={"whole_devices": 8})
+    with pytest.raises(services.IntakeError, match="keeps the allocation's route and size"):
+        services.request_submit(request=renewal, by=lead)
+    services.request_update(request=renewal, by=lead, fields={"whole_devices": 4})
+    renewal = services.request_submit(request=renewal, by=lead)
+    with django_capture_on_commit_callbacks(execute=True):
+        renewal = services.request_approve(request=renewal, by=admin_user, reason="Still needed")
+    alloc.refresh_from_db()
+    req.refresh_from_db()
+    assert renewal.status == "approved" and alloc.status == "active"
+    assert alloc.ends_at.date() == renewal.ends_on + dt.timedelta(days=1)
+    assert req.status == "active"  # the original request follows its allocation back
+    assert Allocation.objects.count() == 1  # no second allocation, no second promise
+    assert "Renewed until" in audit_for(alloc).get(action="allocation.renewed").reason
+
+
+def test_only_live_allocations_can_be_renewed(tenant, lead, pools):
+    req = make_request(tenant, lead, submit=True)
+    with pytest.raises(services.IntakeError, match="active or expiring"):
+        services.request_create_renewal(request=req, by=lead)

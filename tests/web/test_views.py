@@ -297,3 +297,31 @@ def test_admin_preview_of_a_submitted_request_shows_dry_run_rows(client, admin_u
     body = client.get(reverse("intake:manifests", args=[submitted.pk])).content.decode()
     assert "the embedded dry-run backend has no API server" in body
     assert "kind: ClusterQueue" in body
+
+
+def test_dashboard_warns_the_lead_of_an_expiring_allocation(client, lead, other_lead,
+                                                            approved):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from tenants.models import Allocation
+
+    Allocation.objects.filter(pk=approved.allocation_id).update(
+        status="expiring", ends_at=timezone.now() + dt.timedelta(days=3))
+    client.force_login(lead)
+    body = client.get(reverse("home")).content.decode()
+    assert "ends" in body and "Renew it" in body
+    client.force_login(other_lead)
+    assert "Renew it" not in client.get(reverse("home")).content.decode()
+
+
+def test_lead_renews_from_the_request_page(client, lead, member, approved):
+    client.force_login(member)
+    client.post(reverse("intake:renew", args=[approved.pk]))
+    assert not CapacityRequest.objects.filter(renews__isnull=False).exists()
+    client.force_login(lead)
+    response = client.post(reverse("intake:renew", args=[approved.pk]))
+    renewal = CapacityRequest.objects.get(renews__isnull=False)
+    assert response["Location"].endswith(f"/requests/{renewal.pk}/edit/")
+    assert renewal.title.startswith("Renewal:")
