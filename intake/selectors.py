@@ -87,8 +87,14 @@ def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None
     )
 
 
-def request_events(request: CapacityRequest):
-    """The request's timeline: its own audit events and its allocation's, in order."""
+FLEET_ACTIONS = ("allocation.nodes_reserved", "allocation.nodes_released", "allocation.flagged")
+
+
+def request_events(request: CapacityRequest, *, show_fleet: bool = True):
+    """The request's timeline: its own audit events and its allocation's, in order.
+
+    Without show_fleet, events that name nodes are left out (tenants see capacity, not
+    hosts)."""
     from django.db.models import Q
 
     from tenants.models import AuditEvent
@@ -96,4 +102,5 @@ def request_events(request: CapacityRequest):
     q = Q(subject_type="capacityrequest", subject_id=request.pk)
     if request.allocation_id:
         q |= Q(subject_type="allocation", subject_id=request.allocation_id)
-    return AuditEvent.objects.filter(q).select_related("actor").order_by("at", "id")
+    events = AuditEvent.objects.filter(q).select_related("actor").order_by("at", "id")
+    return events if show_fleet else events.exclude(action__in=FLEET_ACTIONS)

@@ -155,7 +155,7 @@ def request_detail(request, pk: int):
     roles = roles_for(request.user)
     decision, plan = plan_for_request(obj)
     return render(request, "intake/request_detail.html", {
-        "req": obj, "decision": decision, "plan": plan, "events": request_events(obj),
+        "req": obj, "decision": decision, "plan": plan, "events": request_events(obj, show_fleet=roles.platform_admin),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
         "polling": obj.allocation is not None and obj.allocation.status in (
             "pending", "provisioning"),
@@ -228,7 +228,8 @@ def review_detail(request, pk: int):
     decision, plan = plan_for_request(obj)
     return render(request, "intake/review_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "form": form,
-        "events": request_events(obj), "pending": obj.status == Status.SUBMITTED,
+        "pending": obj.status == Status.SUBMITTED,
+        "events": request_events(obj, show_fleet=True),
         "polling": obj.allocation is not None and obj.allocation.status in (
             "pending", "provisioning"),
         **matrix_context(decision.cell),
@@ -270,6 +271,11 @@ def request_manifests(request, pk: int):
         manifests = [r.manifest for r in rows]
     else:
         manifests = preview_manifests(obj)
+    if not roles.platform_admin:
+        # Node names are the platform's business; a tenant sees its quota, not its hosts.
+        keep = [i for i, m in enumerate(manifests) if m.get("kind") != "Node"]
+        manifests = [manifests[i] for i in keep]
+        rows = [rows[i] for i in keep] if rows else rows
     docs = [{"kind": m.get("kind", "?"), "name": m.get("metadata", {}).get("name", ""),
              "namespace": m.get("metadata", {}).get("namespace", ""),
              "yaml": yaml.safe_dump(m, sort_keys=False),

@@ -208,8 +208,13 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
     _set_status(allocation_id, from_states=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
                                             S.PROVISIONING), to=S.RETIRED, by=by,
                 reason=(f"Retired: removed {len(deleted)} object(s)"
-                        + (f", released node(s) {', '.join(released)}" if released else "")
+                        + (f", released {len(released)} dedicated node(s)" if released else "")
                         + "."))
+    if released:
+        audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.nodes_released",
+                     reason=f"Released node(s) {', '.join(released)}.",
+                     data={"nodes": released})
     if released:
         alloc.nodes.clear()
     return Allocation.objects.get(pk=allocation_id)

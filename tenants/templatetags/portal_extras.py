@@ -59,3 +59,14 @@ def split(value: str, sep: str = ","):
 def pairs(value: str):
     """"a:A,b:B" → [("a", "A"), ("b", "B")], for small static option lists."""
     return [tuple(item.split(":", 1)) for item in value.split(",")]
+
+
+@register.filter
+def action_label(action: str) -> str:
+    """"request.request_changes" → "Request changes"; "allocation.nodes_reserved" →
+    "Allocation: nodes reserved"."""
+    subject, _, verb = action.partition(".")
+    words = verb.replace("_", " ") if verb else subject
+    if subject in ("request", ""):
+        return words.capitalize()
+    return f"{subject.capitalize()}: {words}"

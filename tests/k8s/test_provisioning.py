@@ -205,8 +205,11 @@ def test_expiry_prunes_everything_and_releases_dedicated_nodes(
     labels = kube.get("v1", "Node", node)["metadata"]["labels"]
     assert "aifactory.io/dedicated-to" not in labels
     assert not kube.get("v1", "Node", node)["spec"].get("taints")
-    assert "released node(s) " + node in AuditEvent.objects.filter(
+    assert "released 1 dedicated node(s)" in AuditEvent.objects.filter(
         subject_type="allocation", subject_id=alloc.pk, action="allocation.retired").get().reason
+    assert node in AuditEvent.objects.filter(
+        subject_type="allocation", subject_id=alloc.pk,
+        action="allocation.nodes_released").get().reason
 
 
 def test_invalid_object_fails_with_the_server_message_and_is_retriable(

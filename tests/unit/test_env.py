@@ -30,3 +30,11 @@ def test_env_list_splits_and_trims(monkeypatch):
     assert env_list("X_L", []) == ["a", "b", "c"]
     monkeypatch.delenv("X_L")
     assert env_list("X_L", ["d"]) == ["d"]
+
+
+def test_timeline_action_labels():
+    from tenants.templatetags.portal_extras import action_label
+
+    assert action_label("request.request_changes") == "Request changes"
+    assert action_label("allocation.nodes_reserved") == "Allocation: nodes reserved"
+    assert action_label("node.changed") == "Node: changed"

@@ -325,3 +325,32 @@ def test_lead_renews_from_the_request_page(client, lead, member, approved):
     renewal = CapacityRequest.objects.get(renews__isnull=False)
     assert response["Location"].endswith(f"/requests/{renewal.pk}/edit/")
     assert renewal.title.startswith("Renewal:")
+
+
+def test_tenants_never_see_node_names(client, lead, admin_user, tenant, pools,
+                                      django_capture_on_commit_callbacks):
+    from intake import services
+    from tenants.demo import demo_fleet
+    from tenants.fleet import fleet_sync
+    from tenants.kube import DryRunBackend
+    from tenants.models import Pool, Route
+
+    Pool.objects.filter(pk=pools[Route.DEDICATED_BLOCK].pk).update(slug="dedicated-h100")
+    backend = DryRunBackend()
+    for obj in demo_fleet():
+        backend.apply(obj)
+    fleet_sync(backend=backend)
+    req = make_request(tenant, lead, submit=True, whole_devices=8,
+                       isolation_origin="contractual", isolation_reference="MSA-5")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.request_approve(request=req, by=admin_user, reason="ok")
+    client.force_login(lead)
+    for url in (reverse("intake:detail", args=[req.pk]),
+                reverse("intake:manifests", args=[req.pk])):
+        body = client.get(url).content.decode()
+        assert "h100-dedicated" not in body, url
+    assert "1 whole validated node" in client.get(
+        reverse("intake:detail", args=[req.pk])).content.decode()
+    client.force_login(admin_user)
+    body = client.get(reverse("intake:manifests", args=[req.pk])).content.decode()
+    assert "h100-dedicated" in body
