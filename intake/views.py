@@ -155,7 +155,8 @@ def request_detail(request, pk: int):
     roles = roles_for(request.user)
     decision, plan = plan_for_request(obj)
     return render(request, "intake/request_detail.html", {
-        "req": obj, "decision": decision, "plan": plan, "events": request_events(obj, show_fleet=roles.platform_admin),
+        "req": obj, "decision": decision, "plan": plan,
+        "events": request_events(obj, show_fleet=roles.platform_admin),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
         "polling": obj.allocation is not None and obj.allocation.status in (
             "pending", "provisioning"),
