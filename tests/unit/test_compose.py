@@ -23,7 +23,8 @@ def test_compose_config_accepts_the_file():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     services = yaml.safe_load(result.stdout)["services"]
-    assert {"postgres", "redis", "web", "worker", "beat", "keycloak"} <= set(services)
+    assert {"postgres", "redis", "web", "worker", "beat", "keycloak", "prometheus"} <= set(
+        services)
     for name in ("postgres", "redis", "web", "worker"):
         assert "healthcheck" in services[name], name
     assert services["web"]["environment"]["PORTAL_MODE"] == "production"
@@ -36,3 +37,11 @@ def test_compose_refuses_to_start_without_a_secret_key():
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "SECRET_KEY" in result.stderr
+
+
+def test_prometheus_config_is_valid_for_promtool():
+    result = subprocess.run([shutil.which("promtool") or "promtool", "check", "config",
+                             "--syntax-only", str(ROOT / "deploy" / "prometheus" /
+                                                  "prometheus.yml")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
