@@ -270,3 +270,46 @@ def _require_billing_role(user) -> None:
     roles = roles_for(user)
     if not (roles.finance or roles.platform_admin):
         raise PermissionDenied("Only finance and platform admins close and adjust statements.")
+
+
+@transaction.atomic
+def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
+                    gpu_model: str = "") -> RateCard:
+    """A new price from a moment on. Hours before it keep their price; a re-run of the rollup
+    over hours after it reprices them (closed months never change)."""
+    from tenants.access import require_platform_admin
+
+    require_platform_admin(by)
+    if rate < 0:
+        raise BillingError("A rate cannot be negative.")
+    closed = Statement.objects.filter(closed_at__isnull=False,
+                                      month__gte=month_start(effective_from)).exists()
+    if closed:
+        raise BillingError(f"{month_start(effective_from):%B %Y} or a later month is closed "
+                           "already; start the new rate after the last closed month.")
+    card, created = RateCard.objects.get_or_create(
+        pool=pool, gpu_model=gpu_model, effective_from=effective_from,
+        defaults={"rate_per_device_hour": rate})
+    if not created:
+        raise BillingError("A rate for this pool starts at that moment already.")
+    audit_record(actor=by, subject=card, action="rate.created",
+                 reason=f"{pool.name}: {rate} per device-hour from "
+                        f"{effective_from:%Y-%m-%d %H:%M} UTC.")
+    sync_pool_rates()
+    return card
+
+
+def sync_pool_rates(now: dt.datetime | None = None) -> int:
+    """Keep each pool's current rate (the intake estimate's) equal to the card in force."""
+    from tenants.models import Pool
+
+    now = now or timezone.now()
+    changed = 0
+    for pool in Pool.objects.all():
+        rates = [Rate(c.effective_from, c.rate_per_device_hour)
+                 for c in RateCard.objects.filter(pool=pool, gpu_model="")]
+        current = rate_at(rates, now, pool.rate_per_device_hour)
+        if current != pool.rate_per_device_hour:
+            Pool.objects.filter(pk=pool.pk).update(rate_per_device_hour=current)
+            changed += 1
+    return changed

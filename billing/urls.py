@@ -5,6 +5,7 @@ from . import views
 app_name = "billing"
 urlpatterns = [
     path("billing/", views.finance_overview, name="overview"),
+    path("billing/rates/", views.rates, name="rates"),
     path("billing/<slug:slug>/<str:month>/", views.statement, name="statement"),
     path("billing/<slug:slug>/<str:month>/close/", views.statement_close, name="close"),
     path("billing/<slug:slug>/<str:month>/adjust/", views.statement_adjust, name="adjust"),

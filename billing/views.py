@@ -205,3 +205,48 @@ def metrics(request):
                      f'status="{r["status"]}"}} {r["n"]}')
     return HttpResponse("\n".join(lines) + "\n",
                         content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@login_required
+def rates(request):
+    """Rate cards: admins add them; finance reads them."""
+    from tenants.models import Pool
+
+    from .models import RateCard
+
+    roles = roles_for(request.user)
+    if not (roles.platform_admin or roles.finance):
+        raise PermissionDenied("Rate cards are for platform admins and finance.")
+    errors = {}
+    if request.method == "POST":
+        if not roles.platform_admin:
+            raise PermissionDenied("Only platform admins set rates.")
+        pool = Pool.objects.filter(slug=request.POST.get("pool", "")).first()
+        try:
+            rate = Decimal(request.POST.get("rate", ""))
+        except InvalidOperation:
+            rate = None
+        try:
+            starts = dt.datetime.fromisoformat(request.POST.get("effective_from", ""))
+            starts = starts.replace(tzinfo=dt.UTC) if starts.tzinfo is None else starts
+        except ValueError:
+            starts = None
+        if pool is None:
+            errors["pool"] = "Choose a pool."
+        if rate is None:
+            errors["rate"] = "The rate must be a number, e.g. 2.45."
+        if starts is None:
+            errors["effective_from"] = "Give the moment it starts, e.g. 2027-01-01T00:00."
+        if not errors:
+            try:
+                services.ratecard_create(pool=pool, rate=rate, effective_from=starts,
+                                         by=request.user)
+                messages.success(request, f"New rate for {pool.name} recorded.")
+                return redirect("billing:rates")
+            except services.BillingError as exc:
+                errors["form"] = exc.message
+    return render(request, "billing/rates.html", {
+        "cards": RateCard.objects.select_related("pool").order_by("pool__name",
+                                                                  "-effective_from"),
+        "pools": Pool.objects.all(), "errors": errors, "data": request.POST,
+        "can_edit": roles.platform_admin})

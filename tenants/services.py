@@ -84,3 +84,18 @@ def allocation_extend(*, allocation: Allocation, ends_at: dt.datetime | None, by
         transaction.on_commit(lambda: allocation_status_changed.send(
             sender=Allocation, allocation_id=alloc.pk, old=old_status, new=alloc.status))
     return alloc
+
+
+@transaction.atomic
+def pool_update(*, form, by) -> Pool:
+    """Save an admin's pool edit with an audit row naming what changed."""
+    from .access import require_platform_admin
+
+    require_platform_admin(by)
+    changed = sorted(form.changed_data)
+    pool = form.save()
+    if changed:
+        audit_record(actor=by, subject=pool, action="pool.updated",
+                     reason=f"{pool.name}: changed {', '.join(changed)}.",
+                     data={name: str(form.cleaned_data.get(name)) for name in changed})
+    return pool

@@ -122,3 +122,26 @@ def node_retire(request, name: str):
     except ValueError as exc:
         messages.error(request, str(exc))
     return redirect("tenants:node", name=node.name)
+
+
+@login_required
+def pool_list(request):
+    require_platform_admin(request.user)
+    pools = [(p, pool_capacity(p)) for p in Pool.objects.all()]
+    return render(request, "tenants/pools.html", {"pools": pools})
+
+
+@login_required
+def pool_edit(request, slug: str):
+    from .forms import PoolForm
+    from .services import pool_update
+
+    require_platform_admin(request.user)
+    pool = get_object_or_404(Pool, slug=slug)
+    form = PoolForm(request.POST or None, instance=pool)
+    if request.method == "POST" and form.is_valid():
+        pool_update(form=form, by=request.user)
+        messages.success(request, f"{pool.name} saved.")
+        return redirect("tenants:pools")
+    return render(request, "tenants/pool_form.html", {
+        "pool": pool, "form": form, "events": audit_for(pool).order_by("-at")[:20]})

@@ -1,0 +1,72 @@
+"""Pool settings for platform admins, validated the way Kubernetes will read them."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from django import forms
+
+from .models import Pool
+
+# Kubernetes label syntax: optional DNS-subdomain prefix, a name of at most 63 characters.
+_NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
+LABEL_KEY = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_NAME}$")
+LABEL_VALUE = re.compile(rf"^({_NAME})?$")
+
+
+def label_errors(selector: dict) -> list[str]:
+    errors = []
+    for key, value in selector.items():
+        if not isinstance(key, str) or not LABEL_KEY.match(key) or len(key.split("/")[-1]) > 63:
+            errors.append(f"{key!r} is not a valid label key")
+        if not isinstance(value, str) or not LABEL_VALUE.match(value):
+            errors.append(f"{value!r} is not a valid label value (for {key!r})")
+    return errors
+
+
+class PoolForm(forms.ModelForm):
+    node_selector = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), required=False,
+        help_text='Node labels as JSON, e.g. {"aifactory.io/pool": "shared-h100"}')
+    mig_profiles = forms.CharField(required=False,
+                                   help_text="Comma-separated, e.g. 1g.10gb,3g.40gb")
+
+    class Meta:
+        model = Pool
+        fields = ["name", "gpu_model", "gpu_memory_gb", "devices_per_node", "capacity_devices",
+                  "node_selector", "device_class", "dra_product_name", "mig_profiles", "cohort",
+                  "borrowing_limit_devices", "rate_per_device_hour", "active"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial["node_selector"] = json.dumps(self.instance.node_selector or {})
+            self.initial["mig_profiles"] = ",".join(self.instance.mig_profiles or [])
+
+    def clean_node_selector(self):
+        raw = self.cleaned_data["node_selector"].strip() or "{}"
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not JSON: {exc}") from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Give an object of label → value.")
+        errors = label_errors(value)
+        if errors:
+            raise forms.ValidationError("; ".join(errors))
+        return value
+
+    def clean_mig_profiles(self):
+        names = [p.strip() for p in self.cleaned_data["mig_profiles"].split(",") if p.strip()]
+        bad = [p for p in names if not re.fullmatch(r"\d+g\.\d+gb", p)]
+        if bad:
+            raise forms.ValidationError(f"Not MIG profile names: {', '.join(bad)}")
+        return names
+
+    def clean(self):
+        data = super().clean()
+        if data.get("borrowing_limit_devices") and not data.get("cohort"):
+            self.add_error("borrowing_limit_devices",
+                           "A borrowing limit needs a cohort: Kueue rejects it without one.")
+        return data

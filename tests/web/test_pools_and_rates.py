@@ -1,0 +1,84 @@
+"""Pools and rate cards: admins change them (validated, audited); others cannot."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.models import RateCard, Statement
+from tenants.forms import label_errors
+from tenants.models import AuditEvent, Pool, Route
+
+pytestmark = pytest.mark.django_db
+
+
+def pool_post(pool, **kw):
+    data = {"name": pool.name, "gpu_model": pool.gpu_model, "gpu_memory_gb": 80,
+            "devices_per_node": 8, "capacity_devices": 32,
+            "node_selector": '{"aifactory.io/pool": "shared"}', "device_class": "gpu.nvidia.com",
+            "dra_product_name": "", "mig_profiles": "", "cohort": "shared-h100",
+            "borrowing_limit_devices": 8, "rate_per_device_hour": "2.50", "active": "on"}
+    data.update(kw)
+    return data
+
+
+@pytest.mark.parametrize("who", ["lead", "member", "finance"])
+def test_pools_are_for_admins(client, request, pools, who):
+    user = request.getfixturevalue({"lead": "lead", "member": "member",
+                                    "finance": "finance_user"}[who])
+    client.force_login(user)
+    assert client.get(reverse("tenants:pools")).status_code == 403
+    assert client.post(reverse("tenants:pool_edit", args=["shared"]),
+                       pool_post(pools[Route.SHARED_POOL])).status_code == 403
+
+
+def test_admin_edits_a_pool_with_validation_and_audit(client, admin_user, pools):
+    client.force_login(admin_user)
+    shared = pools[Route.SHARED_POOL]
+    url = reverse("tenants:pool_edit", args=["shared"])
+    bad = client.post(url, pool_post(shared, node_selector='{"not a key!": "x"}'))
+    assert bad.status_code == 200 and b"is not a valid label key" in bad.content
+    bad = client.post(url, pool_post(shared, cohort="", borrowing_limit_devices=4))
+    assert b"needs a cohort" in bad.content
+    ok = client.post(url, pool_post(shared, capacity_devices=48))
+    assert ok.status_code == 302
+    assert Pool.objects.get(pk=shared.pk).capacity_devices == 48
+    assert "capacity_devices" in AuditEvent.objects.get(action="pool.updated").reason
+
+
+def test_label_syntax():
+    assert label_errors({"aifactory.io/pool": "shared-h100", "nvidia.com/gpu.product":
+                         "NVIDIA-H100-80GB-HBM3"}) == []
+    assert label_errors({"a b": "x"}) and label_errors({"k": "bad value!"})
+
+
+def test_admin_adds_a_rate_and_the_pool_rate_follows_when_it_is_in_force(client, admin_user,
+                                                                          finance_user, pools):
+    client.force_login(finance_user)
+    assert client.get(reverse("billing:rates")).status_code == 200
+    assert client.post(reverse("billing:rates"), {}).status_code == 403
+    client.force_login(admin_user)
+    past = (timezone.now() - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.10",
+                                           "effective_from": past})
+    assert RateCard.objects.get().rate_per_device_hour == Decimal("3.10")
+    assert Pool.objects.get(slug="shared").rate_per_device_hour == Decimal("3.10")
+    future = (timezone.now() + dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
+    client.post(reverse("billing:rates"), {"pool": "shared", "rate": "4.00",
+                                           "effective_from": future})
+    assert Pool.objects.get(slug="shared").rate_per_device_hour == Decimal("3.10")
+    bad = client.post(reverse("billing:rates"), {"pool": "shared", "rate": "abc",
+                                                 "effective_from": future})
+    assert b"must be a number" in bad.content and b'value="abc"' in bad.content
+
+
+def test_a_rate_cannot_start_inside_a_closed_month(client, admin_user, tenant, pools):
+    Statement.objects.create(tenant=tenant, month=dt.date(2026, 1, 1),
+                             closed_at=timezone.now())
+    client.force_login(admin_user)
+    response = client.post(reverse("billing:rates"), {
+        "pool": "shared", "rate": "1.00", "effective_from": "2026-01-15T00:00"})
+    assert b"is closed already" in response.content
+    assert not RateCard.objects.exists()
