@@ -26,10 +26,10 @@ def label_errors(selector: dict) -> list[str]:
 
 
 class PoolForm(forms.ModelForm):
-    node_selector = forms.CharField(
+    node_selector = forms.CharField(label="Node selector",
         widget=forms.Textarea(attrs={"rows": 3}), required=False,
         help_text='Node labels as JSON, e.g. {"aifactory.io/pool": "shared-h100"}')
-    mig_profiles = forms.CharField(required=False,
+    mig_profiles = forms.CharField(required=False, label="MIG profiles offered",
                                    help_text="Comma-separated, e.g. 1g.10gb,3g.40gb")
 
     class Meta:
@@ -37,6 +37,12 @@ class PoolForm(forms.ModelForm):
         fields = ["name", "gpu_model", "gpu_memory_gb", "devices_per_node", "capacity_devices",
                   "node_selector", "device_class", "dra_product_name", "mig_profiles", "cohort",
                   "borrowing_limit_devices", "rate_per_device_hour", "active"]
+        labels = {"gpu_model": "GPU model (GFD product label)", "gpu_memory_gb": "GPU memory (GB)",
+                  "capacity_devices": "Configured size (devices, until the fleet is synced)",
+                  "dra_product_name": "DRA productName (for claim selectors)",
+                  "mig_profiles": "MIG profiles offered", "cohort": "Kueue cohort",
+                  "borrowing_limit_devices": "Borrowing limit (devices)",
+                  "rate_per_device_hour": "Rate per device-hour"}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -28,6 +28,7 @@ POOLS = [
     {"slug": "shared-h100", "name": "Shared H100", "route": Route.SHARED_POOL,
      "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 64,
      "rate_per_device_hour": Decimal("2.50"), "borrowing_limit_devices": 16,
+     "cohort": "shared-h100",
      "node_selector": {"aifactory.io/pool": "shared-h100"}},
     {"slug": "dedicated-h100", "name": "Dedicated H100", "route": Route.DEDICATED_BLOCK,
      "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 32,
@@ -41,7 +42,8 @@ POOLS = [
     {"slug": "mig-a100", "name": "MIG A100", "route": Route.MIG_VCLUSTER,
      "gpu_model": "NVIDIA-A100-SXM4-80GB", "capacity_devices": 16,
      "rate_per_device_hour": Decimal("1.60"), "device_class": "mig.nvidia.com",
-     "mig_profiles": ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb"],
+     "mig_profiles": ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb"], "cohort": "mig-a100",
+     "dra_product_name": "NVIDIA A100-SXM4-80GB",
      "node_selector": {"aifactory.io/pool": "mig-a100"}},
 ]
 USERS = [
