@@ -64,13 +64,17 @@ def finance_overview(request):
         rows = [r for r in rows if q in r.name.lower() or q in r.slug]
     if request.GET.get("format") == "csv":
         return _csv(rows, months)
+    from django.core.paginator import Paginator
+
+    page = Paginator(rows, 50).get_page(request.GET.get("page"))
     peak = max([max(t["allocated_h"], t["used_h"]) for t in totals] + [Decimal(1)])
     bars = [{"month": t["month"], "x": i * 100 + 8, "allocated_h": t["allocated_h"],
              "used_h": t["used_h"], "ha": float(t["allocated_h"] / peak * 110),
              "hu": float(t["used_h"] / peak * 110)} for i, t in enumerate(totals)]
     template = "billing/overview.html" + ("#table" if request.htmx else "")
     return render(request, template, {
-        "rows": rows, "months": months, "totals": totals, "bars": bars, "sort": sort,
+        "rows": page, "page": page, "months": months, "totals": totals, "bars": bars,
+        "sort": sort,
         "chart_width": len(months) * 100,
         "route": route, "routes": Route.choices, "q": q, "n_months": len(months),
         "grand": {"allocated_h": sum(t["allocated_h"] for t in totals),
