@@ -281,7 +281,8 @@ def request_manifests(request, pk: int):
              "namespace": m.get("metadata", {}).get("namespace", ""),
              "yaml": yaml.safe_dump(m, sort_keys=False),
              "row": rows[i] if rows else None} for i, m in enumerate(manifests)]
-    return render(request, "intake/manifests.html", {
+    template = "intake/manifests.html" + ("#objects" if request.htmx else "")
+    return render(request, template, {
         "req": obj, "docs": docs, "checked": rows is not None,
         "rejected": sum(1 for r in rows or [] if not r.accepted)})
 

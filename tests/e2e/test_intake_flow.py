@@ -54,6 +54,9 @@ def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_u
     expect(page.locator("#rows")).to_contain_text("Eval harness for release 7")
     page.click("text=Eval harness for release 7")
     expect(page.locator(".route-name").first).to_contain_text("MIG under vCluster")
+    # The dry-run of every object loads into the review page by itself.
+    expect(page.locator("#objects")).to_contain_text("ResourceClaimTemplate")
+    expect(page.locator("#objects")).to_contain_text("object(s) accepted")
     shot(page, "review-page")
     page.check("input[name=action][value=approve]")
     page.fill("textarea[name=reason]", "Fits the MIG pool.")

@@ -354,3 +354,13 @@ def test_tenants_never_see_node_names(client, lead, admin_user, tenant, pools,
     client.force_login(admin_user)
     body = client.get(reverse("intake:manifests", args=[req.pk])).content.decode()
     assert "h100-dedicated" in body
+
+
+def test_review_page_loads_the_dry_run_as_a_fragment(client, admin_user, submitted):
+    client.force_login(admin_user)
+    page = client.get(reverse("intake:review_detail", args=[submitted.pk])).content.decode()
+    assert "What approval creates" in page and "Asking the API server" in page
+    fragment = client.get(reverse("intake:manifests", args=[submitted.pk]),
+                          HTTP_HX_REQUEST="true").content.decode()
+    assert '<div id="objects">' in fragment and "<html" not in fragment
+    assert "kind: ResourceQuota" in fragment
