@@ -310,3 +310,25 @@ def test_api_server_down_mid_provision_the_worker_retries_and_finishes(
             found.add(ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind}))
     assert found == desired
     assert alloc.attempts >= 1
+
+
+def test_reconcile_prunes_what_retired_allocations_left(kube, fleet, tenant, lead, admin_user,
+                                                        django_capture_on_commit_callbacks):
+    from tenants.tasks import reconcile_allocations
+
+    _, keep = approve(tenant, lead, admin_user, Route.SHARED_POOL,
+                      django_capture_on_commit_callbacks)
+    _, gone = approve(tenant, lead, admin_user, Route.SHARED_POOL,
+                      django_capture_on_commit_callbacks)
+    # A retirement that stopped half-way: the row says retired, the objects are still there.
+    Allocation.objects.filter(pk=gone.pk).update(status="retired")
+    assert kube.list("kueue.x-k8s.io/v1beta2", "ClusterQueue",
+                     label_selector=f"{LABEL_ALLOCATION}={gone.pk}")
+    summary = reconcile_allocations()
+    assert "leftover object(s) pruned" in summary
+    for api_version, kind in OWNED_KINDS:
+        left = kube.list(api_version, kind, label_selector=f"{LABEL_ALLOCATION}={gone.pk}")
+        assert [o for o in left if not o["metadata"].get("deletionTimestamp")] == [], kind
+    # The live allocation and the pool's shared flavor are untouched.
+    assert kube.get("kueue.x-k8s.io/v1beta2", "ClusterQueue", keep.namespace) is not None
+    assert kube.get("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "pool-shared") is not None
