@@ -104,3 +104,21 @@ def request_events(request: CapacityRequest, *, show_fleet: bool = True):
         q |= Q(subject_type="allocation", subject_id=request.allocation_id)
     events = AuditEvent.objects.filter(q).select_related("actor").order_by("at", "id")
     return events if show_fleet else events.exclude(action__in=FLEET_ACTIONS)
+
+
+def why_not_yet(plan) -> str:
+    """For a request that fits later: when, in words (an estimate from allocations' ends)."""
+    from tenants.capacity import earliest_free
+    from tenants.selectors import pool_endings
+
+    if plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None:
+        return ""
+    pool = Pool.objects.get(pk=plan.pool.pool_id)
+    when = earliest_free(needed=plan.held_devices, free_now=plan.pool.free_devices,
+                         endings=pool_endings(pool))
+    if when is None:
+        return ("Not running yet: the allocations holding this pool are open-ended or end too "
+                "late to free enough; it waits for a release, a larger pool, or a route "
+                "override.")
+    return (f"Not running yet: enough capacity frees up on {when:%Y-%m-%d} when promised "
+            "allocations end (an estimate: earlier if one is retired sooner).")

@@ -17,7 +17,7 @@ from . import services
 from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
 from .forms import CapacityRequestForm, DecisionForm
 from .models import CapacityRequest
-from .selectors import plan_answers, plan_for_request, pool_facts, request_events
+from .selectors import plan_answers, plan_for_request, pool_facts, request_events, why_not_yet
 
 
 def get_request_for(user, pk: int) -> CapacityRequest:
@@ -155,7 +155,7 @@ def request_detail(request, pk: int):
     roles = roles_for(request.user)
     decision, plan = plan_for_request(obj)
     return render(request, "intake/request_detail.html", {
-        "req": obj, "decision": decision, "plan": plan,
+        "req": obj, "decision": decision, "plan": plan, "why_not_yet": why_not_yet(plan),
         "events": request_events(obj, show_fleet=roles.platform_admin),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
         "polling": obj.allocation is not None and obj.allocation.status in (
@@ -229,6 +229,7 @@ def review_detail(request, pk: int):
     decision, plan = plan_for_request(obj)
     return render(request, "intake/review_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "form": form,
+        "why_not_yet": why_not_yet(plan) if obj.status == Status.SUBMITTED else "",
         "pending": obj.status == Status.SUBMITTED,
         "events": request_events(obj, show_fleet=True),
         "polling": obj.allocation is not None and obj.allocation.status in (

@@ -257,3 +257,17 @@ def burn_in_age_days(node: NodeFacts, today: dt.date) -> int | None:
         return (today - dt.date.fromisoformat(node.burn_in_date)).days
     except ValueError:
         return None
+
+
+def earliest_free(*, needed: Decimal, free_now: Decimal,
+                  endings: Iterable[tuple[dt.datetime, Decimal]]) -> dt.datetime | None:
+    """When enough promised capacity has ended for `needed` devices to fit, or None if the
+    allocations that end are not enough (open-ended ones never free anything)."""
+    if needed <= free_now:
+        return None
+    free = free_now
+    for ends_at, devices in sorted(endings):
+        free += devices
+        if free >= needed:
+            return ends_at
+    return None

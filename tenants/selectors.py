@@ -38,3 +38,10 @@ def pools_for_route(route: str, gpu_model: str = ""):
     if gpu_model:
         pools = pools.filter(gpu_model=gpu_model)
     return pools.order_by("name")
+
+
+def pool_endings(pool: Pool) -> list[tuple]:
+    """(ends_at, devices) of the allocations holding capacity in the pool that do end."""
+    return list(Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING,
+                                          ends_at__isnull=False)
+                .values_list("ends_at", "device_equivalents"))

@@ -167,3 +167,16 @@ def test_mixed_gpu_models_are_counted_per_pool():
     a100 = [facts("a1", gpu_model="A100", gpu_count=4)]
     assert promisable_capacity(h100, allocated_devices=Decimal(0)).capacity_devices == 16
     assert promisable_capacity(a100, allocated_devices=Decimal(0)).capacity_devices == 4
+
+
+def test_earliest_free_walks_the_allocations_ending_in_order():
+    import datetime as dt
+
+    from tenants.capacity import earliest_free
+
+    t = lambda d: dt.datetime(2027, 1, d, tzinfo=dt.UTC)  # noqa: E731
+    endings = [(t(20), Decimal(4)), (t(5), Decimal(2)), (t(10), Decimal(1))]
+    assert earliest_free(needed=Decimal(5), free_now=Decimal(2), endings=endings) == t(10)
+    assert earliest_free(needed=Decimal(4), free_now=Decimal(2), endings=endings) == t(5)
+    assert earliest_free(needed=Decimal(20), free_now=Decimal(2), endings=endings) is None
+    assert earliest_free(needed=Decimal(1), free_now=Decimal(2), endings=endings) is None

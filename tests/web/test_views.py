@@ -364,3 +364,21 @@ def test_review_page_loads_the_dry_run_as_a_fragment(client, admin_user, submitt
                           HTTP_HX_REQUEST="true").content.decode()
     assert '<div id="objects">' in fragment and "<html" not in fragment
     assert "kind: ResourceQuota" in fragment
+
+
+def test_why_not_yet_names_the_day_capacity_frees_up(client, lead, admin_user, tenant,
+                                                     pools):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from intake import services
+
+    ends = timezone.localdate() + dt.timedelta(days=20)
+    big = make_request(tenant, lead, submit=True, whole_devices=30, ends_on=ends)
+    services.request_approve(request=big, by=admin_user, reason="ok")
+    waiting = make_request(tenant, lead, submit=True, whole_devices=8)
+    client.force_login(lead)
+    body = client.get(reverse("intake:detail", args=[waiting.pk])).content.decode()
+    assert "Does not fit now" in body
+    assert f"frees up on {ends + dt.timedelta(days=1):%Y-%m-%d}" in body
