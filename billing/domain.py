@@ -140,3 +140,22 @@ def utilisation(used: Decimal, allocated: Decimal) -> Decimal | None:
     if allocated <= 0:
         return None
     return (used / allocated * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+
+
+RIGHT_SIZE_BELOW = Decimal(30)  # percent
+
+
+def right_sizing(route: str, allocated_h: Decimal, used_h: Decimal) -> str:
+    """A plain-language proposal when an allocation is used far below what it holds."""
+    u = utilisation(used_h, allocated_h)
+    if u is None or u >= RIGHT_SIZE_BELOW or allocated_h <= 0:
+        return ""
+    if route in ("dedicated_block", "confidential_pool"):
+        offer = ("if the boundary is not contractual or regulatory after all, MIG under "
+                 "vCluster sized to the use would be billed for slices instead of whole devices")
+    elif route == "shared_pool":
+        offer = "a smaller quota would cover it, borrowing from idle peers at peaks"
+    else:
+        offer = "fewer or smaller slices would cover it"
+    return (f"Used {u}% of its allocated hours ({used_h:.0f} of {allocated_h:.0f} "
+            f"device-hours): {offer}.")

@@ -115,6 +115,12 @@ class StatementLine(models.Model):
     def __str__(self) -> str:
         return self.description
 
+    @property
+    def right_sizing(self) -> str:
+        from .domain import right_sizing
+
+        return right_sizing(self.route, self.allocated_h, self.used_h)
+
 
 class Adjustment(models.Model):
     """A correction to a closed month, with its reason; closed lines are never edited."""

@@ -182,6 +182,12 @@ class Line:
     def utilisation(self) -> Decimal | None:
         return utilisation(self.used_h, self.allocated_h)
 
+    @property
+    def right_sizing(self) -> str:
+        from .domain import right_sizing
+
+        return right_sizing(self.route, self.allocated_h, self.used_h)
+
 
 def _h(seconds) -> Decimal:
     return (Decimal(seconds or 0) / SECONDS_PER_HOUR).quantize(Decimal("0.0001"))

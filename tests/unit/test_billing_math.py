@@ -125,3 +125,13 @@ def test_amount_and_utilisation():
     assert amount(Decimal(1), Decimal("3600")) == Decimal("1.0000")
     assert utilisation(Decimal(25), Decimal(100)) == Decimal("25.0")
     assert utilisation(Decimal(0), Decimal(0)) is None
+
+
+def test_right_sizing_speaks_up_only_for_low_use():
+    from billing.domain import right_sizing
+
+    hint = right_sizing("dedicated_block", Decimal(5952), Decimal(476))
+    assert hint.startswith("Used 8.0% of its allocated hours") and "MIG under vCluster" in hint
+    assert "smaller quota" in right_sizing("shared_pool", Decimal(100), Decimal(10))
+    assert right_sizing("shared_pool", Decimal(100), Decimal(60)) == ""
+    assert right_sizing("mig_vcluster", Decimal(0), Decimal(0)) == ""

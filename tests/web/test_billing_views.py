@@ -78,6 +78,7 @@ def test_statement_page(client, users, billed, who, status):
     assert response.status_code == status
     if status == 200:
         assert b"acme-r1" in response.content and b"10.00" in response.content
+        assert b"Used 25.0% of its allocated hours" in response.content  # right-sizing
         hours = client.get(reverse("billing:hours", args=["acme", f"{LAST_MONTH:%Y-%m}",
                                                           billed[0].pk]))
         assert hours.status_code == 200 and b"14400" in hours.content
