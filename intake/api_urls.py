@@ -1,7 +1,10 @@
 from rest_framework.routers import DefaultRouter
 
+from tenants.api import AllocationViewSet
+
 from .api import CapacityRequestViewSet
 
 router = DefaultRouter()
 router.register("requests", CapacityRequestViewSet, basename="request")
+router.register("allocations", AllocationViewSet, basename="allocation")
 urlpatterns = router.urls

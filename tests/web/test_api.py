@@ -116,3 +116,21 @@ def test_openapi_schema_lists_the_actions(api, lead):
     for path in ("/api/requests/{id}/approve/", "/api/requests/{id}/deny/",
                  "/api/requests/{id}/submit/", "/api/requests/{id}/request-changes/"):
         assert path in schema
+
+
+def test_allocations_are_listed_per_tenant(api, tenant, lead, other_lead, finance_user,
+                                           admin_user, pools):
+    from intake import services
+
+    req = make_request(tenant, lead, submit=True)
+    req = services.request_approve(request=req, by=admin_user, reason="ok")
+    api.force_authenticate(lead)
+    rows = api.get("/api/allocations/").json()["results"]
+    assert [r["namespace"] for r in rows] == [f"acme-r{req.pk}"]
+    assert rows[0]["route"] == "shared_pool" and rows[0]["device_equivalents"] == "4.0000"
+    api.force_authenticate(other_lead)
+    assert api.get("/api/allocations/").json()["count"] == 0
+    assert api.get(f"/api/allocations/{req.allocation_id}/").status_code == 404
+    api.force_authenticate(finance_user)
+    assert api.get(f"/api/allocations/{req.allocation_id}/").status_code == 200
+    assert api.post("/api/allocations/", {}).status_code == 405
