@@ -71,6 +71,3 @@ def overview(tenant_ids, months: list[dt.date], *, route: str = "") -> tuple[lis
         t["amount"] += amt
     return list(rows.values()), [totals[m] for m in months]
 
-
-def tenant_trend(tenant_id: int, months: list[dt.date]) -> list[dict]:
-    return overview([tenant_id], months)[1]

@@ -50,10 +50,9 @@ def _month(value: str) -> dt.date:
 @login_required
 def finance_overview(request):
     tenant_ids = _billing_reader(request.user)
-    months = last_months(int(request.GET.get("months", 6) or 6) if
-                         str(request.GET.get("months", "6")).isdigit() else 6,
-                         timezone.localdate())
-    months = months[-12:]
+    wanted = request.GET.get("months", "6")
+    count = min(12, max(1, int(wanted))) if wanted.isdigit() else 6
+    months = last_months(count, timezone.localdate())
     route = request.GET.get("route", "")
     route = route if route in Route.values else ""
     rows, totals = overview(tenant_ids, months, route=route)

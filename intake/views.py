@@ -10,7 +10,12 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from tenants.access import require_platform_admin, roles_for, scope_to_tenants
+from tenants.access import (
+    require_platform_admin,
+    roles_for,
+    scope_to_tenants,
+    visible_tenants,
+)
 from tenants.models import Pool, Route, Tenant
 
 from . import services
@@ -76,8 +81,7 @@ def request_list(request):
     return render(request, template, {
         "page": page, "status": status, "tenant": tenant, "statuses": list(Status),
         "counts": counts, "can_file": roles.is_lead,
-        "tenants": scope_to_tenants(request.user, Tenant.objects.all(), "id")
-        if not roles.sees_all_tenants else Tenant.objects.all(),
+        "tenants": visible_tenants(request.user),
     })
 
 

@@ -252,13 +252,6 @@ def choose_dedicated_nodes(nodes: Iterable[NodeFacts], *, count: int,
     return [n.name for n in free[:count]]
 
 
-def burn_in_age_days(node: NodeFacts, today: dt.date) -> int | None:
-    try:
-        return (today - dt.date.fromisoformat(node.burn_in_date)).days
-    except ValueError:
-        return None
-
-
 def earliest_free(*, needed: Decimal, free_now: Decimal,
                   endings: Iterable[tuple[dt.datetime, Decimal]]) -> dt.datetime | None:
     """When enough promised capacity has ended for `needed` devices to fit, or None if the

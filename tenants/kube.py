@@ -199,7 +199,7 @@ class KubernetesBackend:
         resource = self._resource(api_version, kind)
         result = self._call(f"Listing {kind}", self._dynamic().get, resource,
                             namespace=namespace or None, label_selector=label_selector or None)
-        return [item for item in result.to_dict().get("items", [])]
+        return list(result.to_dict().get("items", []))
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         resource = self._resource(api_version, kind)

@@ -22,6 +22,7 @@ from tenants.provisioning import (
     allocation_manifests,
     allocation_reconcile,
     allocation_retry,
+    allocation_spec,
 )
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess
@@ -302,7 +303,7 @@ def test_api_server_down_mid_provision_the_worker_retries_and_finishes(
         worker.stop()
     # No duplicates, no orphans: exactly the desired objects carry the allocation's label.
     desired = {ObjectKey.of(m) for m in render_manifests(
-        __import__("tenants.provisioning", fromlist=["x"]).allocation_spec(alloc))
+        allocation_spec(alloc))
         if m["kind"] != "Node" and LABEL_ALLOCATION in m["metadata"].get("labels", {})}
     found = set()
     for api_version, kind in OWNED_KINDS:
