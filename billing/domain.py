@@ -11,22 +11,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
+from fleet.domain import Route
+from fleet.domain import mig_share as mig_weight  # noqa: F401 - one home: fleet.domain
+
 HOUR = dt.timedelta(hours=1)
 SECONDS_PER_HOUR = Decimal(3600)
-SLICES_PER_DEVICE = 7
-
-
-def mig_weight(profile: str, overrides: dict[str, Decimal] | None = None) -> Decimal:
-    """The share of a device a MIG instance counts as: compute slices / 7 by default."""
-    if not profile:
-        return Decimal(1)
-    if overrides and profile in overrides:
-        return Decimal(overrides[profile])
-    try:
-        slices = int(profile.split("g.", 1)[0])
-    except ValueError:
-        return Decimal(1)
-    return Decimal(slices) / SLICES_PER_DEVICE
 
 
 def floor_hour(t: dt.datetime) -> dt.datetime:
@@ -85,10 +74,10 @@ class HourCharge:
 
 
 POLICIES = {
-    "dedicated_block": "allocated hours, idle included (priced back)",
-    "confidential_pool": "allocated hours, idle included (priced back)",
-    "mig_vcluster": "allocated slice-hours of the approved slices",
-    "shared_pool": "allocated quota hours, plus hours borrowed beyond the quota",
+    Route.DEDICATED_BLOCK: "allocated hours, idle included (priced back)",
+    Route.CONFIDENTIAL_POOL: "allocated hours, idle included (priced back)",
+    Route.MIG_VCLUSTER: "allocated slice-hours of the approved slices",
+    Route.SHARED_POOL: "allocated quota hours, plus hours borrowed beyond the quota",
 }
 
 
@@ -97,7 +86,7 @@ def hour_charge(route: str, *, allocated: Decimal, used: Decimal | None,
     """What one allocation-hour is charged for, by the route's policy."""
     base = max(Decimal(0), allocated - credit)
     charged = base
-    if route == "shared_pool" and used is not None and used > allocated:
+    if route == Route.SHARED_POOL and used is not None and used > allocated:
         charged += used - allocated  # borrowed from idle peers in the cohort
     return HourCharge(allocated, used, credit, charged, POLICIES.get(route, "allocated hours"))
 
@@ -150,12 +139,40 @@ def right_sizing(route: str, allocated_h: Decimal, used_h: Decimal) -> str:
     u = utilisation(used_h, allocated_h)
     if u is None or u >= RIGHT_SIZE_BELOW or allocated_h <= 0:
         return ""
-    if route in ("dedicated_block", "confidential_pool"):
+    if route in (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL):
         offer = ("if the boundary is not contractual or regulatory after all, MIG under "
                  "vCluster sized to the use would be billed for slices instead of whole devices")
-    elif route == "shared_pool":
+    elif route == Route.SHARED_POOL:
         offer = "a smaller quota would cover it, borrowing from idle peers at peaks"
     else:
         offer = "fewer or smaller slices would cover it"
     return (f"Used {u}% of its allocated hours ({used_h:.0f} of {allocated_h:.0f} "
             f"device-hours): {offer}.")
+
+
+@dataclass(frozen=True)
+class AllocationHour:
+    """One allocation's figures for one hour, in device-seconds and money."""
+
+    allocated: Decimal
+    used: Decimal | None
+    credit: Decimal
+    charged: Decimal
+    rate: Decimal
+    amount: Decimal
+
+
+def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime | None,
+                    devices: Decimal, hour: dt.datetime, used: Decimal | None,
+                    outages: Iterable[tuple[dt.datetime, dt.datetime | None, int]],
+                    rate: Decimal) -> AllocationHour | None:
+    """The rollup's arithmetic for one allocation-hour; None when nothing was allocated."""
+    allocated = allocated_device_seconds(starts_at=starts_at, ends_at=ends_at, devices=devices,
+                                         hour=hour)
+    if allocated <= 0:
+        return None
+    credit = credit_device_seconds(outages=outages, starts_at=starts_at, ends_at=ends_at,
+                                   hour=hour)
+    charge = hour_charge(route, allocated=allocated, used=used, credit=credit)
+    return AllocationHour(allocated, used, credit, charge.charged, rate,
+                          amount(charge.charged, rate))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from tenants.models import Allocation, Pool, Tenant
+from fleet.models import Allocation, Pool
+from tenants.models import Tenant
 
 
 class RateCard(models.Model):

@@ -12,19 +12,17 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from fleet.models import Allocation, NodeOutage
 from tenants.audit import audit_record
-from tenants.models import Allocation, NodeOutage, Tenant
+from tenants.models import Tenant
 
 from . import prometheus
 from .domain import (
     HOUR,
     SECONDS_PER_HOUR,
     Rate,
-    allocated_device_seconds,
-    amount,
-    credit_device_seconds,
+    allocation_hour,
     floor_hour,
-    hour_charge,
     hours_between,
     money,
     month_bounds,
@@ -66,22 +64,39 @@ def _rates(pools) -> dict[int, list[Rate]]:
     return out
 
 
-@transaction.atomic
 def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | None = None
                  ) -> RollupReport:
     """Recompute every allocation-hour in [start, end). Safe to re-run on any window: rows
     are replaced, never added twice; an hour Prometheus cannot answer stays pending (or keeps
-    the value an earlier run measured)."""
+    the value an earlier run measured).
+
+    Prometheus is asked first, with no transaction open; the rows are then written in one."""
     start, end = floor_hour(start), floor_hour(end)
-    now = timezone.now()
-    end = min(end, floor_hour(now))  # only whole, finished hours
+    end = min(end, floor_hour(timezone.now()))  # only whole, finished hours
     report = RollupReport(pending_hours=[])
+    if not Allocation.objects.filter(status__in=BILLED, starts_at__lt=end).filter(
+            Q(ends_at__isnull=True) | Q(ends_at__gt=start)).exists():
+        return report
+    measured: dict[dt.datetime, dict[str, Decimal] | None] = {}
+    for hour in hours_between(start, end):
+        report.hours += 1
+        try:
+            measured[hour] = prometheus.used_device_seconds(hour, base_url=prometheus_url,
+                                                            weights=_weights())
+        except prometheus.PrometheusError:
+            measured[hour] = None
+            report.pending_hours.append(hour)
+    report.rows = _record_hours(start, end, measured)
+    return report
+
+
+@transaction.atomic
+def _record_hours(start: dt.datetime, end: dt.datetime,
+                  measured: dict[dt.datetime, dict[str, Decimal] | None]) -> int:
     allocations = list(
         Allocation.objects.filter(status__in=BILLED, starts_at__lt=end)
         .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
         .select_related("pool").prefetch_related("nodes"))
-    if not allocations:
-        return report
     rates = _rates({a.pool_id for a in allocations})
     outages = defaultdict(list)
     node_ids = {n.pk for a in allocations for n in a.nodes.all()}
@@ -91,40 +106,29 @@ def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | 
         allocation__in=allocations, hour__gte=start, hour__lt=end)}
     rows: list[UsageHour] = []
     touched: set[tuple[int, dt.date]] = set()
-    for hour in hours_between(start, end):
-        report.hours += 1
-        try:
-            used_by_ns = prometheus.used_device_seconds(hour, base_url=prometheus_url,
-                                                        weights=_weights())
-        except prometheus.PrometheusError:
-            used_by_ns = None
-            report.pending_hours.append(hour)
+    for hour, used_by_ns in measured.items():
         for alloc in allocations:
-            window_end = alloc.ends_at
-            allocated = allocated_device_seconds(starts_at=alloc.starts_at, ends_at=window_end,
-                                                 devices=alloc.device_equivalents, hour=hour)
-            if allocated <= 0:
-                continue
-            credit = credit_device_seconds(
-                outages=[o for n in alloc.nodes.all() for o in outages.get(n.pk, [])],
-                starts_at=alloc.starts_at, ends_at=window_end, hour=hour)
             if used_by_ns is None:
                 used = existing.get((alloc.pk, hour))  # keep what an earlier run measured
             else:
                 used = used_by_ns.get(alloc.namespace, Decimal(0))
-            charge = hour_charge(alloc.route, allocated=allocated, used=used, credit=credit)
-            rate = rate_at(rates.get(alloc.pool_id, []), hour, alloc.pool.rate_per_device_hour)
+            figures = allocation_hour(
+                route=alloc.route, starts_at=alloc.starts_at, ends_at=alloc.ends_at,
+                devices=alloc.device_equivalents, hour=hour, used=used,
+                outages=[o for n in alloc.nodes.all() for o in outages.get(n.pk, [])],
+                rate=rate_at(rates.get(alloc.pool_id, []), hour, alloc.pool.rate_per_device_hour))
+            if figures is None:
+                continue
             rows.append(UsageHour(
                 allocation=alloc, tenant_id=alloc.tenant_id, pool_id=alloc.pool_id, hour=hour,
-                allocated_s=allocated, used_s=used, credit_s=credit, charged_s=charge.charged,
-                rate=rate, amount=amount(charge.charged, rate)))
+                allocated_s=figures.allocated, used_s=figures.used, credit_s=figures.credit,
+                charged_s=figures.charged, rate=figures.rate, amount=figures.amount))
             touched.add((alloc.pk, month_start(hour)))
     UsageHour.objects.bulk_create(
         rows, batch_size=1000, update_conflicts=True, unique_fields=["allocation", "hour"],
         update_fields=["allocated_s", "used_s", "credit_s", "charged_s", "rate", "amount"])
-    report.rows = len(rows)
     refresh_months(touched)
-    return report
+    return len(rows)
 
 
 def refresh_months(keys: set[tuple[int, dt.date]]) -> None:
@@ -307,7 +311,7 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
 
 def sync_pool_rates(now: dt.datetime | None = None) -> int:
     """Keep each pool's current rate (the intake estimate's) equal to the card in force."""
-    from tenants.models import Pool
+    from fleet.models import Pool
 
     now = now or timezone.now()
     changed = 0

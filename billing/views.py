@@ -6,22 +6,21 @@ import csv
 import datetime as dt
 from decimal import Decimal, InvalidOperation
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fleet.models import Allocation, Route
 from tenants.access import roles_for, visible_tenants
-from tenants.models import Allocation, Route, Tenant
+from tenants.models import Tenant
 
 from . import services
-from .domain import SECONDS_PER_HOUR, month_bounds, month_start
-from .models import UsageHour, UsageMonth
+from .domain import month_bounds, month_start
+from .models import UsageHour
 from .selectors import last_months, overview
 
 SORTS = {"name": lambda r: r.name.lower(), "amount": lambda r: -r.amount,
@@ -169,51 +168,10 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
                                                   "alloc": alloc, "hours": hours})
 
 
-def metrics(request):
-    """Prometheus exposition: per-tenant device-hours and request counts (for Grafana,
-    OpenCost). Needs the bearer token PORTAL_METRICS_TOKEN; open only in the embedded run."""
-    token = settings.PORTAL_METRICS_TOKEN
-    if token:
-        if request.headers.get("Authorization", "") != f"Bearer {token}":
-            return HttpResponse("metrics token required\n", status=401,
-                                content_type="text/plain")
-    elif settings.PRODUCTION:
-        raise Http404("Set PORTAL_METRICS_TOKEN to expose /metrics")
-    from intake.models import CapacityRequest
-
-    lines = [
-        "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",
-        "# TYPE aifactory_allocated_device_hours counter",
-    ]
-    totals = (UsageMonth.objects.values("tenant__slug", "pool__slug")
-              .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
-                        amount=Sum("amount")).order_by("tenant__slug", "pool__slug"))
-    used_lines, amount_lines = [], []
-    for t in totals:
-        labels = f'tenant="{t["tenant__slug"]}",pool="{t["pool__slug"]}"'
-        lines.append(f"aifactory_allocated_device_hours{{{labels}}} "
-                     f"{Decimal(t['allocated'] or 0) / SECONDS_PER_HOUR:.4f}")
-        used_lines.append(f"aifactory_used_device_hours{{{labels}}} "
-                          f"{Decimal(t['used'] or 0) / SECONDS_PER_HOUR:.4f}")
-        amount_lines.append(f"aifactory_charged_amount{{{labels}}} {Decimal(t['amount'] or 0):.4f}")
-    lines += ["# HELP aifactory_used_device_hours Device-hours measured busy (DCGM), by tenant.",
-              "# TYPE aifactory_used_device_hours counter", *used_lines,
-              "# HELP aifactory_charged_amount Charges at the rate card, by tenant.",
-              "# TYPE aifactory_charged_amount counter", *amount_lines,
-              "# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
-              "# TYPE aifactory_capacity_requests gauge"]
-    for r in (CapacityRequest.objects.values("tenant__slug", "status").annotate(n=Count("id"))
-              .order_by("tenant__slug", "status")):
-        lines.append(f'aifactory_capacity_requests{{tenant="{r["tenant__slug"]}",'
-                     f'status="{r["status"]}"}} {r["n"]}')
-    return HttpResponse("\n".join(lines) + "\n",
-                        content_type="text/plain; version=0.0.4; charset=utf-8")
-
-
 @login_required
 def rates(request):
     """Rate cards: admins add them; finance reads them."""
-    from tenants.models import Pool
+    from fleet.models import Pool
 
     from .models import RateCard
 

@@ -8,8 +8,9 @@ from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from fleet.models import Route
 from tenants.access import roles_for, scope_to_tenants
-from tenants.models import Route, Tenant
+from tenants.models import Tenant
 
 from . import services
 from .domain import ALL_MIG_PROFILES, validate_answers

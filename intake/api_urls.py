@@ -1,6 +1,6 @@
 from rest_framework.routers import DefaultRouter
 
-from tenants.api import AllocationViewSet
+from fleet.api import AllocationViewSet
 
 from .api import CapacityRequestViewSet
 

@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
-from tenants.models import Route
+from fleet.domain import SLICES_PER_DEVICE, Route, mig_device_equivalents
 
 HOURS_PER_MONTH = Decimal("730")  # 365 × 24 / 12: the usual cloud month
-SLICES_PER_DEVICE = 7  # compute slices of a MIG-capable GPU
 MAX_REPLICAS = 512
 MIN_REFERENCE_LENGTH = 3
 
@@ -58,12 +57,6 @@ class MigProfile:
     @property
     def is_fraction(self) -> bool:
         return self.compute_slices < SLICES_PER_DEVICE
-
-
-def slice_devices(compute_slices: int) -> Decimal:
-    """Compute slices as device-equivalents, to the 4 places allocations store."""
-    return (Decimal(compute_slices) / SLICES_PER_DEVICE).quantize(Decimal("0.0001"),
-                                                                  rounding=ROUND_HALF_UP)
 
 
 def _profiles(*rows: tuple[str, int, int]) -> tuple[MigProfile, ...]:
@@ -113,6 +106,7 @@ class IntakeAnswers:
     memory_gb: int = 0  # … or the memory one replica needs
     gpu_memory_gb: int = 80
     offered_profiles: tuple[str, ...] = ()  # what the MIG pool offers (memory → profile)
+    mig_weights: tuple[tuple[str, str], ...] = ()  # PORTAL_MIG_WEIGHTS, as (profile, weight)
 
 
 @dataclass(frozen=True)
@@ -125,6 +119,12 @@ class RouteDecision:
     mig_profile: str = ""
     mig_count: int = 0
     errors: tuple[tuple[str, str], ...] = ()  # (field, message) that block the route
+    mig_weights: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def charges_idle(self) -> bool:
+        """Whole devices reserved for one tenant are paid for, used or not."""
+        return self.route in (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL)
 
     @property
     def ok(self) -> bool:
@@ -133,9 +133,10 @@ class RouteDecision:
     @property
     def device_equivalents(self) -> Decimal:
         if self.route is Route.MIG_VCLUSTER:
-            profile = mig_profile(self.mig_profile)
-            slices = profile.compute_slices * self.mig_count if profile else 0
-            return slice_devices(slices)
+            if mig_profile(self.mig_profile) is None:
+                return Decimal(0)
+            return mig_device_equivalents(self.mig_profile, self.mig_count,
+                                          dict(self.mig_weights))
         return Decimal(self.whole_devices)
 
     @property
@@ -226,7 +227,7 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
         profile_name, count = "", 0
     elif fill is Fill.SMALL:
         route = Route.MIG_VCLUSTER
-        share = slice_devices(mig_profile(profile_name).compute_slices * count)
+        share = mig_device_equivalents(profile_name, count, dict(a.mig_weights))
         reason = (f"MIG under vCluster: {count} × {profile_name} slice(s) "
                   f"(= {format_devices(share)} device(s)) through DRA claims, with a virtual "
                   "control plane of the tenant's own. A habitual preference for separation is "
@@ -237,7 +238,8 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
                   "cohort, borrowing beyond it when peers are idle. A habitual boundary is "
                   "not a compliance requirement, so no hardware is reserved.")
     return RouteDecision(route, reason + sizing_note, isolation=a.isolation, fill=fill,
-                         whole_devices=whole, mig_profile=profile_name, mig_count=count)
+                         whole_devices=whole, mig_profile=profile_name, mig_count=count,
+                         mig_weights=a.mig_weights)
 
 
 def format_devices(value: Decimal) -> str:
@@ -264,7 +266,8 @@ def override_decision(decision: RouteDecision, route: Route, why: str) -> RouteD
     reason = (f"Route overridden from {Route(decision.route).label} to {route.label} by a "
               f"platform admin: {why.strip()} (The matrix said: {decision.reason})")
     return RouteDecision(route, reason, isolation=decision.isolation, fill=decision.fill,
-                         whole_devices=whole, mig_profile=profile, mig_count=count)
+                         whole_devices=whole, mig_profile=profile, mig_count=count,
+                         mig_weights=decision.mig_weights)
 
 
 # ---------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ import datetime as dt
 from django import forms
 from django.utils import timezone
 
-from tenants.models import Pool, Route, Tenant
+from fleet.models import Pool, Route
+from tenants.models import Tenant
 
 from .domain import ALL_MIG_PROFILES, IntakeAnswers, validate_answers
 from .models import CapacityRequest

@@ -6,7 +6,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from tenants.models import Allocation, Pool, Route, Tenant
+from fleet.models import Allocation, Pool, Route
+from tenants.models import Tenant
 
 from .domain import (
     EDITABLE_STATES,

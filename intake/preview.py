@@ -2,36 +2,20 @@
 
 from __future__ import annotations
 
-from tenants.capacity import choose_dedicated_nodes
-from tenants.kube import KubeError
-from tenants.manifests import render_manifests
-from tenants.models import Allocation, GpuNode, Pool, Route
-from tenants.provisioning import PreviewRow, preview, spec_for
-from tenants.services import namespace_for
+from fleet.kube import KubeError
+from fleet.manifests import render_manifests
+from fleet.provisioning import PreviewRow, preview
 
 from .models import CapacityRequest
-from .selectors import plan_for_request
+from .selectors import approval_plan
 
 
 def request_manifests(request: CapacityRequest) -> list[dict]:
-    """The objects approval would render, with candidate nodes for a dedicated block."""
-    decision, plan = plan_for_request(request)
-    if plan is None or not decision.ok:
+    """The objects approval would render: the same plan `request_approve` applies."""
+    plan = approval_plan(request)
+    if not plan.ok:
         return []
-    pool = Pool.objects.get(pk=plan.pool.pool_id)
-    nodes: tuple[str, ...] = ()
-    if decision.route is Route.DEDICATED_BLOCK:
-        pool_nodes = [n.facts() for n in GpuNode.objects.filter(pool=pool)]
-        reserved = GpuNode.objects.filter(
-            pool=pool, allocations__status__in=Allocation.HOLDING).values_list("name", flat=True)
-        nodes = tuple(choose_dedicated_nodes(pool_nodes, count=plan.nodes,
-                                             reserved_nodes=reserved))
-    spec = spec_for(
-        allocation_id=0, tenant=request.tenant, pool=pool,
-        namespace=namespace_for(request.tenant, f"r{request.pk}"), route=decision.route.value,
-        whole_devices=int(plan.held_devices) if decision.route is not Route.MIG_VCLUSTER else 0,
-        mig_profile=decision.mig_profile, mig_count=decision.mig_count, nodes=nodes)
-    return render_manifests(spec)
+    return render_manifests(plan.spec(request.tenant))
 
 
 def request_preview(request: CapacityRequest) -> list[PreviewRow]:

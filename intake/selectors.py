@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from tenants.models import Pool, Route
-from tenants.selectors import pool_capacity, pools_for_route
+from django.conf import settings
+
+from fleet.manifests import AllocationSpec
+from fleet.models import Pool, Route
+from fleet.provisioning import spec_for
+from fleet.selectors import free_dedicated_nodes, pool_capacity, pools_for_route
+from fleet.services import namespace_for
 
 from .domain import (
     IntakeAnswers,
@@ -57,7 +62,19 @@ def mig_offer(gpu_model: str = "") -> tuple[int, tuple[str, ...]]:
 
 def answers_for(answers: IntakeAnswers, gpu_model: str = "") -> IntakeAnswers:
     memory, offered = mig_offer(gpu_model)
-    return replace(answers, gpu_memory_gb=memory, offered_profiles=offered)
+    return replace(answers, gpu_memory_gb=memory, offered_profiles=offered,
+                   mig_weights=tuple(sorted(settings.PORTAL_MIG_WEIGHTS.items())))
+
+
+def pool_for_route(decision: RouteDecision, gpu_model: str = "", pool: Pool | None = None
+                   ) -> Pool | None:
+    """The pool that takes a routed request: the one it names if it serves the route, else
+    the first active pool of the route (and GPU model)."""
+    if decision.route is None:
+        return None
+    if pool is not None and pool.route == decision.route:
+        return pool
+    return pools_for_route(decision.route, gpu_model).first()
 
 
 def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilisation: int = 100,
@@ -68,8 +85,7 @@ def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilis
     decision = decision or route_request(answers)
     if decision.route is None:
         return decision, None
-    if pool is None or pool.route != decision.route:
-        pool = pools_for_route(decision.route, gpu_model).first()
+    pool = pool_for_route(decision, gpu_model, pool)
     if pool is None:
         return decision, None
     plan = plan_request(decision, pool_facts(pool), expected_utilisation=expected_utilisation,
@@ -108,8 +124,8 @@ def request_events(request: CapacityRequest, *, show_fleet: bool = True):
 
 def why_not_yet(plan) -> str:
     """For a request that fits later: when, in words (an estimate from allocations' ends)."""
-    from tenants.capacity import earliest_free
-    from tenants.selectors import pool_endings
+    from fleet.capacity import earliest_free
+    from fleet.selectors import pool_endings
 
     if plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None:
         return ""
@@ -122,3 +138,54 @@ def why_not_yet(plan) -> str:
                 "override.")
     return (f"Not running yet: enough capacity frees up on {when:%Y-%m-%d} when promised "
             "allocations end (an estimate: earlier if one is retired sooner).")
+
+
+@dataclass(frozen=True)
+class ApprovalPlan:
+    """Everything approval would do for a request, decided once: the review page previews
+    exactly this, and `request_approve` applies exactly this."""
+
+    decision: RouteDecision
+    plan: RequestPlan | None
+    pool: Pool | None
+    namespace: str = ""
+    whole_devices: int = 0
+    nodes: tuple[str, ...] | None = None  # a dedicated block's nodes; None: no synced fleet
+
+    @property
+    def ok(self) -> bool:
+        return self.decision.ok and self.plan is not None and not self.plan.errors
+
+    def spec(self, tenant, *, allocation_id: int = 0) -> AllocationSpec:
+        return spec_for(
+            allocation_id=allocation_id, tenant=tenant, pool=self.pool, namespace=self.namespace,
+            route=self.decision.route.value, whole_devices=self.whole_devices,
+            mig_profile=self.decision.mig_profile, mig_count=self.decision.mig_count,
+            nodes=tuple(sorted(self.nodes or ())))
+
+
+def request_decision(request: CapacityRequest) -> RouteDecision:
+    """The matrix's route for a request, as the requester answered."""
+    return route_request(answers_for(request.answers(), request.gpu_model))
+
+
+def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = None,
+                  pool: Pool | None = None) -> ApprovalPlan:
+    """Route (or take the admin's overridden decision), pick the pool, size, price, fit,
+    name the namespace and choose a dedicated block's nodes."""
+    decision = decision or request_decision(request)
+    if not decision.ok:
+        return ApprovalPlan(decision, None, None)
+    pool = pool_for_route(decision, request.gpu_model,
+                          pool or (request.pool if request.pool_id else None))
+    if pool is None:
+        return ApprovalPlan(decision, None, None)
+    plan = plan_request(decision, pool_facts(pool),
+                        expected_utilisation=request.expected_utilisation,
+                        window_hours=window_hours(request.starts_on, request.ends_on))
+    whole = int(plan.held_devices) if decision.route is not Route.MIG_VCLUSTER else 0
+    nodes = (free_dedicated_nodes(pool, plan.nodes) if decision.route is Route.DEDICATED_BLOCK
+             else ())
+    return ApprovalPlan(decision, plan, pool, namespace=namespace_for(request.tenant,
+                                                                      f"r{request.pk}"),
+                        whole_devices=whole, nodes=nodes)

@@ -9,11 +9,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.models import Pool, Route
+from fleet.services import allocation_create, allocation_extend, allocation_reserve_nodes
 from tenants.access import roles_for
 from tenants.audit import audit_record
-from tenants.models import Pool, Route, Tenant
-from tenants.services import allocation_create, allocation_extend, allocation_reserve_nodes
-from tenants.tasks import provision_allocation
+from tenants.models import Tenant
 
 from .domain import (
     TRANSITIONS,
@@ -23,7 +23,7 @@ from .domain import (
     override_decision,
 )
 from .models import CapacityRequest
-from .selectors import plan_for_request
+from .selectors import approval_plan, plan_for_request, pool_for_route, request_decision
 
 EDITABLE_FIELDS = (
     "title", "workload_kind", "isolation_origin", "isolation_reference", "device_fill",
@@ -176,7 +176,7 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
     to_state = _check(request, "approve", by, reason)
     if request.renews_id:
         return _approve_renewal(request, by, reason, to_state)
-    decision, plan = plan_for_request(request)
+    decision = request_decision(request)
     overridden = bool(override_route) and override_route != request.route
     if overridden:
         if not override_reason.strip():
@@ -186,28 +186,32 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
             decision = override_decision(decision, Route(override_route), override_reason)
         except ValueError as exc:
             raise IntakeError(str(exc), fields={"override_route": str(exc)}) from exc
-        decision, plan = plan_for_request(request, decision=decision)
-    if plan is None or not decision.ok:
-        raise IntakeError(decision.reason if not decision.ok else
-                          f"No active pool serves {Route(decision.route).label}.")
+    if not decision.ok:
+        raise IntakeError(decision.reason)
+    pool = pool_for_route(decision, request.gpu_model,
+                          None if overridden else (request.pool if request.pool_id else None))
+    if pool is None:
+        raise IntakeError(f"No active pool serves {Route(decision.route).label}.")
+    # Lock the pool, then plan once: numbers read before the lock could be stale.
+    pool = Pool.objects.select_for_update(of=("self",)).get(pk=pool.pk)
+    approval = approval_plan(request, decision=decision, pool=pool)
+    plan = approval.plan
     if plan.errors:
         raise IntakeError(" ".join(m for _, m in plan.errors))
-    # Lock the pool, then recompute the fit: the numbers read before the lock may be stale.
-    pool = Pool.objects.select_for_update(of=("self",)).get(pk=plan.pool.pool_id)
-    decision, plan = plan_for_request(request, decision=decision)
     if plan.fit is not Fit.FITS_NOW:
         raise IntakeError(f"Not approved: {plan.fit_reason}")
     now = timezone.now()
     starts_at, ends_at = _window(request, now)
     allocation = allocation_create(
         tenant=request.tenant, pool=pool, route=decision.route.value,
-        whole_devices=int(plan.held_devices) if decision.route is not Route.MIG_VCLUSTER else 0,
-        mig_profile=decision.mig_profile, mig_count=decision.mig_count,
-        device_equivalents=plan.held_devices, starts_at=starts_at, ends_at=ends_at, by=by,
-        reason=f"Approved request #{request.pk}: {decision.reason}", name_suffix=f"r{request.pk}",
+        whole_devices=approval.whole_devices, mig_profile=decision.mig_profile,
+        mig_count=decision.mig_count, device_equivalents=plan.held_devices,
+        starts_at=starts_at, ends_at=ends_at, by=by, namespace=approval.namespace,
+        reason=f"Approved request #{request.pk}: {decision.reason}",
     )
     try:
-        allocation_reserve_nodes(allocation=allocation, count=plan.nodes, by=by)
+        allocation_reserve_nodes(allocation=allocation, names=approval.nodes, count=plan.nodes,
+                                 by=by)
     except ValueError as exc:
         raise IntakeError(f"Not approved: {exc}.") from exc
     updated = CapacityRequest.objects.filter(pk=request.pk, status=Status.SUBMITTED).update(
@@ -218,8 +222,6 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
     )
     if updated != 1:  # cannot happen under the row lock; refuse rather than promise twice
         raise IntakeError("Another admin decided this request at the same moment.")
-    # Provision after commit: a rolled-back approval never starts a task.
-    transaction.on_commit(lambda: provision_allocation.delay(allocation.pk))
     if overridden:
         audit_record(actor=by, subject=request, tenant=request.tenant, action="request.rerouted",
                      reason=override_reason, data={"from": request.route,

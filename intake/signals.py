@@ -2,7 +2,7 @@
 
 from django.dispatch import receiver
 
-from tenants.signals import allocation_status_changed
+from fleet.signals import allocation_status_changed
 
 from .models import CapacityRequest
 

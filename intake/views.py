@@ -10,13 +10,14 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from fleet.models import Pool, Route
 from tenants.access import (
     require_platform_admin,
     roles_for,
     scope_to_tenants,
     visible_tenants,
 )
-from tenants.models import Pool, Route, Tenant
+from tenants.models import Tenant
 
 from . import services
 from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
@@ -262,7 +263,7 @@ def request_manifests(request, pk: int):
     """The Kubernetes objects of a request: what approval would create, or what it did."""
     import yaml
 
-    from tenants.provisioning import allocation_manifests
+    from fleet.provisioning import allocation_manifests
 
     from .preview import request_manifests as preview_manifests
     from .preview import request_preview
@@ -295,7 +296,7 @@ def request_manifests(request, pk: int):
 @login_required
 @require_POST
 def allocation_retry(request, pk: int):
-    from tenants.provisioning import allocation_retry as retry
+    from fleet.services import allocation_retry as retry
 
     require_platform_admin(request.user)
     obj = get_object_or_404(CapacityRequest.objects.select_related("allocation"), pk=pk)

@@ -61,8 +61,10 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "tenants",
+    "fleet",
     "intake",
     "billing",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -182,7 +184,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "GPU capacity requests, review and allocations for a multi-tenant platform.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "ENUM_NAME_OVERRIDES": {"RouteEnum": "tenants.models.Route"},
+    "ENUM_NAME_OVERRIDES": {"RouteEnum": "fleet.domain.Route"},
 }
 
 # --- Celery: eager in the embedded run, Redis when CELERY_BROKER_URL is set.
@@ -197,7 +199,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE = {
-    "worker-heartbeat": {"task": "tenants.tasks.record_worker_heartbeat", "schedule": 60.0},
+    "worker-heartbeat": {"task": "portal.tasks.record_worker_heartbeat", "schedule": 60.0},
 }
 
 # --- Kubernetes: a dry-run backend by default that records what it would apply.
@@ -210,7 +212,7 @@ PORTAL_FIELD_MANAGER = env_str("PORTAL_FIELD_MANAGER", "aifactory-portal")
 PORTAL_GPU_CONDITION_TYPES = env_list(
     "PORTAL_GPU_CONDITION_TYPES", ["GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal"])
 PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
-CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "tenants.tasks.sync_fleet",
+CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "fleet.tasks.sync_fleet",
                                       "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}
 # Provisioning
 PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "aifactory-portal")  # the portal's own
@@ -220,10 +222,10 @@ PORTAL_CONFIDENTIAL_RUNTIME_CLASS = env_str("PORTAL_CONFIDENTIAL_RUNTIME_CLASS",
 PORTAL_EXPIRY_NOTICE_DAYS = env_int("PORTAL_EXPIRY_NOTICE_DAYS", 7, minimum=0)
 PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 8, minimum=0)
 PORTAL_PROVISION_RETRY_SECONDS = env_int("PORTAL_PROVISION_RETRY_SECONDS", 5, minimum=1)
-CELERY_BEAT_SCHEDULE["expire-allocations"] = {"task": "tenants.tasks.expire_allocations",
+CELERY_BEAT_SCHEDULE["expire-allocations"] = {"task": "fleet.tasks.expire_allocations",
                                               "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {
-    "task": "tenants.tasks.reconcile_allocations",
+    "task": "fleet.tasks.reconcile_allocations",
     "schedule": float(env_int("PORTAL_RECONCILE_SECONDS", 600, minimum=30))}
 
 # --- Billing

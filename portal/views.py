@@ -1,20 +1,25 @@
-"""Project-level pages: the landing page/dashboard and the health check."""
+"""The composition root's pages: the overview, the health check and /metrics."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count
-from django.http import JsonResponse
+from django.db.models import Count, Sum
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
+from billing.domain import SECONDS_PER_HOUR
+from billing.models import UsageMonth
+from fleet.models import Allocation, Pool
 from intake.domain import Status
 from intake.models import CapacityRequest
 from intake.selectors import pool_facts
 from tenants.access import roles_for, scope_to_tenants, visible_tenants
-from tenants.models import Allocation, Pool, WorkerHeartbeat
+from tenants.models import WorkerHeartbeat
 
 
 def home(request):
@@ -72,3 +77,42 @@ def healthz(request):
         "broker": {"ok": broker_ok, "detail": broker_detail},
         "worker_last_seen": last,
     }, status=200 if ok else 503)
+
+
+def metrics(request):
+    """Prometheus exposition: per-tenant device-hours and request counts (for Grafana,
+    OpenCost). Needs the bearer token PORTAL_METRICS_TOKEN; open only in the embedded run."""
+    token = settings.PORTAL_METRICS_TOKEN
+    if token:
+        if request.headers.get("Authorization", "") != f"Bearer {token}":
+            return HttpResponse("metrics token required\n", status=401,
+                                content_type="text/plain")
+    elif settings.PRODUCTION:
+        raise Http404("Set PORTAL_METRICS_TOKEN to expose /metrics")
+    lines = [
+        "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",
+        "# TYPE aifactory_allocated_device_hours counter",
+    ]
+    totals = (UsageMonth.objects.values("tenant__slug", "pool__slug")
+              .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
+                        amount=Sum("amount")).order_by("tenant__slug", "pool__slug"))
+    used_lines, amount_lines = [], []
+    for t in totals:
+        labels = f'tenant="{t["tenant__slug"]}",pool="{t["pool__slug"]}"'
+        lines.append(f"aifactory_allocated_device_hours{{{labels}}} "
+                     f"{Decimal(t['allocated'] or 0) / SECONDS_PER_HOUR:.4f}")
+        used_lines.append(f"aifactory_used_device_hours{{{labels}}} "
+                          f"{Decimal(t['used'] or 0) / SECONDS_PER_HOUR:.4f}")
+        amount_lines.append(f"aifactory_charged_amount{{{labels}}} {Decimal(t['amount'] or 0):.4f}")
+    lines += ["# HELP aifactory_used_device_hours Device-hours measured busy (DCGM), by tenant.",
+              "# TYPE aifactory_used_device_hours counter", *used_lines,
+              "# HELP aifactory_charged_amount Charges at the rate card, by tenant.",
+              "# TYPE aifactory_charged_amount counter", *amount_lines,
+              "# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
+              "# TYPE aifactory_capacity_requests gauge"]
+    for r in (CapacityRequest.objects.values("tenant__slug", "status").annotate(n=Count("id"))
+              .order_by("tenant__slug", "status")):
+        lines.append(f'aifactory_capacity_requests{{tenant="{r["tenant__slug"]}",'
+                     f'status="{r["status"]}"}} {r["n"]}')
+    return HttpResponse("\n".join(lines) + "\n",
+                        content_type="text/plain; version=0.0.4; charset=utf-8")

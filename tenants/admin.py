@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Allocation, AuditEvent, Membership, PlatformRole, Pool, Tenant
+from .models import AuditEvent, Membership, PlatformRole, Tenant
 
 
 @admin.register(Tenant)
@@ -9,16 +9,8 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ("slug", "name")
 
 
-@admin.register(Pool)
-class PoolAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "route", "gpu_model", "capacity_devices",
-                    "rate_per_device_hour", "active")
-    list_filter = ("route", "active")
-
-
 admin.site.register(Membership)
 admin.site.register(PlatformRole)
-admin.site.register(Allocation)
 
 
 @admin.register(AuditEvent)

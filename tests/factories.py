@@ -9,7 +9,8 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from tenants.models import Membership, PlatformRole, Pool, Route, Tenant
+from fleet.models import Pool, Route
+from tenants.models import Membership, PlatformRole, Tenant
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -18,7 +18,8 @@ from django.urls import reverse
 from billing.domain import month_start
 from billing.models import UsageHour
 from billing.services import refresh_months
-from tenants.models import Allocation, Pool, Route, Tenant
+from fleet.models import Allocation, Pool, Route
+from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
 

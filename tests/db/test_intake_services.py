@@ -6,10 +6,11 @@ from decimal import Decimal
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from fleet.models import Allocation, Route
 from intake import services
 from intake.models import CapacityRequest
 from tenants.audit import audit_for
-from tenants.models import Allocation, AuditEvent, Route
+from tenants.models import AuditEvent
 from tests.factories import make_request, request_fields
 
 pytestmark = pytest.mark.django_db
@@ -241,7 +242,7 @@ def test_renewal_extends_the_allocation_through_the_same_review(
 
     from django.utils import timezone
 
-    from tenants.tasks import expire_allocations
+    from fleet.tasks import expire_allocations
 
     req = make_request(tenant, lead, submit=True, whole_devices=4)
     with django_capture_on_commit_callbacks(execute=True):

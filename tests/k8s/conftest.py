@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tenants.kube import KubeError, KubernetesBackend
+from fleet.kube import KubeError, KubernetesBackend
 from tests.harness.controlplane import ControlPlane, ensure_binaries
 from tests.harness.crds import OWN_CRDS, crd_files
 

@@ -6,11 +6,12 @@ import time
 
 import pytest
 
+from fleet.models import Allocation, GpuNode, Route
+from fleet.selectors import pool_capacity
+from fleet.sync import fleet_sync, node_set_retiring
 from intake import services
 from intake.selectors import pool_facts
-from tenants.fleet import fleet_sync, node_set_retiring
-from tenants.models import Allocation, AuditEvent, GpuNode, Route
-from tenants.selectors import pool_capacity
+from tenants.models import AuditEvent
 from tests.factories import make_request
 
 from .gpu_nodes import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tenants.kube import (
+from fleet.kube import (
     LABEL_ALLOCATION,
     LABEL_TENANT,
     KubeError,

@@ -12,18 +12,19 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from intake import services
-from intake.models import CapacityRequest
-from tenants.fleet import fleet_sync
-from tenants.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
-from tenants.manifests import OWNED_KINDS, render_manifests
-from tenants.models import Allocation, AuditEvent, Pool, Route
-from tenants.provisioning import (
+from fleet.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
+from fleet.manifests import OWNED_KINDS, render_manifests
+from fleet.models import Allocation, Pool, Route
+from fleet.provisioning import (
     allocation_manifests,
     allocation_reconcile,
-    allocation_retry,
     allocation_spec,
 )
+from fleet.services import allocation_retry
+from fleet.sync import fleet_sync
+from intake import services
+from intake.models import CapacityRequest
+from tenants.models import AuditEvent
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess
 
@@ -128,7 +129,7 @@ def test_approve_provisions_every_object_of_the_route(route, kube, fleet, tenant
 
     # Provisioning again changes nothing.
     versions = [live(kube, m)["metadata"]["resourceVersion"] for m in manifests]
-    from tenants.provisioning import allocation_provision
+    from fleet.provisioning import allocation_provision
 
     Allocation.objects.filter(pk=alloc.pk).update(status="pending")
     allocation_provision(alloc.pk)
@@ -180,7 +181,7 @@ def test_reconcile_restores_deleted_and_edited_objects_and_reports_drift(
 
 def test_expiry_prunes_everything_and_releases_dedicated_nodes(
         kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
-    from tenants.tasks import expire_allocations
+    from fleet.tasks import expire_allocations
 
     req, alloc = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
                          django_capture_on_commit_callbacks)
@@ -315,7 +316,7 @@ def test_api_server_down_mid_provision_the_worker_retries_and_finishes(
 
 def test_reconcile_prunes_what_retired_allocations_left(kube, fleet, tenant, lead, admin_user,
                                                         django_capture_on_commit_callbacks):
-    from tenants.tasks import reconcile_allocations
+    from fleet.tasks import reconcile_allocations
 
     _, keep = approve(tenant, lead, admin_user, Route.SHARED_POOL,
                       django_capture_on_commit_callbacks)

@@ -15,7 +15,7 @@ from django.utils import timezone
 from billing.domain import floor_hour
 from billing.models import UsageHour, UsageMonth
 from billing.services import rollup_usage
-from tenants.models import Allocation, GpuNode, NodeOutage, Route
+from fleet.models import Allocation, GpuNode, NodeOutage, Route
 from tests.harness.prometheus import PrometheusServer, write_openmetrics
 
 pytestmark = pytest.mark.django_db

@@ -4,6 +4,15 @@ from decimal import Decimal
 
 import pytest
 
+from fleet.capacity import (
+    NodeFacts,
+    choose_dedicated_nodes,
+    fleet_counts,
+    node_changes,
+    parse_node,
+    promisable_capacity,
+)
+from fleet.models import Route
 from intake.domain import (
     Fill,
     Fit,
@@ -13,15 +22,6 @@ from intake.domain import (
     plan_request,
     route_request,
 )
-from tenants.capacity import (
-    NodeFacts,
-    choose_dedicated_nodes,
-    fleet_counts,
-    node_changes,
-    parse_node,
-    promisable_capacity,
-)
-from tenants.models import Route
 
 
 def api_node(name="n1", *, validated="true", ready="True", unschedulable=False, gpus=8,
@@ -172,7 +172,7 @@ def test_mixed_gpu_models_are_counted_per_pool():
 def test_earliest_free_walks_the_allocations_ending_in_order():
     import datetime as dt
 
-    from tenants.capacity import earliest_free
+    from fleet.capacity import earliest_free
 
     t = lambda d: dt.datetime(2027, 1, d, tzinfo=dt.UTC)  # noqa: E731
     endings = [(t(20), Decimal(4)), (t(5), Decimal(2)), (t(10), Decimal(1))]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tenants.kube import DryRunBackend, KubeError, ObjectKey, _error_from_api, prune
+from fleet.kube import DryRunBackend, KubeError, ObjectKey, _error_from_api, prune
 
 
 def obj(kind, name, ns="", alloc="1", api="v1"):

@@ -4,6 +4,7 @@ from decimal import Decimal
 
 import pytest
 
+from fleet.models import Route
 from intake.domain import (
     Fill,
     Fit,
@@ -17,7 +18,6 @@ from intake.domain import (
     route_request,
     smallest_profile_for_memory,
 )
-from tenants.models import Route
 
 
 def answers(**kw) -> IntakeAnswers:

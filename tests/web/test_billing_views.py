@@ -10,7 +10,8 @@ from django.utils import timezone
 from billing.domain import month_start
 from billing.models import Adjustment, Statement, UsageHour
 from billing.services import refresh_months
-from tenants.models import Allocation, AuditEvent, Route
+from fleet.models import Allocation, Route
+from tenants.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -120,7 +121,7 @@ def test_finance_cannot_change_anything_else(client, finance_user, tenant, lead,
     client.force_login(finance_user)
     assert client.get(reverse("intake:new")).status_code == 403
     assert client.get(reverse("intake:review_queue")).status_code == 403
-    assert client.get(reverse("tenants:fleet")).status_code == 403
+    assert client.get(reverse("fleet:fleet")).status_code == 403
     client.post(reverse("intake:review_detail", args=[req.pk]),
                 {"action": "approve", "reason": "x"})
     req.refresh_from_db()

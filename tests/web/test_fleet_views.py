@@ -3,10 +3,10 @@
 import pytest
 from django.urls import reverse
 
-from tenants.demo import demo_fleet
-from tenants.fleet import fleet_sync
-from tenants.kube import DryRunBackend
-from tenants.models import GpuNode, Pool, Route
+from fleet.kube import DryRunBackend
+from fleet.models import GpuNode, Pool, Route
+from fleet.sync import fleet_sync
+from portal.demo_fleet import demo_fleet
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +34,7 @@ def users(lead, other_lead, member, admin_user, finance_user):
     ("lead", 403), ("member", 403), ("finance", 403), ("admin", 200)])
 def test_fleet_page_is_for_admins(client, users, fleet, who, status):
     client.force_login(users[who])
-    response = client.get(reverse("tenants:fleet"))
+    response = client.get(reverse("fleet:fleet"))
     assert response.status_code == status
     if status == 200:
         body = response.content.decode()
@@ -44,7 +44,7 @@ def test_fleet_page_is_for_admins(client, users, fleet, who, status):
 
 def test_fleet_filter_by_state_returns_rows_only_for_htmx(client, admin_user, fleet):
     client.force_login(admin_user)
-    response = client.get(reverse("tenants:fleet"), {"state": "unhealthy"},
+    response = client.get(reverse("fleet:fleet"), {"state": "unhealthy"},
                           HTTP_HX_REQUEST="true")
     body = response.content.decode()
     assert "<html" not in body and "h100-shared-08" in body and "h100-shared-01" not in body
@@ -53,7 +53,7 @@ def test_fleet_filter_by_state_returns_rows_only_for_htmx(client, admin_user, fl
 @pytest.mark.parametrize(("who", "status"), [("lead", 403), ("finance", 403), ("admin", 200)])
 def test_node_page_is_for_admins(client, users, fleet, who, status):
     client.force_login(users[who])
-    response = client.get(reverse("tenants:node", args=["h100-shared-07"]))
+    response = client.get(reverse("fleet:node", args=["h100-shared-07"]))
     assert response.status_code == status
     if status == 200:
         assert b"NCCL all-reduce 14%" in response.content
@@ -62,16 +62,16 @@ def test_node_page_is_for_admins(client, users, fleet, who, status):
 
 def test_retire_and_cancel_from_the_node_page(client, admin_user, lead, fleet):
     client.force_login(lead)
-    assert client.post(reverse("tenants:node_retire", args=["h100-cc-01"]),
+    assert client.post(reverse("fleet:node_retire", args=["h100-cc-01"]),
                        {"retiring": "true", "reason": "x"}).status_code == 403
     client.force_login(admin_user)
-    url = reverse("tenants:node_retire", args=["h100-cc-01"])
+    url = reverse("fleet:node_retire", args=["h100-cc-01"])
     client.post(url, {"retiring": "true", "reason": ""})
     assert not GpuNode.objects.get(name="h100-cc-01").retiring  # a reason is required
     client.post(url, {"retiring": "true", "reason": "End of warranty"})
     node = GpuNode.objects.get(name="h100-cc-01")
     assert node.retiring and node.state == "retiring"
-    page = client.get(reverse("tenants:node", args=["h100-cc-01"])).content.decode()
+    page = client.get(reverse("fleet:node", args=["h100-cc-01"])).content.decode()
     assert "Before it can go" in page and "End of warranty" in page
     client.post(url, {"retiring": "false", "reason": "Warranty extended"})
     assert GpuNode.objects.get(name="h100-cc-01").state == "schedulable"
@@ -79,7 +79,7 @@ def test_retire_and_cancel_from_the_node_page(client, admin_user, lead, fleet):
 
 def test_sync_button_runs_the_sync(client, admin_user, fleet, settings):
     client.force_login(admin_user)
-    response = client.post(reverse("tenants:fleet_sync"), follow=True)
+    response = client.post(reverse("fleet:fleet_sync"), follow=True)
     # The embedded dry-run backend holds no nodes: the sync says so and marks them gone.
     assert b"Read 0 GPU node(s)" in response.content
 

@@ -8,8 +8,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.models import RateCard, Statement
-from tenants.forms import label_errors
-from tenants.models import AuditEvent, Pool, Route
+from fleet.forms import label_errors
+from fleet.models import Pool, Route
+from tenants.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -29,15 +30,15 @@ def test_pools_are_for_admins(client, request, pools, who):
     user = request.getfixturevalue({"lead": "lead", "member": "member",
                                     "finance": "finance_user"}[who])
     client.force_login(user)
-    assert client.get(reverse("tenants:pools")).status_code == 403
-    assert client.post(reverse("tenants:pool_edit", args=["shared"]),
+    assert client.get(reverse("fleet:pools")).status_code == 403
+    assert client.post(reverse("fleet:pool_edit", args=["shared"]),
                        pool_post(pools[Route.SHARED_POOL])).status_code == 403
 
 
 def test_admin_edits_a_pool_with_validation_and_audit(client, admin_user, pools):
     client.force_login(admin_user)
     shared = pools[Route.SHARED_POOL]
-    url = reverse("tenants:pool_edit", args=["shared"])
+    url = reverse("fleet:pool_edit", args=["shared"])
     bad = client.post(url, pool_post(shared, node_selector='{"not a key!": "x"}'))
     assert bad.status_code == 200 and b"is not a valid label key" in bad.content
     bad = client.post(url, pool_post(shared, cohort="", borrowing_limit_devices=4))
@@ -82,3 +83,21 @@ def test_a_rate_cannot_start_inside_a_closed_month(client, admin_user, tenant, p
         "pool": "shared", "rate": "1.00", "effective_from": "2026-01-15T00:00"})
     assert b"is closed already" in response.content
     assert not RateCard.objects.exists()
+
+
+def test_the_pool_rate_has_one_owner_the_rate_card(client, admin_user, pools):
+    """The pool form cannot set a rate (a card would silently put it back); the pool page
+    shows the card's rate, read-only, with the way to change it."""
+    client.force_login(admin_user)
+    shared = pools[Route.SHARED_POOL]
+    before = Pool.objects.get(pk=shared.pk).rate_per_device_hour
+    url = reverse("fleet:pool_edit", args=["shared"])
+    assert client.post(url, pool_post(shared, rate_per_device_hour="99.00")).status_code == 302
+    assert Pool.objects.get(pk=shared.pk).rate_per_device_hour == before
+    page = client.get(url).content.decode()
+    assert 'name="rate_per_device_hour"' not in page
+    assert reverse("billing:rates") in page and "rate card in force" in page
+    client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.30",
+                                           "effective_from": "2020-01-01T00:00"})
+    assert Pool.objects.get(pk=shared.pk).rate_per_device_hour == Decimal("3.30")
+    assert "3.30" in client.get(url).content.decode()

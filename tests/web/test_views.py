@@ -305,7 +305,7 @@ def test_dashboard_warns_the_lead_of_an_expiring_allocation(client, lead, other_
 
     from django.utils import timezone
 
-    from tenants.models import Allocation
+    from fleet.models import Allocation
 
     Allocation.objects.filter(pk=approved.allocation_id).update(
         status="expiring", ends_at=timezone.now() + dt.timedelta(days=3))
@@ -329,11 +329,11 @@ def test_lead_renews_from_the_request_page(client, lead, member, approved):
 
 def test_tenants_never_see_node_names(client, lead, admin_user, tenant, pools,
                                       django_capture_on_commit_callbacks):
+    from fleet.kube import DryRunBackend
+    from fleet.models import Pool, Route
+    from fleet.sync import fleet_sync
     from intake import services
-    from tenants.demo import demo_fleet
-    from tenants.fleet import fleet_sync
-    from tenants.kube import DryRunBackend
-    from tenants.models import Pool, Route
+    from portal.demo_fleet import demo_fleet
 
     Pool.objects.filter(pk=pools[Route.DEDICATED_BLOCK].pk).update(slug="dedicated-h100")
     backend = DryRunBackend()

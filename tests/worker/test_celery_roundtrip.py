@@ -32,7 +32,7 @@ def worker(transactional_db, tmp_path):
 
 def test_enqueued_task_runs_in_the_worker_and_writes_to_postgresql(worker):
     from portal.celery import app
-    from tenants.tasks import record_worker_heartbeat
+    from portal.tasks import record_worker_heartbeat
 
     app.conf.task_always_eager = False
     try:

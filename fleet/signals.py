@@ -1,4 +1,4 @@
-"""Signals the tenants app sends, so apps above it can follow without being imported."""
+"""Signals the fleet sends, so apps above it can follow without being imported."""
 
 from django.dispatch import Signal
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .domain import Route
 from .kube import LABEL_ALLOCATION, LABEL_ROUTE, LABEL_TENANT, MANAGED_BY, MANAGER
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -18,15 +19,10 @@ DEDICATED_TAINT = "aifactory.io/dedicated"
 DEDICATED_LABEL = "aifactory.io/dedicated-to"
 CONFIDENTIAL_BIOS = {"aifactory.io/bios-profile": "confidential"}
 
-SHARED_ROUTE = "shared_pool"
-DEDICATED_ROUTE = "dedicated_block"
-CONFIDENTIAL_ROUTE = "confidential_pool"
-MIG_ROUTE = "mig_vcluster"
-
 
 @dataclass(frozen=True)
 class AllocationSpec:
-    """Everything rendering needs, as plain values (see tenants/provisioning.py)."""
+    """Everything rendering needs, as plain values (see fleet/provisioning.py)."""
 
     allocation_id: int
     tenant: str
@@ -69,18 +65,19 @@ def _meta(spec: AllocationSpec, name: str, *, namespaced: bool = True,
 
 
 def _quota_devices(spec: AllocationSpec) -> int:
-    return spec.mig_count if spec.route == MIG_ROUTE else spec.whole_devices
+    return spec.mig_count if spec.route == Route.MIG_VCLUSTER else spec.whole_devices
 
 
 def flavor_name(spec: AllocationSpec) -> str:
     # Dedicated blocks get a flavor of their own (it selects exactly their nodes).
-    if spec.route == DEDICATED_ROUTE:
+    if spec.route == Route.DEDICATED_BLOCK:
         return f"{spec.namespace}-dedicated"
     return f"pool-{spec.pool}"
 
 
 def _namespace(spec: AllocationSpec) -> dict:
-    level = "restricted" if spec.route in (CONFIDENTIAL_ROUTE, DEDICATED_ROUTE) else "baseline"
+    strict = spec.route in (Route.CONFIDENTIAL_POOL, Route.DEDICATED_BLOCK)
+    level = "restricted" if strict else "baseline"
     labels = _labels(spec) | {
         "pod-security.kubernetes.io/enforce": level,
         "pod-security.kubernetes.io/enforce-version": "latest",
@@ -97,7 +94,7 @@ def _quota(spec: AllocationSpec) -> dict:
         "requests.memory": f"{max(1, devices) * spec.memory_gi_per_device}Gi",
         "limits.memory": f"{max(1, devices) * spec.memory_gi_per_device}Gi",
     }
-    if spec.route == MIG_ROUTE:
+    if spec.route == Route.MIG_VCLUSTER:
         # Slices come only through DRA claims of the MIG class; no whole devices here.
         hard[f"{spec.device_class}.deviceclass.resource.k8s.io/devices"] = str(devices)
         hard["requests.nvidia.com/gpu"] = "0"
@@ -146,7 +143,7 @@ def _network_policies(spec: AllocationSpec) -> list[dict]:
                   "ingress": [{"from": [same_ns]}],
                   "egress": [{"to": [same_ns]}, dns]}},
     ]
-    if spec.route != CONFIDENTIAL_ROUTE:
+    if spec.route != Route.CONFIDENTIAL_POOL:
         # Outside the confidential pool, workloads may reach the internet (model hubs,
         # object storage), never other tenants' namespaces or the cluster's private ranges.
         policies.append({
@@ -159,7 +156,7 @@ def _network_policies(spec: AllocationSpec) -> list[dict]:
 
 
 def _flavor(spec: AllocationSpec) -> dict:
-    if spec.route == DEDICATED_ROUTE:
+    if spec.route == Route.DEDICATED_BLOCK:
         return {"apiVersion": KUEUE, "kind": "ResourceFlavor",
                 "metadata": _meta(spec, flavor_name(spec), namespaced=False),
                 "spec": {"nodeLabels": {DEDICATED_LABEL: spec.tenant},
@@ -168,7 +165,7 @@ def _flavor(spec: AllocationSpec) -> dict:
                          "tolerations": [{"key": DEDICATED_TAINT, "operator": "Equal",
                                           "value": spec.tenant, "effect": "NoSchedule"}]}}
     labels = dict(spec.node_selector)
-    if spec.route == CONFIDENTIAL_ROUTE:
+    if spec.route == Route.CONFIDENTIAL_POOL:
         labels |= CONFIDENTIAL_BIOS
     return {"apiVersion": KUEUE, "kind": "ResourceFlavor",
             "metadata": _meta(spec, flavor_name(spec), namespaced=False, allocation=False),
@@ -176,13 +173,13 @@ def _flavor(spec: AllocationSpec) -> dict:
 
 
 def _cluster_queue(spec: AllocationSpec) -> dict:
-    resource = spec.device_class if spec.route == MIG_ROUTE else "nvidia.com/gpu"
+    resource = spec.device_class if spec.route == Route.MIG_VCLUSTER else "nvidia.com/gpu"
     quota: dict = {"name": resource, "nominalQuota": _quota_devices(spec)}
     body: dict = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}},
         "queueingStrategy": "BestEffortFIFO",
     }
-    if spec.route in (SHARED_ROUTE, MIG_ROUTE) and spec.cohort:
+    if spec.route in (Route.SHARED_POOL, Route.MIG_VCLUSTER) and spec.cohort:
         body["cohortName"] = spec.cohort
         quota["borrowingLimit"] = spec.borrowing_limit
         body["preemption"] = {"reclaimWithinCohort": "Any",
@@ -286,12 +283,12 @@ def render_manifests(spec: AllocationSpec) -> list[dict]:
     """Every object of the allocation, in the order they must be applied."""
     out = [_namespace(spec), _quota(spec), _limit_range(spec), *_role_bindings(spec),
            *_network_policies(spec)]
-    if spec.route == DEDICATED_ROUTE:
+    if spec.route == Route.DEDICATED_BLOCK:
         out += _dedicated_nodes(spec)
         out += _dedicated_guard(spec)
-    if spec.route == CONFIDENTIAL_ROUTE:
+    if spec.route == Route.CONFIDENTIAL_POOL:
         out += _confidential_guard(spec)
-    if spec.route == MIG_ROUTE:
+    if spec.route == Route.MIG_VCLUSTER:
         out.append(_claim_template(spec))
         out += _vcluster(spec)
     out += [_flavor(spec), _cluster_queue(spec), _local_queue(spec)]

@@ -14,7 +14,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from tenants.models import Membership, PlatformRole, Pool, Route, Tenant
+from fleet.models import Pool, Route
+from tenants.models import Membership, PlatformRole, Tenant
 
 DEMO_PASSWORD = "demo"
 
@@ -93,9 +94,9 @@ class Command(BaseCommand):
 
     def _fleet(self):
         """Sync a demo fleet through the real sync code, from a dry-run backend."""
-        from tenants.demo import demo_fleet
-        from tenants.fleet import fleet_sync
-        from tenants.kube import DryRunBackend
+        from fleet.kube import DryRunBackend
+        from fleet.sync import fleet_sync
+        from portal.demo_fleet import demo_fleet
 
         backend = DryRunBackend()
         for obj in demo_fleet():
@@ -114,7 +115,7 @@ class Command(BaseCommand):
         from billing.domain import amount, hour_charge, month_start
         from billing.models import RateCard, UsageHour
         from billing.services import refresh_months
-        from tenants.models import Allocation
+        from fleet.models import Allocation
 
         now = timezone.now().replace(minute=0, second=0, microsecond=0)
         year_start = now.replace(month=1, day=1, hour=0)

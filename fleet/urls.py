@@ -2,7 +2,7 @@ from django.urls import path
 
 from . import views
 
-app_name = "tenants"
+app_name = "fleet"
 urlpatterns = [
     path("pools/", views.pool_list, name="pools"),
     path("pools/<slug:slug>/", views.pool_edit, name="pool_edit"),

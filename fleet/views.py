@@ -11,13 +11,14 @@ from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from .access import require_platform_admin
-from .audit import audit_for
+from tenants.access import require_platform_admin
+from tenants.audit import audit_for
+
 from .capacity import fleet_counts
-from .fleet import node_set_retiring
 from .kube import KubeError
 from .models import Allocation, GpuNode, Pool
 from .selectors import pool_capacity
+from .sync import node_set_retiring
 
 NODE_STATES = ["schedulable", "cordoned", "unhealthy", "unvalidated", "retiring", "gone"]
 
@@ -57,7 +58,7 @@ def fleet_overview(request):
     page = Paginator(nodes, 50).get_page(request.GET.get("page"))
     flagged = (Allocation.objects.exclude(flagged_reason="")
                .filter(status__in=Allocation.HOLDING).select_related("tenant", "pool"))
-    template = "tenants/fleet.html" + ("#nodes" if request.htmx else "")
+    template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
     return render(request, template, {
         "rows": rows, "unpooled": unpooled, "page": page, "state": state, "pool": pool,
         "states": NODE_STATES, "pools": Pool.objects.all(), "flagged": flagged,
@@ -71,7 +72,7 @@ def fleet_sync_now(request):
     require_platform_admin(request.user)
     from django.conf import settings
 
-    from .fleet import fleet_sync
+    from .sync import fleet_sync
     from .tasks import sync_fleet
 
     try:
@@ -82,7 +83,7 @@ def fleet_sync_now(request):
             messages.info(request, "Fleet sync queued; the counts refresh when it finishes.")
     except KubeError as exc:
         messages.error(request, f"Fleet sync failed: {exc.message}")
-    return redirect("tenants:fleet")
+    return redirect("fleet:fleet")
 
 
 @login_required
@@ -97,7 +98,7 @@ def node_detail(request, name: str):
         if cap.allocated_devices > cap.capacity_devices:
             pool_allocations = Allocation.objects.filter(
                 pool=node.pool, status__in=Allocation.HOLDING).select_related("tenant")
-    return render(request, "tenants/node_detail.html", {
+    return render(request, "fleet/node_detail.html", {
         "node": node, "facts": node.facts(), "events": audit_for(node).order_by("-at")[:100],
         "allocations": allocations, "pool_allocations": pool_allocations,
     })
@@ -116,14 +117,14 @@ def node_retire(request, name: str):
         messages.success(request, f"{node.name} is {state}.")
     except ValueError as exc:
         messages.error(request, str(exc))
-    return redirect("tenants:node", name=node.name)
+    return redirect("fleet:node", name=node.name)
 
 
 @login_required
 def pool_list(request):
     require_platform_admin(request.user)
     pools = [(p, pool_capacity(p)) for p in Pool.objects.all()]
-    return render(request, "tenants/pools.html", {"pools": pools})
+    return render(request, "fleet/pools.html", {"pools": pools})
 
 
 @login_required
@@ -137,6 +138,6 @@ def pool_edit(request, slug: str):
     if request.method == "POST" and form.is_valid():
         pool_update(form=form, by=request.user)
         messages.success(request, f"{pool.name} saved.")
-        return redirect("tenants:pools")
-    return render(request, "tenants/pool_form.html", {
+        return redirect("fleet:pools")
+    return render(request, "fleet/pool_form.html", {
         "pool": pool, "form": form, "events": audit_for(pool).order_by("-at")[:20]})

@@ -1,4 +1,4 @@
-"""Reads of the tenants app."""
+"""Reads of the fleet: pool capacity and what allocations hold of it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from decimal import Decimal
 
 from django.db.models import Sum
 
-from .capacity import PromisableCapacity, promisable_capacity
+from .capacity import PromisableCapacity, choose_dedicated_nodes, promisable_capacity
 from .models import Allocation, GpuNode, Pool
 
 
@@ -45,3 +45,17 @@ def pool_endings(pool: Pool) -> list[tuple]:
     return list(Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING,
                                           ends_at__isnull=False)
                 .values_list("ends_at", "device_equivalents"))
+
+
+def free_dedicated_nodes(pool: Pool, count: int, *, exclude_allocation: int | None = None
+                         ) -> tuple[str, ...] | None:
+    """The validated nodes a dedicated block of `count` nodes would get, freshest burn-in
+    first; None while the pool has no synced fleet (nodes are then chosen later)."""
+    pool_nodes = list(GpuNode.objects.filter(pool=pool))
+    if not pool_nodes:
+        return None
+    reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
+    if exclude_allocation is not None:
+        reserved = reserved.exclude(allocations=exclude_allocation)
+    return tuple(choose_dedicated_nodes([n.facts() for n in pool_nodes], count=count,
+                                        reserved_nodes=reserved.values_list("name", flat=True)))

@@ -1,34 +1,24 @@
-"""Background work of the tenants app. Tasks take ids and are safe to run twice."""
-
-import socket
+"""Background work of the fleet: sync, provisioning, expiry, reconcile. Tasks take ids and are
+safe to run twice."""
 
 from celery import shared_task
 from django.utils import timezone
 
 from .kube import KubeError
-from .models import WorkerHeartbeat
 
 
-@shared_task(name="tenants.tasks.record_worker_heartbeat")
-def record_worker_heartbeat() -> int:
-    """Record that a worker is alive; keep a day of rows so the table stays small."""
-    beat = WorkerHeartbeat.objects.create(hostname=socket.gethostname())
-    WorkerHeartbeat.objects.filter(at__lt=timezone.now() - timezone.timedelta(days=1)).delete()
-    return beat.pk
-
-
-@shared_task(name="tenants.tasks.sync_fleet", autoretry_for=(KubeError,), retry_backoff=True,
+@shared_task(name="fleet.tasks.sync_fleet", autoretry_for=(KubeError,), retry_backoff=True,
              max_retries=5)
 def sync_fleet() -> str:
     """Periodic fleet sync (beat) and the admin's "sync now" button."""
-    from .fleet import fleet_sync
+    from .sync import fleet_sync
 
     return fleet_sync().summary()
 
 
 # max_retries=None: the task counts retries itself (PORTAL_PROVISION_MAX_RETRIES) and then
 # fails the allocation with the message, rather than letting Celery raise.
-@shared_task(bind=True, name="tenants.tasks.provision_allocation", acks_late=True,
+@shared_task(bind=True, name="fleet.tasks.provision_allocation", acks_late=True,
              max_retries=None)
 def provision_allocation(self, allocation_id: int) -> str:
     """Apply an allocation's objects; retry transient errors with back-off, fail on the rest."""
@@ -51,7 +41,7 @@ def provision_allocation(self, allocation_id: int) -> str:
         return "failed"
 
 
-@shared_task(name="tenants.tasks.expire_allocations")
+@shared_task(name="fleet.tasks.expire_allocations")
 def expire_allocations() -> str:
     from django.conf import settings
 
@@ -66,7 +56,7 @@ def expire_allocations() -> str:
     return f"{len(expiring)} expiring, {len(retire)} retired"
 
 
-@shared_task(name="tenants.tasks.reconcile_allocations", autoretry_for=(KubeError,),
+@shared_task(name="fleet.tasks.reconcile_allocations", autoretry_for=(KubeError,),
              retry_backoff=True, max_retries=3)
 def reconcile_allocations() -> str:
     from .models import Allocation

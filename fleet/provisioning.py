@@ -11,9 +11,12 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
-from .audit import audit_record
+from tenants.audit import audit_record
+from tenants.models import Tenant
+
 from .kube import (
     LABEL_ALLOCATION,
     MANAGED_BY,
@@ -26,7 +29,7 @@ from .kube import (
     prune,
 )
 from .manifests import OWNED_KINDS, AllocationSpec, drift, node_release, render_manifests
-from .models import Allocation, Pool, Tenant
+from .models import Allocation, Pool
 from .signals import allocation_status_changed
 
 S = Allocation.Status
@@ -106,8 +109,8 @@ def preview(manifests: list[dict], *, backend: KubeBackend | None = None) -> lis
 # Status changes
 
 
-def _set_status(allocation_id: int, *, from_states, to: str, reason: str, by=None,
-                message: str = "", action: str = "") -> Allocation | None:
+def allocation_transition(allocation_id: int, *, from_states, to: str, reason: str, by=None,
+                          message: str = "", action: str = "") -> Allocation | None:
     """Conditional status change with its audit row; None if another worker moved it."""
     with transaction.atomic():
         alloc = (Allocation.objects.select_for_update(of=("self",)).select_related("tenant")
@@ -135,42 +138,28 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status in (S.ACTIVE, S.EXPIRING, S.RETIRED):
         return alloc  # done already: a duplicate task changes nothing
-    claimed = _set_status(allocation_id, from_states=(S.PENDING, S.FAILED, S.PROVISIONING),
-                          to=S.PROVISIONING, reason="Provisioning started.",
-                          action="allocation.provisioning") if alloc.status != S.PROVISIONING \
-        else alloc
-    if claimed is None:
-        return Allocation.objects.get(pk=allocation_id)
-    Allocation.objects.filter(pk=allocation_id).update(attempts=alloc.attempts + 1)
+    if alloc.status != S.PROVISIONING:
+        claimed = allocation_transition(
+            allocation_id, from_states=(S.PENDING, S.FAILED), to=S.PROVISIONING,
+            reason="Provisioning started.", action="allocation.provisioning")
+        if claimed is None:
+            return Allocation.objects.get(pk=allocation_id)
+    Allocation.objects.filter(pk=allocation_id).update(attempts=F("attempts") + 1)
     manifests = allocation_manifests(alloc)
     _progress(allocation_id, 0, len(manifests))
     for done, manifest in enumerate(manifests, start=1):
         # Nodes are shared with the kubelet and others: never force on them.
         backend.apply(manifest, force=manifest["kind"] != "Node")
         _progress(allocation_id, done, len(manifests))
-    _set_status(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
-                reason=f"Provisioned: {len(manifests)} object(s) applied in namespace "
-                       f"{alloc.namespace}.")
+    allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                          reason=f"Provisioned: {len(manifests)} object(s) applied in namespace "
+                                 f"{alloc.namespace}.")
     return Allocation.objects.get(pk=allocation_id)
 
 
 def allocation_fail(allocation_id: int, message: str) -> None:
-    _set_status(allocation_id, from_states=(S.PENDING, S.PROVISIONING), to=S.FAILED,
+    allocation_transition(allocation_id, from_states=(S.PENDING, S.PROVISIONING), to=S.FAILED,
                 reason=f"Provisioning failed: {message}", message=message)
-
-
-def allocation_retry(*, allocation: Allocation, by) -> None:
-    """An admin's retry of a failed allocation; the task is queued after commit."""
-    from .access import require_platform_admin
-    from .tasks import provision_allocation
-
-    require_platform_admin(by)
-    moved = _set_status(allocation.pk, from_states=(S.FAILED,), to=S.PENDING, by=by,
-                        reason="Retry requested by a platform admin.",
-                        action="allocation.retry")
-    if moved is None:
-        raise ValueError("Only a failed allocation can be retried.")
-    transaction.on_commit(lambda: provision_allocation.delay(allocation.pk))
 
 
 # ---------------------------------------------------------------------------------------
@@ -188,14 +177,18 @@ def allocations_due(now: dt.datetime, notice: dt.timedelta):
 
 def allocation_mark_expiring(allocation_id: int) -> None:
     alloc = Allocation.objects.get(pk=allocation_id)
-    _set_status(allocation_id, from_states=(S.ACTIVE,), to=S.EXPIRING,
+    allocation_transition(allocation_id, from_states=(S.ACTIVE,), to=S.EXPIRING,
                 reason=f"Ends {alloc.ends_at:%Y-%m-%d %H:%M} UTC: renew through a new request "
                        "before then, or its objects are removed.")
 
 
 def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
                       by=None) -> Allocation:
-    """Prune every object of the allocation, then release its dedicated nodes."""
+    """Prune every object of the allocation, then release its dedicated nodes.
+
+    The Kubernetes calls come first and outside any transaction (they are idempotent: a
+    second run finds nothing left); the status change, the release of the nodes and their
+    audit rows are then written together."""
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status == S.RETIRED:
@@ -205,18 +198,19 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
     for node in alloc.nodes.all():
         backend.apply(node_release(node.name))  # drops the labels and taint we owned
         released.append(node.name)
-    _set_status(allocation_id, from_states=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
-                                            S.PROVISIONING), to=S.RETIRED, by=by,
-                reason=(f"Retired: removed {len(deleted)} object(s)"
-                        + (f", released {len(released)} dedicated node(s)" if released else "")
-                        + "."))
-    if released:
-        audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
-                     action="allocation.nodes_released",
-                     reason=f"Released node(s) {', '.join(released)}.",
-                     data={"nodes": released})
-    if released:
-        alloc.nodes.clear()
+    with transaction.atomic():
+        moved = allocation_transition(
+            allocation_id, from_states=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
+                                        S.PROVISIONING), to=S.RETIRED, by=by,
+            reason=(f"Retired: removed {len(deleted)} object(s)"
+                    + (f", released {len(released)} dedicated node(s)" if released else "")
+                    + "."))
+        if moved is not None and released:
+            audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.nodes_released",
+                         reason=f"Released node(s) {', '.join(released)}.",
+                         data={"nodes": released})
+            alloc.nodes.clear()
     return Allocation.objects.get(pk=allocation_id)
 
 
@@ -242,12 +236,14 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
             if paths:
                 found.append(f"{key} changed at {', '.join(paths)}")
         backend.apply(manifest, force=manifest["kind"] != "Node")
-    now = timezone.now()
     report = "; ".join(found)
-    Allocation.objects.filter(pk=alloc.pk).update(drift_report=report, drift_checked_at=now)
-    if found:
-        audit_record(actor=None, subject=alloc, tenant=alloc.tenant, action="allocation.drift",
-                     reason=f"Drift repaired by reconcile: {report}.")
+    with transaction.atomic():  # the report and its audit row together, after the API calls
+        Allocation.objects.filter(pk=alloc.pk).update(drift_report=report,
+                                                      drift_checked_at=timezone.now())
+        if found:
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.drift",
+                         reason=f"Drift repaired by reconcile: {report}.")
     return found
 
 

@@ -10,7 +10,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .audit import audit_bulk, audit_record
+from tenants.audit import audit_bulk, audit_record
+
 from .capacity import NodeFacts, node_changes, parse_node
 from .kube import KubeBackend, KubeError, get_backend
 from .models import Allocation, GpuNode, NodeOutage, Pool
@@ -65,10 +66,41 @@ def _describe(changes: dict[str, tuple]) -> str:
     return "; ".join(words)
 
 
-@transaction.atomic
+@dataclass(frozen=True)
+class NodeDiff:
+    """What one sync says about one node, decided from facts alone."""
+
+    facts: NodeFacts
+    changes: dict[str, tuple]
+    new: bool = False
+    lost: bool = False       # was schedulable, is not now: an outage starts
+    recovered: bool = False  # was not schedulable, is now: the outage ends
+
+
+def diff_fleet(known: dict[str, NodeFacts], live: list[NodeFacts]
+               ) -> tuple[list[NodeDiff], list[str]]:
+    """The pure core of a sync: each live node against what the portal knew of it, and the
+    names of known nodes that are no longer in the cluster (gone)."""
+    diffs = []
+    for facts in live:
+        old = known.get(facts.name)
+        changes = node_changes(old, facts)
+        if old is None:
+            diffs.append(NodeDiff(facts, changes, new=True))
+            continue
+        diffs.append(NodeDiff(facts, changes,
+                              lost=bool(changes) and old.schedulable and not facts.schedulable,
+                              recovered=bool(changes) and facts.schedulable
+                              and not old.schedulable))
+    seen = {f.name for f in live}
+    gone = sorted(name for name, old in known.items() if name not in seen and old.present)
+    return diffs, gone
+
+
 def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
     """Read every GPU node (and ResourceSlices) and bring the fleet table up to date.
 
+    The API is read first, with no transaction open; the rows are then written in one.
     Safe to run twice: unchanged nodes write nothing but their sync time.
     """
     started = time.monotonic()
@@ -83,62 +115,70 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
     except KubeError as exc:
         if exc.retriable:
             raise
+    _record_fleet(nodes, slices_by_node, report=report, by=by)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+@transaction.atomic
+def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
+                  report: SyncReport, by) -> None:
     now = timezone.now()
     pools = {p.slug: p for p in Pool.objects.all()}
     existing = {n.name: n for n in GpuNode.objects.select_for_update()}
-    seen: set[str] = set()
-    to_create, to_update, lost, unchanged = [], [], [], []
     conditions = settings.PORTAL_GPU_CONDITION_TYPES
+    live = []
     for node in nodes:
         name = node["metadata"]["name"]
-        seen.add(name)
         row = existing.get(name)
-        facts = parse_node(node, slices=slices_by_node.get(name, ()),
-                           condition_types=conditions, retiring=bool(row and row.retiring))
-        old = row.facts() if row else None
-        changes = node_changes(old, facts)
-        if row is None:
-            row = GpuNode(name=name)
+        live.append(parse_node(node, slices=slices_by_node.get(name, ()),
+                               condition_types=conditions,
+                               retiring=bool(row and row.retiring)))
+    diffs, gone = diff_fleet({name: row.facts() for name, row in existing.items()}, live)
+    to_create, to_update, lost, unchanged = [], [], [], []
+    for diff in diffs:
+        facts = diff.facts
+        if diff.new:
+            row = GpuNode(name=facts.name)
             _apply_facts(row, facts, pools, now)
-            to_create.append((row, changes))
+            to_create.append(row)
             continue
-        if not changes and row.pool_id == (pools[facts.pool].pk if facts.pool in pools
-                                             else None):
+        row = existing[facts.name]
+        if not diff.changes and row.pool_id == (pools[facts.pool].pk if facts.pool in pools
+                                                  else None):
             unchanged.append(row.pk)
             continue
         _apply_facts(row, facts, pools, now)
         to_update.append(row)
-        if changes:
+        if diff.changes:
             report.changed += 1
             audit_record(actor=by, subject=row, action="node.changed", reason=(
-                f"{name}: {_describe(changes)}. {facts.reason}"), data={
-                "changes": {k: [str(a), str(b)] for k, (a, b) in changes.items()}})
-            if old.schedulable and not facts.schedulable:
-                lost.append(row)
-                NodeOutage.objects.create(node=row, started_at=now, reason=facts.reason)
-            elif facts.schedulable and not old.schedulable:
-                NodeOutage.objects.filter(node=row, ended_at__isnull=True).update(ended_at=now)
-    for name, row in existing.items():
-        if name not in seen and row.present:
-            row.present, row.state = False, "gone"
-            row.reason = "The node is no longer in the cluster."
-            to_update.append(row)
-            report.gone += 1
-            audit_record(actor=by, subject=row, action="node.gone", reason=row.reason)
-            if not NodeOutage.objects.filter(node=row, ended_at__isnull=True).exists():
-                NodeOutage.objects.create(node=row, started_at=now, reason=row.reason)
+                f"{facts.name}: {_describe(diff.changes)}. {facts.reason}"), data={
+                "changes": {k: [str(a), str(b)] for k, (a, b) in diff.changes.items()}})
+        if diff.lost:
             lost.append(row)
-    GpuNode.objects.bulk_create([r for r, _ in to_create], batch_size=500)
+            NodeOutage.objects.create(node=row, started_at=now, reason=facts.reason)
+        elif diff.recovered:
+            NodeOutage.objects.filter(node=row, ended_at__isnull=True).update(ended_at=now)
+    for name in gone:
+        row = existing[name]
+        row.present, row.state = False, "gone"
+        row.reason = "The node is no longer in the cluster."
+        to_update.append(row)
+        report.gone += 1
+        audit_record(actor=by, subject=row, action="node.gone", reason=row.reason)
+        if not NodeOutage.objects.filter(node=row, ended_at__isnull=True).exists():
+            NodeOutage.objects.create(node=row, started_at=now, reason=row.reason)
+        lost.append(row)
+    GpuNode.objects.bulk_create(to_create, batch_size=500)
     audit_bulk([dict(actor=by, subject=row, action="node.discovered",
-                     reason=f"{row.name} discovered: {row.reason}") for row, _ in to_create])
+                     reason=f"{row.name} discovered: {row.reason}") for row in to_create])
     GpuNode.objects.bulk_update(to_update, NODE_FIELDS, batch_size=500)
     # Unchanged nodes only record that they were seen: one UPDATE, not a row each.
     GpuNode.objects.filter(pk__in=unchanged).update(last_synced_at=now)
     report.created = len(to_create)
     report.nodes = len(nodes)
     report.flagged_allocations = flag_allocations_on(lost, by=by)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
@@ -163,7 +203,7 @@ def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
 @transaction.atomic
 def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuNode:
     """Mark a node for retirement (it leaves promisable capacity at once), or undo it."""
-    from .access import require_platform_admin
+    from tenants.access import require_platform_admin
 
     require_platform_admin(by)
     if not reason.strip():

@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.shortcuts import get_object_or_404
 from rest_framework import mixins, serializers, viewsets
 
-from .access import scope_to_tenants
+from tenants.access import scope_to_tenants
+
 from .models import Allocation
 
 

@@ -1,4 +1,4 @@
-"""Writes of the tenants app. Each one audits in the same transaction."""
+"""Writes of the fleet: allocations and pools. Each one audits in the same transaction."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ from decimal import Decimal
 
 from django.db import transaction
 
-from .audit import audit_record
-from .capacity import choose_dedicated_nodes
-from .models import Allocation, GpuNode, Pool, Route, Tenant
+from tenants.access import require_platform_admin
+from tenants.audit import audit_record
+from tenants.models import Tenant
+
+from .models import Allocation, GpuNode, Pool, Route
+from .provisioning import allocation_transition
+from .tasks import provision_allocation
 
 
 def namespace_for(tenant: Tenant, suffix: str) -> str:
@@ -18,15 +22,20 @@ def namespace_for(tenant: Tenant, suffix: str) -> str:
     return name[:63].rstrip("-")
 
 
+def _queue_provisioning(allocation_id: int) -> None:
+    """Provision after commit: a rolled-back approval or retry never starts a task."""
+    transaction.on_commit(lambda: provision_allocation.delay(allocation_id))
+
+
 @transaction.atomic
 def allocation_create(*, tenant: Tenant, pool: Pool, route: str, whole_devices: int,
                       mig_profile: str, mig_count: int, device_equivalents: Decimal,
                       starts_at: dt.datetime, ends_at: dt.datetime | None, by, reason: str,
-                      name_suffix: str) -> Allocation:
+                      namespace: str) -> Allocation:
     allocation = Allocation.objects.create(
         tenant=tenant, pool=pool, route=route, whole_devices=whole_devices,
         mig_profile=mig_profile, mig_count=mig_count, device_equivalents=device_equivalents,
-        namespace=namespace_for(tenant, name_suffix), starts_at=starts_at, ends_at=ends_at,
+        namespace=namespace, starts_at=starts_at, ends_at=ends_at,
     )
     audit_record(actor=by, subject=allocation, tenant=tenant, action="allocation.created",
                  to_state=allocation.status, reason=reason, data={
@@ -34,29 +43,24 @@ def allocation_create(*, tenant: Tenant, pool: Pool, route: str, whole_devices: 
                      "device_equivalents": str(device_equivalents),
                      "whole_devices": whole_devices, "mig_profile": mig_profile,
                      "mig_count": mig_count})
+    _queue_provisioning(allocation.pk)
     return allocation
 
 
-def allocation_reserve_nodes(*, allocation: Allocation, count: int, by) -> list[str]:
-    """Reserve whole validated nodes for a dedicated block (caller holds the pool lock)."""
-    if allocation.route != Route.DEDICATED_BLOCK or count <= 0:
+def allocation_reserve_nodes(*, allocation: Allocation, names: tuple[str, ...] | None,
+                             count: int, by) -> list[str]:
+    """Reserve the whole validated nodes the plan chose for a dedicated block (the caller
+    holds the pool lock, so they are still free). None: no synced fleet yet."""
+    if allocation.route != Route.DEDICATED_BLOCK or count <= 0 or names is None:
         return []
-    pool_nodes = list(GpuNode.objects.filter(pool=allocation.pool))
-    if not pool_nodes:
-        return []  # no synced fleet yet: nodes are chosen when the fleet is known
-    reserved = GpuNode.objects.filter(
-        pool=allocation.pool, allocations__status__in=Allocation.HOLDING
-    ).exclude(allocations=allocation).values_list("name", flat=True)
-    names = choose_dedicated_nodes([n.facts() for n in pool_nodes], count=count,
-                                   reserved_nodes=reserved)
     if len(names) < count:
         raise ValueError(f"only {len(names)} free validated node(s), {count} needed")
-    allocation.nodes.set([n for n in pool_nodes if n.name in names])
+    allocation.nodes.set(GpuNode.objects.filter(pool=allocation.pool, name__in=names))
     audit_record(actor=by, subject=allocation, tenant=allocation.tenant,
                  action="allocation.nodes_reserved",
                  reason=f"Reserved validated node(s) {', '.join(names)} for the dedicated block.",
-                 data={"nodes": names})
-    return names
+                 data={"nodes": list(names)})
+    return list(names)
 
 
 @transaction.atomic
@@ -89,8 +93,6 @@ def allocation_extend(*, allocation: Allocation, ends_at: dt.datetime | None, by
 @transaction.atomic
 def pool_update(*, form, by) -> Pool:
     """Save an admin's pool edit with an audit row naming what changed."""
-    from .access import require_platform_admin
-
     require_platform_admin(by)
     changed = sorted(form.changed_data)
     pool = form.save()
@@ -99,3 +101,16 @@ def pool_update(*, form, by) -> Pool:
                      reason=f"{pool.name}: changed {', '.join(changed)}.",
                      data={name: str(form.cleaned_data.get(name)) for name in changed})
     return pool
+
+
+@transaction.atomic
+def allocation_retry(*, allocation: Allocation, by) -> None:
+    """An admin's retry of a failed allocation; the task is queued after commit."""
+    require_platform_admin(by)
+    moved = allocation_transition(allocation.pk, from_states=(Allocation.Status.FAILED,),
+                                  to=Allocation.Status.PENDING, by=by,
+                                  reason="Retry requested by a platform admin.",
+                                  action="allocation.retry")
+    if moved is None:
+        raise ValueError("Only a failed allocation can be retried.")
+    _queue_provisioning(allocation.pk)

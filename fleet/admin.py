@@ -1,0 +1,13 @@
+from django.contrib import admin
+
+from .models import Allocation, Pool
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "route", "gpu_model", "capacity_devices",
+                    "rate_per_device_hour", "active")
+    list_filter = ("route", "active")
+
+
+admin.site.register(Allocation)

@@ -1,0 +1,171 @@
+"""What runs where: pools, GPU nodes and their outages, and the allocations placed on them.
+
+These tables were created by the tenants app; they keep their names (see migrations)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from tenants.models import Tenant, slug_validator
+
+from .domain import Route
+
+__all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "Route"]
+
+
+class Pool(models.Model):
+    """A set of nodes that serves one route, with one GPU model and one rate."""
+
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=120)
+    route = models.CharField(max_length=30, choices=Route.choices)
+    gpu_model = models.CharField(max_length=60, help_text="e.g. NVIDIA-H100-80GB-HBM3")
+    gpu_memory_gb = models.PositiveIntegerField(default=80)
+    devices_per_node = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
+    # Configured size; the fleet sync replaces it with validated capacity from Kubernetes.
+    capacity_devices = models.PositiveIntegerField(default=0)
+    node_selector = models.JSONField(default=dict, blank=True)
+    device_class = models.CharField(max_length=80, default="gpu.nvidia.com")
+    mig_profiles = models.JSONField(default=list, blank=True,
+                                    help_text='MIG profiles offered, e.g. ["1g.10gb", "3g.40gb"]')
+    rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4,
+                                               default=Decimal("0"))
+    borrowing_limit_devices = models.PositiveIntegerField(default=0)
+    # Kueue cohort for pools that lend and borrow (shared, MIG); blank elsewhere.
+    cohort = models.CharField(max_length=63, blank=True)
+    # The DRA driver's productName for the GPU model (it differs from GFD's label spelling).
+    dra_product_name = models.CharField(max_length=80, blank=True)
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        db_table = "tenants_pool"  # kept from when tenants/ owned it
+        ordering = ["route", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Allocation(models.Model):
+    """Capacity promised to a tenant. Created by approval; provisioned into Kubernetes."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Approved, not yet provisioned"
+        PROVISIONING = "provisioning", "Provisioning"
+        ACTIVE = "active", "Active"
+        EXPIRING = "expiring", "Expiring"
+        RETIRED = "retired", "Retired"
+        FAILED = "failed", "Failed (retriable)"
+
+    # Statuses that hold capacity in a pool.
+    HOLDING = (Status.PENDING, Status.PROVISIONING, Status.ACTIVE, Status.EXPIRING,
+               Status.FAILED)
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="allocations")
+    route = models.CharField(max_length=30, choices=Route.choices)
+    whole_devices = models.PositiveIntegerField(default=0)
+    mig_profile = models.CharField(max_length=20, blank=True)
+    mig_count = models.PositiveIntegerField(default=0)
+    # Device-equivalents held in the pool (MIG slices count as their share), for capacity.
+    device_equivalents = models.DecimalField(max_digits=10, decimal_places=4)
+    namespace = models.CharField(max_length=63)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    status_message = models.TextField(blank=True)
+    # Whole nodes reserved for a dedicated block (chosen at approval from validated nodes).
+    nodes = models.ManyToManyField("GpuNode", blank=True, related_name="allocations")
+    # Set when capacity under the allocation is lost (a node unhealthy, unvalidated, retiring).
+    flagged_reason = models.TextField(blank=True)
+    flagged_at = models.DateTimeField(null=True, blank=True)
+    # Provisioning progress, shown live on the request page.
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    # What the last reconcile found changed or deleted outside the portal.
+    drift_report = models.TextField(blank=True)
+    drift_checked_at = models.DateTimeField(null=True, blank=True)
+    expiry_notice_sent = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "tenants_allocation"  # kept from when tenants/ owned it
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["pool", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
+
+
+class GpuNode(models.Model):
+    """A GPU node as last read from the Kubernetes API (see fleet/capacity.py)."""
+
+    name = models.CharField(max_length=253, unique=True)
+    pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.SET_NULL,
+                             related_name="nodes")
+    pool_label = models.CharField(max_length=63, blank=True)
+    gpu_model = models.CharField(max_length=80, blank=True)
+    gpu_count = models.PositiveIntegerField(default=0)
+    gpu_memory_mib = models.PositiveIntegerField(default=0)
+    mig_capable = models.BooleanField(default=False)
+    mig_config = models.CharField(max_length=80, blank=True)
+    validated = models.BooleanField(default=False)
+    bios_profile = models.CharField(max_length=40, blank=True)
+    burn_in_date = models.CharField(max_length=40, blank=True)
+    validation_failure = models.TextField(blank=True)
+    ready = models.BooleanField(default=False)
+    health_problems = models.JSONField(default=list, blank=True)
+    cordoned = models.BooleanField(default=False)
+    present = models.BooleanField(default=True)
+    dra_whole_gpus = models.IntegerField(null=True, blank=True)
+    mig_devices = models.JSONField(default=dict, blank=True)  # {profile: count}
+    # Set by a platform admin in the portal; takes the node out of promisable capacity.
+    retiring = models.BooleanField(default=False)
+    retiring_reason = models.TextField(blank=True)
+    state = models.CharField(max_length=20, db_index=True, default="unvalidated")
+    reason = models.TextField(blank=True)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "tenants_gpunode"  # kept from when tenants/ owned it
+        ordering = ["name"]
+        indexes = [models.Index(fields=["pool", "state"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def facts(self):
+        from .capacity import NodeFacts
+
+        return NodeFacts(
+            name=self.name, pool=self.pool_label, gpu_model=self.gpu_model,
+            gpu_count=self.gpu_count, gpu_memory_mib=self.gpu_memory_mib,
+            mig_capable=self.mig_capable, mig_config=self.mig_config,
+            validated=self.validated, bios_profile=self.bios_profile,
+            burn_in_date=self.burn_in_date, validation_failure=self.validation_failure,
+            ready=self.ready, health_problems=tuple(self.health_problems),
+            cordoned=self.cordoned, retiring=self.retiring, present=self.present,
+            dra_whole_gpus=self.dra_whole_gpus,
+            mig_devices=tuple(sorted((k, int(v)) for k, v in self.mig_devices.items())),
+        )
+
+
+class NodeOutage(models.Model):
+    """A span in which a node could not be promised (unvalidated, unhealthy, cordoned, gone,
+    retiring). Billing credits hours of reserved nodes inside such spans."""
+
+    node = models.ForeignKey(GpuNode, on_delete=models.CASCADE, related_name="outages")
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField()
+
+    class Meta:
+        db_table = "tenants_nodeoutage"  # kept from when tenants/ owned it
+        ordering = ["node", "started_at"]
+        indexes = [models.Index(fields=["node", "started_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.node} from {self.started_at:%Y-%m-%d %H:%M}"

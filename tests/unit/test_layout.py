@@ -1,0 +1,125 @@
+"""The layout holds: imports point one way, and no module imports itself back through others.
+
+Every import is read, including those inside functions, from the source (ast), so a lazy
+import cannot hide an upward dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+APPS = ("tenants", "fleet", "intake", "billing", "portal")
+# What each app may import from the project: tenants ← fleet ← {intake, billing} ← portal.
+ALLOWED = {
+    "tenants": {"tenants", "portal.env"},
+    "fleet": {"tenants", "fleet", "portal.env"},
+    "intake": {"tenants", "fleet", "intake", "portal.env"},
+    "billing": {"tenants", "fleet", "billing", "portal.env"},
+    "portal": set(APPS),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def project_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every import of a project module in the file, at any depth."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
+        else module_name(path)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            # "from fleet import tasks" imports the module fleet.tasks
+            names = [f"{prefix}.{alias.name}" for alias in node.names] + [prefix]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in APPS:
+                found.append((node.lineno, name))
+    return found
+
+
+def app_files():
+    for app in APPS:
+        for path in sorted((ROOT / app).rglob("*.py")):
+            yield app, path
+
+
+def _allowed(app: str, module: str) -> bool:
+    return any(module == ok or module.startswith(ok + ".") for ok in ALLOWED[app])
+
+
+def test_imports_point_one_way():
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {module}"
+             for app, path in app_files() if "migrations" not in path.parts
+             for line, module in project_imports(path) if not _allowed(app, module)]
+    assert wrong == [], "imports against tenants ← fleet ← {intake, billing} ← portal:\n" + \
+        "\n".join(wrong)
+
+
+def test_the_import_reader_sees_imports_inside_functions(tmp_path):
+    # The reader itself must catch a lazy upward import (the kind that slipped in before).
+    probe = ROOT / "fleet" / "_probe_for_test.py"
+    probe.write_text("def f():\n    from intake.models import CapacityRequest\n"
+                     "    from ..billing import views\n")
+    try:
+        modules = [m for _, m in project_imports(probe)]
+    finally:
+        probe.unlink()
+    assert "intake.models.CapacityRequest" in modules
+    assert not _allowed("fleet", "intake.models")
+
+
+def test_no_import_cycles():
+    """Module graph over every import (function-level ones included): no cycle."""
+    modules = {module_name(p): p for _, p in app_files() if "migrations" not in p.parts}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = set()
+        for _, imported in project_imports(path):
+            # resolve "pkg.mod.Name" to the longest project module it names
+            parts = imported.split(".")
+            while parts and ".".join(parts) not in modules:
+                parts.pop()
+            target = ".".join(parts)
+            if target and target != name and not modules[target].name == "__init__.py":
+                edges.add(target)
+        graph[name] = edges
+    cycles = []
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" → ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert cycles == []
