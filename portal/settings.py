@@ -138,11 +138,12 @@ ACCOUNT_LOGOUT_ON_GET = False
 KEYCLOAK_SERVER_URL = env_str("KEYCLOAK_SERVER_URL")  # the realm URL
 KEYCLOAK_CLIENT_ID = env_str("KEYCLOAK_CLIENT_ID", "aifactory-portal")
 KEYCLOAK_CLIENT_SECRET = env_str("KEYCLOAK_CLIENT_SECRET")
+KEYCLOAK_PROVIDER_ID = "keycloak"  # allauth's provider id: one provider, one issuer
 PORTAL_LOCAL_LOGIN = env_bool("PORTAL_LOCAL_LOGIN", not KEYCLOAK_SERVER_URL and not PRODUCTION)
 SOCIALACCOUNT_PROVIDERS = {
     "openid_connect": {
         "APPS": ([{
-            "provider_id": "keycloak",
+            "provider_id": KEYCLOAK_PROVIDER_ID,
             "name": "Keycloak",
             "client_id": KEYCLOAK_CLIENT_ID,
             "secret": KEYCLOAK_CLIENT_SECRET,

@@ -10,7 +10,6 @@ import threading
 
 import jwt
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
@@ -47,23 +46,14 @@ def validate_token(token: str) -> dict:
 
 
 def user_for_claims(claims: dict):
-    """The portal user of a Keycloak subject (the same one a browser sign-in creates)."""
-    from allauth.socialaccount.models import SocialAccount
+    """The portal user of a Keycloak subject (the same one a browser sign-in links), with
+    the token's roles applied. Never looked up by username or e-mail."""
+    from .sso import sso_user_for, user_sync_roles
 
-    from .sso import user_sync_roles
-
-    account = SocialAccount.objects.filter(provider="keycloak", uid=claims["sub"]).select_related(
-        "user").first()
-    if account is not None:
-        user = account.user
-    else:
-        User = get_user_model()
-        username = claims.get("preferred_username") or claims["sub"]
-        user, _ = User.objects.get_or_create(username=username, defaults={
-            "email": claims.get("email", ""), "first_name": claims.get("given_name", ""),
-            "last_name": claims.get("family_name", "")})
-        SocialAccount.objects.get_or_create(provider="keycloak", uid=claims["sub"],
-                                            defaults={"user": user, "extra_data": {}})
+    try:
+        user = sso_user_for(provider=settings.KEYCLOAK_PROVIDER_ID, claims=claims)
+    except ValueError as exc:
+        raise exceptions.AuthenticationFailed(f"The token is not valid: {exc}.") from exc
     user_sync_roles(user=user, claims=claims)
     return user
 

@@ -5,7 +5,6 @@ import logging
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
-from django.shortcuts import resolve_url
 
 log = logging.getLogger(__name__)
 
@@ -24,23 +23,6 @@ class PortalAccountAdapter(DefaultAccountAdapter):
         return super().pre_login(request, user, **kwargs)
 
 
-    def get_logout_redirect_url(self, request) -> str:
-        """After the portal session ends, end the Keycloak session too (where configured)."""
-        url = super().get_logout_redirect_url(request)
-        user = getattr(request, "user", None)
-        if not (settings.KEYCLOAK_SERVER_URL and settings.PORTAL_KEYCLOAK_LOGOUT and user
-                and user.is_authenticated and user.socialaccount_set.filter(
-                    provider="keycloak").exists()):
-            return url
-        from urllib.parse import urlencode
-
-        back = request.build_absolute_uri(resolve_url(url))
-        query = urlencode({"client_id": settings.KEYCLOAK_CLIENT_ID,
-                           "post_logout_redirect_uri": back})
-        realm = settings.KEYCLOAK_SERVER_URL.rstrip("/")
-        return f"{realm}/protocol/openid-connect/logout?{query}"
-
-
 class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
     def on_authentication_error(self, request, provider, error=None, exception=None,
                                 extra_context=None):
@@ -53,3 +35,21 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
 
     def is_open_for_signup(self, request, sociallogin) -> bool:
         return True
+
+    def pre_social_login(self, request, sociallogin) -> None:
+        # A first sign-in creates a new account, linked by (issuer, subject) alone. The realm's
+        # e-mail is kept on the user but not claimed as a portal address, so a local account
+        # with the same address neither captures the sign-in nor sends it to a sign-up form.
+        if not sociallogin.is_existing:
+            sociallogin.email_addresses = []
+        super().pre_social_login(request, sociallogin)
+
+    def populate_user(self, request, sociallogin, data):
+        from .sso import _username_taken, free_username
+
+        user = super().populate_user(request, sociallogin, data)
+        from allauth.account.utils import user_username
+
+        user_username(user, free_username(user_username(user) or sociallogin.account.uid,
+                                          _username_taken))
+        return user

@@ -70,15 +70,21 @@ def roles_from_settings(claims: dict) -> ClaimRoles:
 
 @transaction.atomic
 def user_sync_roles(*, user, claims: dict) -> list[str]:
-    """Make the user's Keycloak-sourced grants equal what the claims say; return changes."""
+    """Make the user's grants equal what the claims say; return changes.
+
+    With Keycloak, roles come from Keycloak alone: grants the portal made by hand for this
+    user (source "local") are replaced too."""
     wanted = roles_from_settings(claims)
     changes: list[str] = []
     have_platform = {r.role: r for r in PlatformRole.objects.filter(user=user)}
     for role in wanted.platform - set(have_platform):
         PlatformRole.objects.create(user=user, role=role, source=SOURCE)
         changes.append(f"granted {PlatformRole.Role(role).label}")
+    for role in wanted.platform & set(have_platform):
+        if have_platform[role].source != SOURCE:
+            PlatformRole.objects.filter(pk=have_platform[role].pk).update(source=SOURCE)
     for role, grant in have_platform.items():
-        if grant.source == SOURCE and role not in wanted.platform:
+        if role not in wanted.platform:
             grant.delete()
             changes.append(f"revoked {PlatformRole.Role(role).label}")
 
@@ -104,12 +110,12 @@ def user_sync_roles(*, user, claims: dict) -> list[str]:
         if current is None:
             Membership.objects.create(user=user, tenant=tenant, role=role, source=SOURCE)
             changes.append(f"{Membership.Role(role).label.lower()} of {slug}")
-        elif current.role != role and current.source == SOURCE:
-            current.role = role
-            current.save(update_fields=["role"])
+        elif current.role != role or current.source != SOURCE:
+            current.role, current.source = role, SOURCE
+            current.save(update_fields=["role", "source"])
             changes.append(f"now {Membership.Role(role).label.lower()} of {slug}")
     for slug, membership in have.items():
-        if membership.source == SOURCE and slug not in wanted_tenants:
+        if slug not in wanted_tenants or slug not in existing:
             membership.delete()
             changes.append(f"removed from {slug}")
     real = [c for c in changes if not c.startswith("ignored")]
@@ -130,3 +136,53 @@ def claims_from_extra_data(extra_data: dict) -> dict:
     if not claims:
         claims = dict(extra_data)
     return claims
+
+
+def free_username(wanted: str, taken) -> str:
+    """A username for a new SSO account: the realm's own name when free, else the same with
+    an "-sso" suffix (and a number). Never an existing account: identities link by issuer and
+    subject, so a realm user named like a local account must not become that account."""
+    base = (wanted or "user")[:140]
+    if not taken(base):
+        return base
+    n = 1
+    while True:
+        candidate = f"{base}-sso" + (f"-{n}" if n > 1 else "")
+        if not taken(candidate):
+            return candidate
+        n += 1
+
+
+def _username_taken(name: str) -> bool:
+    from django.contrib.auth import get_user_model
+
+    User = get_user_model()
+    return User.objects.filter(**{f"{User.USERNAME_FIELD}__iexact": name}).exists()
+
+
+@transaction.atomic
+def sso_user_for(*, provider: str, claims: dict):
+    """The portal user of a Keycloak subject: found by (provider = one issuer, sub) only, or
+    created with a fresh username. The bearer-token path and a browser sign-in meet here."""
+    from allauth.socialaccount.models import SocialAccount
+    from django.contrib.auth import get_user_model
+
+    account = (SocialAccount.objects.select_for_update().select_related("user")
+               .filter(provider=provider, uid=claims["sub"]).first())
+    if account is not None:
+        known_issuer = claims_from_extra_data(account.extra_data).get("iss")
+        if known_issuer and claims.get("iss") and known_issuer != claims["iss"]:
+            raise ValueError("this subject is linked to another issuer")
+        return account.user
+    User = get_user_model()
+    user = User.objects.create(**{
+        User.USERNAME_FIELD: free_username(claims.get("preferred_username") or claims["sub"],
+                                           _username_taken),
+        "email": claims.get("email", ""), "first_name": claims.get("given_name", "")[:150],
+        "last_name": claims.get("family_name", "")[:150]})
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
+    SocialAccount.objects.create(provider=provider, uid=claims["sub"], user=user,
+                                 extra_data={"id_token": {k: claims[k] for k in ("iss", "sub")
+                                                          if k in claims}})
+    return user

@@ -23,6 +23,7 @@ def sso(keycloak, settings):
     settings.KEYCLOAK_SERVER_URL = realm
     settings.PORTAL_LOCAL_LOGIN = False
     settings.PORTAL_JWT_LEEWAY_SECONDS = 0
+    settings.KEYCLOAK_CLIENT_SECRET = "dev-portal-secret-change-me"
     settings.SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"APPS": [{
         "provider_id": "keycloak", "name": "Keycloak", "client_id": "aifactory-portal",
         "secret": "dev-portal-secret-change-me", "settings": {"server_url": realm}}]}}
