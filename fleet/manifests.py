@@ -18,6 +18,26 @@ LABEL_POOL = "aifactory.io/pool"
 DEDICATED_TAINT = "aifactory.io/dedicated"
 DEDICATED_LABEL = "aifactory.io/dedicated-to"
 CONFIDENTIAL_BIOS = {"aifactory.io/bios-profile": "confidential"}
+MIG_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: MIG devices carry its attributes
+WHOLE_GPU = "nvidia.com/gpu"
+
+
+def mig_device_class(profile: str) -> str:
+    """The platform's DeviceClass of one MIG profile: claims name it, with no CEL of their own
+    (Kueue refuses CEL selectors in claim templates), and quota counts it per namespace."""
+    return f"mig-{profile}.aifactory.io"
+
+
+def mig_resource(profile: str) -> str:
+    """The logical resource Kueue counts a profile's claims under (deviceClassMappings)."""
+    return f"mig.aifactory.io/{profile}"
+
+
+def kueue_device_class_mappings(profiles) -> list[dict]:
+    """What Kueue's Configuration needs (`resources.deviceClassMappings`) for these profiles:
+    without it, MIG claims are silently not counted against any quota."""
+    return [{"name": mig_resource(p), "deviceClassNames": [mig_device_class(p)]}
+            for p in sorted(set(profiles))]
 
 
 @dataclass(frozen=True)
@@ -87,19 +107,37 @@ def _namespace(spec: AllocationSpec) -> dict:
             "metadata": {"name": spec.namespace, "labels": labels}}
 
 
+def _borrows(spec: AllocationSpec) -> bool:
+    return spec.route in (Route.SHARED_POOL, Route.MIG_VCLUSTER) and bool(spec.cohort)
+
+
+def ceiling_devices(spec: AllocationSpec) -> int:
+    """The most devices (or slices) the namespace may run at once: its quota, plus what it
+    may borrow from the cohort. The namespace ceiling must allow what Kueue admits."""
+    return _quota_devices(spec) + (spec.borrowing_limit if _borrows(spec) else 0)
+
+
+def _cpu(devices: int, spec: AllocationSpec) -> str:
+    return str(max(1, devices) * spec.cpu_per_device)
+
+
+def _memory(devices: int, spec: AllocationSpec) -> str:
+    return f"{max(1, devices) * spec.memory_gi_per_device}Gi"
+
+
 def _quota(spec: AllocationSpec) -> dict:
-    devices = _quota_devices(spec)
-    hard = {
-        "requests.cpu": str(max(1, devices) * spec.cpu_per_device),
-        "requests.memory": f"{max(1, devices) * spec.memory_gi_per_device}Gi",
-        "limits.memory": f"{max(1, devices) * spec.memory_gi_per_device}Gi",
-    }
+    devices = ceiling_devices(spec)
+    hard = {"requests.cpu": _cpu(devices, spec), "requests.memory": _memory(devices, spec),
+            "limits.memory": _memory(devices, spec)}
     if spec.route == Route.MIG_VCLUSTER:
-        # Slices come only through DRA claims of the MIG class; no whole devices here.
-        hard[f"{spec.device_class}.deviceclass.resource.k8s.io/devices"] = str(devices)
-        hard["requests.nvidia.com/gpu"] = "0"
+        # Slices only through claims of the approved profile's class; nothing else.
+        hard[f"{mig_device_class(spec.mig_profile)}.deviceclass.resource.k8s.io/devices"] = \
+            str(devices)
+        hard[f"{spec.device_class}.deviceclass.resource.k8s.io/devices"] = "0"
+        hard[f"{MIG_DRIVER}.deviceclass.resource.k8s.io/devices"] = "0"
+        hard[f"requests.{WHOLE_GPU}"] = "0"
     else:
-        hard["requests.nvidia.com/gpu"] = str(devices)
+        hard[f"requests.{WHOLE_GPU}"] = str(devices)
         hard[f"{spec.device_class}.deviceclass.resource.k8s.io/devices"] = str(devices)
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(spec, "gpu-quota"),
             "spec": {"hard": hard}}
@@ -173,20 +211,30 @@ def _flavor(spec: AllocationSpec) -> dict:
 
 
 def _cluster_queue(spec: AllocationSpec) -> dict:
-    resource = spec.device_class if spec.route == Route.MIG_VCLUSTER else "nvidia.com/gpu"
-    quota: dict = {"name": resource, "nominalQuota": _quota_devices(spec)}
+    """Covers CPU and memory as well as devices: every pod carries CPU and memory requests
+    (the LimitRange sets defaults), and Kueue holds a workload whose resources its queue does
+    not cover. CPU and memory are sized per device, as the namespace quota is."""
+    resource = (mig_resource(spec.mig_profile) if spec.route == Route.MIG_VCLUSTER
+                else WHOLE_GPU)
+    nominal = _quota_devices(spec)
+    quotas: list[dict] = [{"name": "cpu", "nominalQuota": _cpu(nominal, spec)},
+                          {"name": "memory", "nominalQuota": _memory(nominal, spec)},
+                          {"name": resource, "nominalQuota": nominal}]
     body: dict = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}},
         "queueingStrategy": "BestEffortFIFO",
     }
-    if spec.route in (Route.SHARED_POOL, Route.MIG_VCLUSTER) and spec.cohort:
+    if _borrows(spec):
         body["cohortName"] = spec.cohort
-        quota["borrowingLimit"] = spec.borrowing_limit
+        borrow = spec.borrowing_limit
+        quotas[0]["borrowingLimit"] = str(borrow * spec.cpu_per_device)
+        quotas[1]["borrowingLimit"] = f"{borrow * spec.memory_gi_per_device}Gi"
+        quotas[2]["borrowingLimit"] = borrow
         body["preemption"] = {"reclaimWithinCohort": "Any",
                               "withinClusterQueue": "LowerPriority"}
     # Dedicated and confidential queues stand alone: no cohort, no lending, no borrowing.
-    body["resourceGroups"] = [{"coveredResources": [resource], "flavors": [
-        {"name": flavor_name(spec), "resources": [quota]}]}]
+    body["resourceGroups"] = [{"coveredResources": [q["name"] for q in quotas], "flavors": [
+        {"name": flavor_name(spec), "resources": quotas}]}]
     return {"apiVersion": KUEUE, "kind": "ClusterQueue",
             "metadata": _meta(spec, f"{spec.namespace}", namespaced=False), "spec": body}
 
@@ -244,16 +292,22 @@ def _confidential_guard(spec: AllocationSpec) -> list[dict]:
         {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}})
 
 
+def _mig_device_class(spec: AllocationSpec) -> dict:
+    """Pool-level (no allocation label, like the flavor): one class per offered profile."""
+    expression = (f"device.driver == '{MIG_DRIVER}' && "
+                  f"device.attributes['{MIG_DRIVER}'].type == 'mig' && "
+                  f"device.attributes['{MIG_DRIVER}'].profile == '{spec.mig_profile}'")
+    meta = _meta(spec, mig_device_class(spec.mig_profile), namespaced=False, allocation=False)
+    meta["labels"].pop(LABEL_TENANT, None)
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": meta,
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+
+
 def _claim_template(spec: AllocationSpec) -> dict:
-    conditions = [f"device.attributes['gpu.nvidia.com'].profile == '{spec.mig_profile}'"]
-    if spec.dra_product_name:
-        conditions.append(
-            f"device.attributes['gpu.nvidia.com'].productName == '{spec.dra_product_name}'")
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
             "metadata": _meta(spec, f"mig-{spec.mig_profile.replace('.', '-')}"),
             "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
-                "deviceClassName": spec.device_class, "count": 1,
-                "selectors": [{"cel": {"expression": " && ".join(conditions)}}]}}]}}}}
+                "deviceClassName": mig_device_class(spec.mig_profile), "count": 1}}]}}}}
 
 
 def _vcluster(spec: AllocationSpec) -> list[dict]:
@@ -289,7 +343,7 @@ def render_manifests(spec: AllocationSpec) -> list[dict]:
     if spec.route == Route.CONFIDENTIAL_POOL:
         out += _confidential_guard(spec)
     if spec.route == Route.MIG_VCLUSTER:
-        out.append(_claim_template(spec))
+        out += [_mig_device_class(spec), _claim_template(spec)]
         out += _vcluster(spec)
     out += [_flavor(spec), _cluster_queue(spec), _local_queue(spec)]
     return out

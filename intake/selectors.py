@@ -176,8 +176,9 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
     decision = decision or request_decision(request)
     if not decision.ok:
         return ApprovalPlan(decision, None, None)
-    pool = pool_for_route(decision, request.gpu_model,
-                          pool or (request.pool if request.pool_id else None))
+    if pool is None and request.pool_id:
+        pool = Pool.objects.filter(pk=request.pool_id).first()  # fresh, not a cached relation
+    pool = pool_for_route(decision, request.gpu_model, pool)
     if pool is None:
         return ApprovalPlan(decision, None, None)
     plan = plan_request(decision, pool_facts(pool),

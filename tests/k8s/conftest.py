@@ -78,3 +78,67 @@ def eventually(fn, timeout: float = 10):
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def _webhook_cert(pki: Path, out: Path) -> None:
+    """A serving certificate for Kueue's webhooks on loopback, signed by the test CA."""
+    import subprocess
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for argv in (
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kueue-webhook",
+         "-keyout", str(out / "tls.key"), "-out", str(out / "tls.csr")],
+        ["x509", "-req", "-in", str(out / "tls.csr"), "-CA", str(pki / "ca.crt"),
+         "-CAkey", str(pki / "ca.key"), "-CAcreateserial", "-days", "2",
+         "-extfile", str(out / "san.ext"), "-out", str(out / "tls.crt")],
+    ):
+        subprocess.run(["openssl", *argv], check=True, capture_output=True)
+
+
+# The MIG profiles the test pools offer (tests/factories.make_pools): Kueue must map each
+# profile's DeviceClass to a logical resource, or MIG claims are not counted at all.
+TEST_MIG_PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
+
+
+@pytest.fixture(scope="session")
+def kueue(control_plane, admin_kube, tmp_path_factory):
+    """The real Kueue controller (v0.17.0 from the module proxy) joined to the test cluster:
+    its CRDs converting through its own webhook, its admission webhooks on loopback, the DRA
+    gate on and the MIG device classes mapped. Up for the rest of the session."""
+    from fleet.manifests import kueue_device_class_mappings
+    from tests.harness.kueue import KueueController, ensure_kueue, kueue_crds, kueue_webhooks
+
+    started = time.monotonic()
+    binary = ensure_kueue()
+    built = time.monotonic() - started
+    workdir = tmp_path_factory.mktemp("kueue")
+    pki = control_plane.workdir / "pki"
+    certs = workdir / "certs"
+    _webhook_cert(pki, certs)
+    controller = KueueController(workdir)
+    ca = (pki / "ca.crt").read_bytes()
+    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": "kueue-system"}}, force=True)
+    crds = kueue_crds(ca, controller.webhook_port)
+    for crd in crds:
+        admin_kube.apply(crd, force=True)
+    wait_for_crds(admin_kube, [c["metadata"]["name"] for c in crds])
+    controller.start(binary, admin_kubeconfig=control_plane.admin_kubeconfig, cert_dir=certs,
+                     device_class_mappings=kueue_device_class_mappings(TEST_MIG_PROFILES))
+    for hook in kueue_webhooks(ca, controller.webhook_port):
+        admin_kube.apply(hook, force=True)
+    print(f"\nkueue: binary ready in {built:.1f}s, controller ready in "
+          f"{controller.startup_seconds:.1f}s")
+    yield controller
+    controller.stop()
+
+
+def applied_state(obj: dict, manager: str = "aifactory-portal") -> tuple:
+    """What a repeated apply by `manager` would change: the fields that manager owns. The
+    resourceVersion, generation and apply time are no measure once Kueue runs: it writes
+    status, finalizers and defaults of its own, and its conversion webhook re-encodes
+    quantities (seen: a second apply then re-stamps the time with the same fields)."""
+    return tuple(sorted(str(m.get("fieldsV1"))
+                        for m in obj["metadata"].get("managedFields") or []
+                        if m["manager"] == manager and m["operation"] == "Apply"))

@@ -28,6 +28,7 @@ from tenants.models import AuditEvent
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess
 
+from .conftest import applied_state
 from .gpu_nodes import create_gpu_node
 
 pytestmark = pytest.mark.django_db
@@ -103,9 +104,11 @@ def test_approve_provisions_every_object_of_the_route(route, kube, fleet, tenant
     assert rb["subjects"][0]["name"] == "oidc:/tenants/acme/leads"
     if route == Route.SHARED_POOL:
         assert cq["cohortName"] == "shared-h100"
-        res = cq["resourceGroups"][0]["flavors"][0]["resources"][0]
-        assert (res["nominalQuota"], res["borrowingLimit"]) == (4, 8)
-        assert quota["requests.nvidia.com/gpu"] == "4"
+        res = {r["name"]: r for r in cq["resourceGroups"][0]["flavors"][0]["resources"]}
+        gpu = res["nvidia.com/gpu"]
+        assert (str(gpu["nominalQuota"]), str(gpu["borrowingLimit"])) == ("4", "8")
+        assert {"cpu", "memory"} <= set(res)  # Kueue holds what its queue does not cover
+        assert quota["requests.nvidia.com/gpu"] == "12"  # quota + borrowing limit
     elif route == Route.DEDICATED_BLOCK:
         assert "cohortName" not in cq
         node = kube.get("v1", "Node", alloc.nodes.get().name)
@@ -118,22 +121,25 @@ def test_approve_provisions_every_object_of_the_route(route, kube, fleet, tenant
         flavor = kube.get("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "pool-confidential")
         assert flavor["spec"]["nodeLabels"]["aifactory.io/bios-profile"] == "confidential"
     else:
-        assert quota["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "3"
+        assert quota["mig-2g.20gb.aifactory.io.deviceclass.resource.k8s.io/devices"] == "3"
+        assert quota["mig.nvidia.com.deviceclass.resource.k8s.io/devices"] == "0"
         rct = kube.get("resource.k8s.io/v1", "ResourceClaimTemplate", "mig-2g-20gb",
                        alloc.namespace)
-        expr = rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]
-        assert "2g.20gb" in expr["cel"]["expression"]
-        assert "NVIDIA A100-SXM4-80GB" in expr["cel"]["expression"]
+        exactly = rct["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+        assert exactly["deviceClassName"] == "mig-2g.20gb.aifactory.io"
+        assert "selectors" not in exactly  # Kueue refuses CEL in claim templates
+        device_class = kube.get("resource.k8s.io/v1", "DeviceClass", "mig-2g.20gb.aifactory.io")
+        assert "2g.20gb" in device_class["spec"]["selectors"][0]["cel"]["expression"]
         cluster = kube.get("cluster.x-k8s.io/v1beta2", "Cluster", "vcluster", alloc.namespace)
         assert cluster["spec"]["controlPlaneRef"]["kind"] == "VCluster"
 
     # Provisioning again changes nothing.
-    versions = [live(kube, m)["metadata"]["resourceVersion"] for m in manifests]
+    versions = [applied_state(live(kube, m)) for m in manifests]
     from fleet.provisioning import allocation_provision
 
     Allocation.objects.filter(pk=alloc.pk).update(status="pending")
     allocation_provision(alloc.pk)
-    assert [live(kube, m)["metadata"]["resourceVersion"] for m in manifests] == versions
+    assert [applied_state(live(kube, m)) for m in manifests] == versions
 
 
 def test_dedicated_taint_is_guarded_by_admission_policy(kube, fleet, tenant, lead, admin_user,
@@ -171,7 +177,7 @@ def test_reconcile_restores_deleted_and_edited_objects_and_reports_drift(
     assert any("ResourceQuota" in f and "requests.nvidia.com/gpu" in f for f in found)
     assert kube.get("kueue.x-k8s.io/v1beta2", "LocalQueue", "gpu", alloc.namespace)
     assert kube.get("v1", "ResourceQuota", "gpu-quota", alloc.namespace)["spec"]["hard"][
-        "requests.nvidia.com/gpu"] == "4"
+        "requests.nvidia.com/gpu"] == "12"  # quota 4 + borrowing limit 8, as rendered
     alloc.refresh_from_db()
     assert "LocalQueue" in alloc.drift_report
     assert AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk,
@@ -250,12 +256,14 @@ def test_preview_dry_runs_before_approval(kube, fleet, tenant, lead, pools):
     rows = request_preview(req)
     assert rows and all(r.accepted for r in rows), [r.message for r in rows if not r.accepted]
     assert kube.get("v1", "Namespace", f"acme-r{req.pk}") is None  # nothing was created
+    # A pool set up wrong shows up in the preview, object by object, before anything exists.
+    # (MIG claim templates no longer carry CEL: the profile's DeviceClass does.)
     Pool.objects.filter(pk=pools[Route.MIG_VCLUSTER].pk).update(
-        dra_product_name="x' ||| broken")
+        device_class="x' ||| broken")
     rows = request_preview(req)
     bad = [r for r in rows if not r.accepted]
-    assert [r.key.kind for r in bad] == ["ResourceClaimTemplate"]
-    assert "compilation failed" in bad[0].message
+    assert [r.key.kind for r in bad] == ["ResourceQuota"]
+    assert "deviceclass.resource.k8s.io/devices" in bad[0].message
 
 
 @pytest.mark.django_db(transaction=True)
