@@ -39,6 +39,9 @@ if PRODUCTION and len(SECRET_KEY) < 50:
     raise ImproperlyConfigured("SECRET_KEY must be set to 50+ random characters in production")
 
 DEBUG = env_bool("DEBUG", not PRODUCTION)
+if PRODUCTION and DEBUG:
+    # Debug pages show settings and tracebacks to anyone: never in production.
+    raise ImproperlyConfigured("DEBUG must be off in production (unset DEBUG)")
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost"])
 if PRODUCTION and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS must be set in production")

@@ -56,6 +56,13 @@ def test_check_deploy_is_clean_in_production_settings():
     assert "no issues" in result.stdout
 
 
+def test_production_refuses_debug():
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT,
+                            env=_production_env(DEBUG="true"), capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "DEBUG must be off in production" in result.stderr
+
+
 @pytest.mark.parametrize(("drop", "message"), [
     ("SECRET_KEY", "SECRET_KEY"), ("DATABASE_URL", "DATABASE_URL"),
     ("ALLOWED_HOSTS", "ALLOWED_HOSTS"), ("CELERY_BROKER_URL", "CELERY_BROKER_URL")])
