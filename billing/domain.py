@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from fleet.domain import Route
-from fleet.domain import mig_share as mig_weight  # noqa: F401 - one home: fleet.domain
 
 HOUR = dt.timedelta(hours=1)
 SECONDS_PER_HOUR = Decimal(3600)

@@ -8,7 +8,9 @@ from decimal import Decimal
 import requests
 from django.conf import settings
 
-from .domain import HOUR, SECONDS_PER_HOUR, mig_weight
+from fleet.domain import mig_share
+
+from .domain import HOUR, SECONDS_PER_HOUR
 
 # Graphics-engine activity (0-1) works for whole GPUs and MIG instances alike. The window is
 # an hour less a millisecond: Prometheus 2 ranges include their left edge, so a sample taken
@@ -45,7 +47,7 @@ def used_device_seconds(hour: dt.datetime, *, base_url: str | None = None,
     for series in body["data"]["result"]:
         labels = series["metric"]
         value = Decimal(series["value"][1])
-        weight = mig_weight(labels.get("GPU_I_PROFILE", ""), weights)
+        weight = mig_share(labels.get("GPU_I_PROFILE", ""), weights)
         ns = labels.get("namespace", "")
         out[ns] = out.get(ns, Decimal(0)) + value * SECONDS_PER_HOUR * weight
     return out

@@ -7,12 +7,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from fleet.models import Allocation, NodeOutage
+from fleet.selectors import mig_weights
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
@@ -53,15 +53,17 @@ class RollupReport:
                 f"{pending} hour(s) pending on Prometheus")
 
 
-def _weights() -> dict[str, Decimal]:
-    return {k: Decimal(v) for k, v in settings.PORTAL_MIG_WEIGHTS.items()}
-
-
 def _rates(pools) -> dict[int, list[Rate]]:
     out: dict[int, list[Rate]] = defaultdict(list)
     for card in RateCard.objects.filter(pool__in=pools):
         out[card.pool_id].append(Rate(card.effective_from, card.rate_per_device_hour))
     return out
+
+
+def _billed_between(start: dt.datetime, end: dt.datetime):
+    """Allocations that hold billable hours in [start, end)."""
+    return Allocation.objects.filter(status__in=BILLED, starts_at__lt=end).filter(
+        Q(ends_at__isnull=True) | Q(ends_at__gt=start))
 
 
 def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | None = None
@@ -74,15 +76,14 @@ def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | 
     start, end = floor_hour(start), floor_hour(end)
     end = min(end, floor_hour(timezone.now()))  # only whole, finished hours
     report = RollupReport(pending_hours=[])
-    if not Allocation.objects.filter(status__in=BILLED, starts_at__lt=end).filter(
-            Q(ends_at__isnull=True) | Q(ends_at__gt=start)).exists():
+    if not _billed_between(start, end).exists():
         return report
     measured: dict[dt.datetime, dict[str, Decimal] | None] = {}
     for hour in hours_between(start, end):
         report.hours += 1
         try:
             measured[hour] = prometheus.used_device_seconds(hour, base_url=prometheus_url,
-                                                            weights=_weights())
+                                                            weights=mig_weights())
         except prometheus.PrometheusError:
             measured[hour] = None
             report.pending_hours.append(hour)
@@ -93,10 +94,8 @@ def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | 
 @transaction.atomic
 def _record_hours(start: dt.datetime, end: dt.datetime,
                   measured: dict[dt.datetime, dict[str, Decimal] | None]) -> int:
-    allocations = list(
-        Allocation.objects.filter(status__in=BILLED, starts_at__lt=end)
-        .filter(Q(ends_at__isnull=True) | Q(ends_at__gt=start))
-        .select_related("pool").prefetch_related("nodes"))
+    allocations = list(_billed_between(start, end).select_related("pool")
+                       .prefetch_related("nodes"))
     rates = _rates({a.pool_id for a in allocations})
     outages = defaultdict(list)
     node_ids = {n.pk for a in allocations for n in a.nodes.all()}

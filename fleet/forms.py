@@ -35,12 +35,11 @@ class PoolForm(forms.ModelForm):
     class Meta:
         model = Pool
         fields = ["name", "gpu_model", "gpu_memory_gb", "devices_per_node", "capacity_devices",
-                  "node_selector", "device_class", "dra_product_name", "mig_profiles", "cohort",
+                  "node_selector", "device_class", "mig_profiles", "cohort",
                   "borrowing_limit_devices", "active"]
         # No rate here: the pool's rate is the rate card in force (billing owns it).
         labels = {"gpu_model": "GPU model (GFD product label)", "gpu_memory_gb": "GPU memory (GB)",
                   "capacity_devices": "Configured size (devices, until the fleet is synced)",
-                  "dra_product_name": "DRA productName (for claim selectors)",
                   "mig_profiles": "MIG profiles offered", "cohort": "Kueue cohort",
                   "borrowing_limit_devices": "Borrowing limit (devices)"}
 

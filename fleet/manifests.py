@@ -55,7 +55,6 @@ class AllocationSpec:
     mig_profile: str = ""
     mig_count: int = 0
     device_class: str = "gpu.nvidia.com"
-    dra_product_name: str = ""
     nodes: tuple[str, ...] = ()  # dedicated block: the reserved nodes
     cohort: str = ""
     borrowing_limit: int = 0

@@ -36,8 +36,6 @@ class Pool(models.Model):
     borrowing_limit_devices = models.PositiveIntegerField(default=0)
     # Kueue cohort for pools that lend and borrow (shared, MIG); blank elsewhere.
     cohort = models.CharField(max_length=63, blank=True)
-    # The DRA driver's productName for the GPU model (it differs from GFD's label spelling).
-    dra_product_name = models.CharField(max_length=80, blank=True)
     active = models.BooleanField(default=True)
 
     class Meta:

@@ -42,7 +42,7 @@ def spec_for(*, allocation_id: int, tenant: Tenant, pool: Pool, namespace: str, 
         allocation_id=allocation_id, tenant=tenant.slug, namespace=namespace, route=route,
         pool=pool.slug, gpu_model=pool.gpu_model, node_selector=dict(pool.node_selector or {}),
         whole_devices=whole_devices, mig_profile=mig_profile, mig_count=mig_count,
-        device_class=pool.device_class, dra_product_name=pool.dra_product_name, nodes=nodes,
+        device_class=pool.device_class, nodes=nodes,
         cohort=pool.cohort, borrowing_limit=pool.borrowing_limit_devices,
         group_prefix=settings.PORTAL_K8S_GROUP_PREFIX,
         lead_group=settings.PORTAL_LEAD_GROUP_PATTERN,
@@ -159,7 +159,7 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
 
 def allocation_fail(allocation_id: int, message: str) -> None:
     allocation_transition(allocation_id, from_states=(S.PENDING, S.PROVISIONING), to=S.FAILED,
-                reason=f"Provisioning failed: {message}", message=message)
+                          reason=f"Provisioning failed: {message}", message=message)
 
 
 # ---------------------------------------------------------------------------------------
@@ -178,8 +178,8 @@ def allocations_due(now: dt.datetime, notice: dt.timedelta):
 def allocation_mark_expiring(allocation_id: int) -> None:
     alloc = Allocation.objects.get(pk=allocation_id)
     allocation_transition(allocation_id, from_states=(S.ACTIVE,), to=S.EXPIRING,
-                reason=f"Ends {alloc.ends_at:%Y-%m-%d %H:%M} UTC: renew through a new request "
-                       "before then, or its objects are removed.")
+                          reason=f"Ends {alloc.ends_at:%Y-%m-%d %H:%M} UTC: renew through a "
+                                 "new request before then, or its objects are removed.")
 
 
 def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,

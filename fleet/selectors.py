@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections import Counter
 from decimal import Decimal
 
+from django.conf import settings
 from django.db.models import Sum
 
 from .capacity import PromisableCapacity, choose_dedicated_nodes, promisable_capacity
 from .models import Allocation, GpuNode, Pool
+
+
+def mig_weights() -> dict[str, Decimal]:
+    """PORTAL_MIG_WEIGHTS as numbers: the platform's share of a device per MIG profile, for
+    allocated (intake) and used (billing) device-hours alike."""
+    return {k: Decimal(v) for k, v in settings.PORTAL_MIG_WEIGHTS.items()}
 
 
 def pool_capacity(pool: Pool) -> PromisableCapacity:
@@ -47,15 +54,12 @@ def pool_endings(pool: Pool) -> list[tuple]:
                 .values_list("ends_at", "device_equivalents"))
 
 
-def free_dedicated_nodes(pool: Pool, count: int, *, exclude_allocation: int | None = None
-                         ) -> tuple[str, ...] | None:
+def free_dedicated_nodes(pool: Pool, count: int) -> tuple[str, ...] | None:
     """The validated nodes a dedicated block of `count` nodes would get, freshest burn-in
     first; None while the pool has no synced fleet (nodes are then chosen later)."""
     pool_nodes = list(GpuNode.objects.filter(pool=pool))
     if not pool_nodes:
         return None
     reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
-    if exclude_allocation is not None:
-        reserved = reserved.exclude(allocations=exclude_allocation)
     return tuple(choose_dedicated_nodes([n.facts() for n in pool_nodes], count=count,
                                         reserved_nodes=reserved.values_list("name", flat=True)))

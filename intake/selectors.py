@@ -6,12 +6,10 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
-from django.conf import settings
-
 from fleet.manifests import AllocationSpec
 from fleet.models import Pool, Route
 from fleet.provisioning import spec_for
-from fleet.selectors import free_dedicated_nodes, pool_capacity, pools_for_route
+from fleet.selectors import free_dedicated_nodes, mig_weights, pool_capacity, pools_for_route
 from fleet.services import namespace_for
 
 from .domain import (
@@ -63,7 +61,7 @@ def mig_offer(gpu_model: str = "") -> tuple[int, tuple[str, ...]]:
 def answers_for(answers: IntakeAnswers, gpu_model: str = "") -> IntakeAnswers:
     memory, offered = mig_offer(gpu_model)
     return replace(answers, gpu_memory_gb=memory, offered_profiles=offered,
-                   mig_weights=tuple(sorted(settings.PORTAL_MIG_WEIGHTS.items())))
+                   mig_weights=tuple(sorted(mig_weights().items())))
 
 
 def pool_for_route(decision: RouteDecision, gpu_model: str = "", pool: Pool | None = None

@@ -45,11 +45,11 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
         super().pre_social_login(request, sociallogin)
 
     def populate_user(self, request, sociallogin, data):
-        from .sso import _username_taken, free_username
-
-        user = super().populate_user(request, sociallogin, data)
         from allauth.account.utils import user_username
 
+        from .sso import free_username, username_taken
+
+        user = super().populate_user(request, sociallogin, data)
         user_username(user, free_username(user_username(user) or sociallogin.account.uid,
-                                          _username_taken))
+                                          username_taken))
         return user

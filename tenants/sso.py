@@ -115,7 +115,7 @@ def user_sync_roles(*, user, claims: dict) -> list[str]:
             current.save(update_fields=["role", "source"])
             changes.append(f"now {Membership.Role(role).label.lower()} of {slug}")
     for slug, membership in have.items():
-        if slug not in wanted_tenants or slug not in existing:
+        if slug not in wanted_tenants:
             membership.delete()
             changes.append(f"removed from {slug}")
     real = [c for c in changes if not c.startswith("ignored")]
@@ -153,7 +153,7 @@ def free_username(wanted: str, taken) -> str:
         n += 1
 
 
-def _username_taken(name: str) -> bool:
+def username_taken(name: str) -> bool:
     from django.contrib.auth import get_user_model
 
     User = get_user_model()
@@ -162,8 +162,9 @@ def _username_taken(name: str) -> bool:
 
 @transaction.atomic
 def sso_user_for(*, provider: str, claims: dict):
-    """The portal user of a Keycloak subject: found by (provider = one issuer, sub) only, or
-    created with a fresh username. The bearer-token path and a browser sign-in meet here."""
+    """The portal user of a Keycloak subject for the bearer-token path: found by (provider =
+    one issuer, sub) only — the same SocialAccount a browser sign-in creates — or created with
+    a fresh username, as the sign-in adapter would."""
     from allauth.socialaccount.models import SocialAccount
     from django.contrib.auth import get_user_model
 
@@ -174,14 +175,10 @@ def sso_user_for(*, provider: str, claims: dict):
         if known_issuer and claims.get("iss") and known_issuer != claims["iss"]:
             raise ValueError("this subject is linked to another issuer")
         return account.user
-    User = get_user_model()
-    user = User.objects.create(**{
-        User.USERNAME_FIELD: free_username(claims.get("preferred_username") or claims["sub"],
-                                           _username_taken),
-        "email": claims.get("email", ""), "first_name": claims.get("given_name", "")[:150],
-        "last_name": claims.get("family_name", "")[:150]})
-    user.set_unusable_password()
-    user.save(update_fields=["password"])
+    user = get_user_model().objects.create_user(  # no password: it signs in through Keycloak
+        free_username(claims.get("preferred_username") or claims["sub"], username_taken),
+        email=claims.get("email", ""), first_name=claims.get("given_name", "")[:150],
+        last_name=claims.get("family_name", "")[:150])
     SocialAccount.objects.create(provider=provider, uid=claims["sub"], user=user,
                                  extra_data={"id_token": {k: claims[k] for k in ("iss", "sub")
                                                           if k in claims}})

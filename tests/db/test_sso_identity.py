@@ -11,7 +11,7 @@ from tenants.access import roles_for
 from tenants.api_auth import user_for_claims
 from tenants.models import Membership, PlatformRole
 from tenants.sso import free_username, sso_user_for
-from tests.factories import make_lead, make_platform_user
+from tests.factories import UserFactory, make_lead, make_platform_user
 
 pytestmark = pytest.mark.django_db
 
@@ -74,9 +74,7 @@ def test_free_username():
 
 
 def test_no_tenant_no_cost_link(client):
-    nobody = make_platform_user("nobody", "finance")
-    PlatformRole.objects.filter(user=nobody).delete()
-    client.force_login(nobody)
+    client.force_login(UserFactory(username="nobody"))  # signed in, no tenant, no role
     page = client.get("/").content.decode()
     assert "/billing/" not in page
     finance = make_platform_user("fin", PlatformRole.Role.FINANCE)

@@ -107,9 +107,8 @@ def test_kueue_admits_a_job_through_each_routes_local_queue(
                        kueue=kueue)
     # ... and admitted it on the allocation's own queue, counting what the route promises.
     assert wl["status"]["admission"]["clusterQueue"] == alloc.namespace
-    usage = {r["name"]: r["total"] for ps in wl["status"]["admission"]["podSetAssignments"]
-             for r in [{"name": k, "total": v} for k, v in
-                       (ps.get("resourceUsage") or {}).items()]}
+    usage = {name: total for ps in wl["status"]["admission"]["podSetAssignments"]
+             for name, total in (ps.get("resourceUsage") or {}).items()}
     device = mig_resource(spec.mig_profile) if route is Route.MIG_VCLUSTER else \
         "nvidia.com/gpu"
     assert str(usage.get(device)) == "1", usage

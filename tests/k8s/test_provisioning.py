@@ -61,7 +61,7 @@ def fleet(admin_kube, kube, pools):
         cohort="shared-h100", borrowing_limit_devices=8,
         node_selector={"aifactory.io/pool": "shared"})
     Pool.objects.filter(pk=pools[Route.MIG_VCLUSTER].pk).update(
-        cohort="mig-a100", dra_product_name="NVIDIA A100-SXM4-80GB")
+        cohort="mig-a100")
     for node in admin_kube.list("v1", "Node"):
         admin_kube.delete("v1", "Node", node["metadata"]["name"])
     for i in range(2):

@@ -12,11 +12,11 @@ from billing.domain import (
     credit_device_seconds,
     hour_charge,
     hours_between,
-    mig_weight,
     month_bounds,
     rate_at,
     utilisation,
 )
+from fleet.domain import mig_share as mig_weight
 
 UTC = dt.UTC
 H = dt.datetime(2026, 10, 31, 23, 0, tzinfo=UTC)

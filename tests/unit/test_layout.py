@@ -32,11 +32,13 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def project_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) for every import of a project module in the file, at any depth."""
+def project_imports(path: Path, package: str | None = None) -> list[tuple[int, str]]:
+    """(line, module) for every import of a project module in the file, at any depth.
+    `package` resolves relative imports (by default, the file's own package)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
-        else module_name(path)
+    if package is None:
+        package = module_name(path).rsplit(".", 1)[0] if path.name != "__init__.py" \
+            else module_name(path)
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -77,16 +79,15 @@ def test_imports_point_one_way():
 
 
 def test_the_import_reader_sees_imports_inside_functions(tmp_path):
-    # The reader itself must catch a lazy upward import (the kind that slipped in before).
-    probe = ROOT / "fleet" / "_probe_for_test.py"
+    # The reader itself must catch a lazy upward import (the kind that slipped in before),
+    # and resolve a relative one.
+    probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from intake.models import CapacityRequest\n"
-                     "    from ..billing import views\n")
-    try:
-        modules = [m for _, m in project_imports(probe)]
-    finally:
-        probe.unlink()
+                     "    from ..tasks import provision_allocation\n")
+    modules = [m for _, m in project_imports(probe, package="fleet.sub")]
     assert "intake.models.CapacityRequest" in modules
-    assert not _allowed("fleet", "intake.models")
+    assert "fleet.tasks" in modules  # ".." from fleet.sub is fleet
+    assert not _allowed("fleet", "intake.models") and _allowed("fleet", "fleet.tasks")
 
 
 def test_no_import_cycles():

@@ -19,7 +19,7 @@ def pool_post(pool, **kw):
     data = {"name": pool.name, "gpu_model": pool.gpu_model, "gpu_memory_gb": 80,
             "devices_per_node": 8, "capacity_devices": 32,
             "node_selector": '{"aifactory.io/pool": "shared"}', "device_class": "gpu.nvidia.com",
-            "dra_product_name": "", "mig_profiles": "", "cohort": "shared-h100",
+            "mig_profiles": "", "cohort": "shared-h100",
             "borrowing_limit_devices": 8, "rate_per_device_hour": "2.50", "active": "on"}
     data.update(kw)
     return data

@@ -44,7 +44,6 @@ POOLS = [
      "gpu_model": "NVIDIA-A100-SXM4-80GB", "capacity_devices": 16,
      "rate_per_device_hour": Decimal("1.60"), "device_class": "mig.nvidia.com",
      "mig_profiles": ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb"], "cohort": "mig-a100",
-     "dra_product_name": "NVIDIA A100-SXM4-80GB",
      "node_selector": {"aifactory.io/pool": "mig-a100"}},
 ]
 USERS = [
