@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
 from fleet.kube import KubeError, KubernetesBackend
-from tests.harness.controlplane import ControlPlane, ensure_binaries
+from tests.harness.controlplane import ControlPlane, ensure_binaries, ensure_controller_manager
 from tests.harness.crds import OWN_CRDS, crd_files
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def wait_for_crds(admin: KubernetesBackend, names: list[str], timeout: float = 6
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory):
     started = time.monotonic()
-    binaries = ensure_binaries()
+    binaries = replace(ensure_binaries(), kube_controller_manager=ensure_controller_manager())
     built = time.monotonic() - started
     cp = ControlPlane(tmp_path_factory.mktemp("controlplane")).start(binaries)
     print(f"\ncontrol plane: binaries ready in {built:.1f}s, "

@@ -19,6 +19,7 @@ from fleet.manifests import ceiling_devices, mig_device_class, mig_resource
 from fleet.models import Route
 from fleet.provisioning import allocation_spec
 
+from .conftest import eventually
 from .test_provisioning import ROUTE_REQUESTS, approve, fleet, kube  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.django_db]
@@ -27,12 +28,19 @@ WORKLOADS = ("kueue.x-k8s.io/v1beta2", "Workload")
 
 
 def job(namespace: str, *, devices: int = 1, claim_template: str = "", pods: int = 1,
-        name: str = "") -> dict:
-    """A batch Job as a tenant would submit it: suspended by Kueue until admitted."""
+        name: str = "", runtime_class: str = "") -> dict:
+    """A batch Job as a tenant would submit it: suspended by Kueue until admitted, its pod
+    fit for the restricted Pod Security level of dedicated and confidential namespaces."""
     container: dict = {"name": "main", "image": "registry.example/trainer:1",
                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
-                                     "limits": {"memory": "1Gi"}}}
-    pod_spec: dict = {"restartPolicy": "Never", "containers": [container]}
+                                     "limits": {"memory": "1Gi"}},
+                       "securityContext": {"allowPrivilegeEscalation": False,
+                                           "capabilities": {"drop": ["ALL"]}}}
+    pod_spec: dict = {"restartPolicy": "Never", "containers": [container],
+                      "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                          "seccompProfile": {"type": "RuntimeDefault"}}}
+    if runtime_class:
+        pod_spec["runtimeClassName"] = runtime_class
     if claim_template:
         pod_spec["resourceClaims"] = [{"name": "mig", "resourceClaimTemplateName":
                                        claim_template}]
@@ -98,6 +106,11 @@ def test_kueue_admits_a_job_through_each_routes_local_queue(
     if route is Route.MIG_VCLUSTER:
         template = f"mig-{spec.mig_profile.replace('.', '-')}"
         body = job(alloc.namespace, claim_template=template)
+    elif route is Route.CONFIDENTIAL_POOL:
+        fleet.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",  # the platform's
+                     "metadata": {"name": spec.confidential_runtime_class},
+                     "handler": spec.confidential_runtime_class}, force=True)
+        body = job(alloc.namespace, devices=1, runtime_class=spec.confidential_runtime_class)
     else:
         body = job(alloc.namespace, devices=1)
     created = fleet.apply(body)
@@ -113,6 +126,14 @@ def test_kueue_admits_a_job_through_each_routes_local_queue(
         "nvidia.com/gpu"
     assert str(usage.get(device)) == "1", usage
     assert "cpu" in usage and "memory" in usage
+    # kube-controller-manager acts on what Kueue released: the Job's pod is created, and on
+    # the MIG route its claim is made from the template, for the profile's DeviceClass.
+    name = body["metadata"]["name"]
+    pods = eventually(lambda: _pods_of(fleet, alloc.namespace, name), timeout=60)
+    if route is Route.MIG_VCLUSTER:
+        claims = eventually(lambda: _claims_of(fleet, alloc.namespace, pods[0]), timeout=60)
+        exactly = claims[0]["spec"]["devices"]["requests"][0]["exactly"]
+        assert exactly["deviceClassName"] == mig_device_class(spec.mig_profile)
 
 
 def test_a_job_beyond_the_quota_waits_and_says_why(kueue, fleet, tenant, lead,  # noqa: F811
@@ -129,25 +150,18 @@ def test_a_job_beyond_the_quota_waits_and_says_why(kueue, fleet, tenant, lead,  
 
 
 def test_the_namespace_ceiling_allows_the_borrowing_limit_and_no_more(
-        control_plane, fleet, tenant, lead, admin_user,  # noqa: F811
+        fleet, tenant, lead, admin_user,  # noqa: F811
         django_capture_on_commit_callbacks):
     """Kueue may admit a shared-pool workload up to nominal + borrowing limit; the pods it
     then releases must pass the namespace ResourceQuota (the old ceiling was the nominal
     quota, so every borrowing workload's pods were refused)."""
-    from kubernetes import client, config
-
     alloc = provisioned(tenant, lead, admin_user, Route.SHARED_POOL,
                         django_capture_on_commit_callbacks)
     spec = allocation_spec(alloc)
     ceiling = ceiling_devices(spec)
     assert ceiling == alloc.whole_devices + spec.borrowing_limit > alloc.whole_devices
-    # Quota is enforced once its status is known (kube-controller-manager computes it; this
-    # tier writes it as the controller would, so the API server's admission does the rest).
-    core = client.CoreV1Api(config.new_client_from_config(str(control_plane.admin_kubeconfig)))
-    quota = core.read_namespaced_resource_quota("gpu-quota", alloc.namespace)
-    quota.status = client.V1ResourceQuotaStatus(hard=quota.spec.hard,
-                                                used={k: "0" for k in quota.spec.hard})
-    core.replace_namespaced_resource_quota_status("gpu-quota", alloc.namespace, quota)
+    # Quota is enforced once kube-controller-manager has computed its status.
+    eventually(lambda: _quota_known(fleet, alloc.namespace), timeout=60)
 
     def pod(devices: int) -> dict:
         return {"apiVersion": "v1", "kind": "Pod",
@@ -176,3 +190,22 @@ def test_mig_claims_name_a_profile_class_without_cel(fleet, tenant, lead,  # noq
     device_class = fleet.get("resource.k8s.io/v1", "DeviceClass",
                              mig_device_class(spec.mig_profile))
     assert spec.mig_profile in device_class["spec"]["selectors"][0]["cel"]["expression"]
+
+
+def _quota_known(backend, namespace: str) -> None:
+    quota = backend.get("v1", "ResourceQuota", "gpu-quota", namespace)
+    assert (quota.get("status") or {}).get("hard"), "quota status not computed yet"
+
+
+def _pods_of(backend, namespace: str, job_name: str) -> list[dict]:
+    pods = backend.list("v1", "Pod", namespace=namespace, label_selector=f"job-name={job_name}")
+    assert pods, f"no pod of job {job_name} yet"
+    return pods
+
+
+def _claims_of(backend, namespace: str, pod: dict) -> list[dict]:
+    owned = [c for c in backend.list("resource.k8s.io/v1", "ResourceClaim", namespace=namespace)
+             if any(o.get("name") == pod["metadata"]["name"]
+                    for o in c["metadata"].get("ownerReferences") or [])]
+    assert owned, "no claim made from the template yet"
+    return owned
