@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .procs import CACHE_ROOT, ManagedProcess, free_port, wait_until
+from .procs import CACHE_ROOT, ManagedProcess, free_port, wait_http_ok
 
 KEYCLOAK_VERSION = os.environ.get("PORTAL_TEST_KEYCLOAK_VERSION", "26.7.3")
 REALM_FILE = Path(__file__).resolve().parents[2] / "deploy" / "keycloak" / "aifactory-realm.json"
@@ -99,17 +99,8 @@ class KeycloakServer:
              "--health-enabled=true", "--import-realm", "--cache=local"],
             log_path=self.workdir / "keycloak.log", env=env, cwd=home,
         ).start()
-        import requests
-
-        def ready() -> bool:
-            self.proc.raise_if_dead()
-            try:
-                return requests.get(f"http://127.0.0.1:{management}/health/ready",
-                                    timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_until(ready, timeout=240, what="Keycloak", interval=1)
+        wait_http_ok(self.proc, f"http://127.0.0.1:{management}/health/ready", timeout=240,
+                     what="Keycloak", interval=1)
         self.startup_seconds = time.monotonic() - started
         return self
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .procs import CACHE_ROOT, ManagedProcess, free_port, wait_until
+from .procs import CACHE_ROOT, ManagedProcess, free_port, wait_http_ok
 
 KUEUE_VERSION = os.environ.get("PORTAL_TEST_KUEUE_VERSION", "v0.17.0")
 KUEUE_MODULE = "sigs.k8s.io/kueue"
@@ -142,8 +142,6 @@ class KueueController:
 
     def start(self, binary: Path, *, admin_kubeconfig: Path, cert_dir: Path,
               device_class_mappings: list[dict]) -> KueueController:
-        import requests
-
         started = time.monotonic()
         config = self.workdir / "kueue-config.yaml"
         config.write_text(yaml.safe_dump(kueue_config(
@@ -154,16 +152,8 @@ class KueueController:
                 "--zap-log-level=info"]
         self._proc = ManagedProcess("kueue", self._private_etc(argv, cert_dir),
                                     log_path=self.workdir / "kueue.log").start()
-
-        def ready() -> bool:
-            self._proc.raise_if_dead()
-            try:
-                return requests.get(f"http://127.0.0.1:{self.health_port}/readyz",
-                                    timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_until(ready, timeout=90, what="kueue /readyz")
+        wait_http_ok(self._proc, f"http://127.0.0.1:{self.health_port}/readyz", timeout=90,
+                     what="kueue /readyz")
         self.startup_seconds = time.monotonic() - started
         return self
 

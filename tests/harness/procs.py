@@ -86,3 +86,18 @@ class ManagedProcess:
             self.proc.wait(timeout=5)
         except ProcessLookupError:
             pass
+
+
+def wait_http_ok(proc: ManagedProcess, url: str, *, timeout: float, what: str,
+                 interval: float = 0.2) -> None:
+    """Until `url` answers 200; fails at once (with the log's tail) if the process died."""
+    import requests  # the harness runs inside the project's venv
+
+    def ready() -> bool:
+        proc.raise_if_dead()
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(ready, timeout=timeout, what=what, interval=interval)
