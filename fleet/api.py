@@ -1,18 +1,24 @@
-"""Read-only API over allocations, tenant-scoped like every other endpoint."""
+"""Read-only API over allocations and their queues, tenant-scoped like every other endpoint."""
 
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.response import Response
 
-from tenants.access import scope_to_tenants
+from tenants.access import roles_for, scope_to_tenants
 
 from .models import Allocation
+from .queue_explain import allocation_queue, cohort_views
 
 
 class AllocationSerializer(serializers.ModelSerializer):
     tenant = serializers.CharField(source="tenant.slug")
     pool = serializers.CharField(source="pool.slug")
+    flagged_reason = serializers.SerializerMethodField()
 
     class Meta:
         model = Allocation
@@ -20,6 +26,102 @@ class AllocationSerializer(serializers.ModelSerializer):
                   "device_equivalents", "namespace", "starts_at", "ends_at", "status",
                   "status_message", "progress_done", "progress_total", "drift_report",
                   "flagged_reason"]
+
+    def get_flagged_reason(self, obj) -> str:
+        """Node names are the platform's business: tenants learn that capacity was lost."""
+        if not obj.flagged_reason:
+            return ""
+        request = self.context.get("request")
+        if request is not None and roles_for(request.user).platform_admin:
+            return obj.flagged_reason
+        return ("A node under this allocation failed validation or health checks; the "
+                "platform team is moving it.")
+
+
+class QueueFiguresSerializer(serializers.Serializer):
+    resource = serializers.CharField(help_text="nvidia.com/gpu, or mig.aifactory.io/<profile>")
+    nominal = serializers.DecimalField(max_digits=12, decimal_places=4)
+    borrowing_limit = serializers.DecimalField(max_digits=12, decimal_places=4,
+                                               allow_null=True)
+    in_use = serializers.DecimalField(max_digits=12, decimal_places=4)
+    borrowed = serializers.DecimalField(max_digits=12, decimal_places=4)
+    in_cohort = serializers.BooleanField()
+    active = serializers.BooleanField()
+
+
+class RunningSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    devices = serializers.DecimalField(max_digits=12, decimal_places=4)
+    since = serializers.DateTimeField(allow_null=True)
+    time_limit_seconds = serializers.IntegerField(allow_null=True)
+    priority = serializers.IntegerField()
+
+
+class PendingSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    devices = serializers.DecimalField(max_digits=12, decimal_places=4)
+    priority = serializers.IntegerField()
+    submitted_at = serializers.DateTimeField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True,
+                                        help_text="0 is next, in the allocation's queue")
+    position_source = serializers.CharField(help_text="visibility (Kueue) or computed")
+    waited_seconds = serializers.IntegerField()
+    reason_code = serializers.ChoiceField(choices=["never", "queue-stopped", "deactivated",
+                                                   "behind", "starting", "quota", "cohort"])
+    reason = serializers.CharField()
+    estimated_start = serializers.DateTimeField(allow_null=True)
+    estimate_basis = serializers.ChoiceField(choices=["limits", "history", "now", "none"])
+    estimate = serializers.CharField()
+
+
+class StopSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class TrackRecordSerializer(serializers.Serializer):
+    median_error_seconds = serializers.FloatField(allow_null=True)
+    count = serializers.IntegerField()
+
+
+class DaySerializer(serializers.Serializer):
+    day = serializers.DateField()
+    admitted = serializers.IntegerField(source="admissions")
+    wait_p50_seconds = serializers.FloatField(source="p50", allow_null=True)
+    wait_p95_seconds = serializers.FloatField(source="p95", allow_null=True)
+    preemptions = serializers.IntegerField()
+    borrowed_device_hours = serializers.DecimalField(max_digits=14, decimal_places=2)
+
+
+class QueueSerializer(serializers.Serializer):
+    observed_at = serializers.DateTimeField(allow_null=True,
+                                            help_text="when the portal last read the queue")
+    queue = QueueFiguresSerializer(allow_null=True)
+    borrowed_price_per_hour = serializers.DecimalField(max_digits=14, decimal_places=2)
+    running = RunningSerializer(many=True)
+    pending = PendingSerializer(many=True)
+    preemptions = StopSerializer(many=True)
+    estimates_track_record = TrackRecordSerializer()
+    history = DaySerializer(many=True)
+
+
+class CohortRowSerializer(serializers.Serializer):
+    queue = serializers.CharField()
+    tenant = serializers.CharField()
+    nominal = serializers.DecimalField(max_digits=12, decimal_places=4)
+    in_use = serializers.DecimalField(max_digits=12, decimal_places=4)
+    borrowed = serializers.DecimalField(max_digits=12, decimal_places=4)
+    lent = serializers.DecimalField(max_digits=12, decimal_places=4)
+    pending = serializers.IntegerField()
+    oldest_wait_seconds = serializers.FloatField(allow_null=True)
+    blocked_by = serializers.ListField(child=serializers.CharField())
+
+
+class CohortSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    queues = CohortRowSerializer(many=True)
 
 
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
@@ -38,3 +140,26 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+    @extend_schema(responses=QueueSerializer)
+    @action(detail=True, methods=["get"], serializer_class=QueueSerializer)
+    def queue(self, request, pk=None):
+        """What Kueue does with the allocation's work: running and pending workloads, why each
+        waits and when it should start, devices borrowed now and their price, preemptions
+        with reasons, and wait-time history by day. Other tenants are never named."""
+        view = allocation_queue(self.get_object())
+        return Response(QueueSerializer({**view.as_dict(), "history": view.history}).data)
+
+    @extend_schema(responses=CohortSerializer(many=True))
+    @action(detail=False, methods=["get"], serializer_class=CohortSerializer)
+    def cohorts(self, request):
+        """Platform admins: every cohort's queues, with quota, use, borrowing, lending, pending
+        work, the oldest wait and who is blocked by whom."""
+        if not roles_for(request.user).platform_admin:
+            raise PermissionDenied("Only platform admins see the cohorts.")
+        data = [{"name": c.name, "queues": [
+            {"queue": r.queue, "tenant": c.tenants.get(r.queue, ""), "nominal": r.nominal,
+             "in_use": r.in_use, "borrowed": r.borrowed, "lent": r.lent, "pending": r.pending,
+             "oldest_wait_seconds": r.oldest_wait_seconds, "blocked_by": list(r.blocked_by)}
+            for r in c.rows]} for c in cohort_views()]
+        return Response(CohortSerializer(data, many=True).data)

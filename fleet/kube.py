@@ -71,6 +71,8 @@ class KubeBackend(Protocol):
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool: ...
 
+    def get_path(self, path: str) -> dict | None: ...
+
 
 def _error_from_api(exc: Exception, what: str) -> KubeError:
     status = getattr(exc, "status", None)
@@ -201,6 +203,19 @@ class KubernetesBackend:
                             namespace=namespace or None, label_selector=label_selector or None)
         return list(result.to_dict().get("items", []))
 
+    def get_path(self, path: str) -> dict | None:
+        """A raw GET of an API path, e.g. of an aggregated API such as Kueue's visibility
+        server; None when the path is not served (404) or its backend is away (503)."""
+        try:
+            return self._call(f"Reading {path}", self.api_client.call_api, path, "GET",
+                              header_params={"Accept": "application/json"},
+                              auth_settings=["BearerToken"], response_type="object",
+                              _return_http_data_only=True)
+        except KubeError as exc:
+            if exc.status in (404, 503):
+                return None
+            raise
+
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         resource = self._resource(api_version, kind)
         try:
@@ -246,6 +261,9 @@ class DryRunBackend:
                     all(labels.get(k) == v for k, v in wanted.items()):
                 out.append(copy.deepcopy(obj))
         return out
+
+    def get_path(self, path: str) -> dict | None:
+        return None  # nothing is served behind a dry run
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         key = ObjectKey(api_version, kind, namespace, name)

@@ -167,3 +167,143 @@ class NodeOutage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node} from {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class AppendOnlyQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise TypeError("queue history is append-only")
+
+    def delete(self):
+        raise TypeError("queue history is append-only")
+
+
+class QueueWorkload(models.Model):
+    """A Kueue Workload in an allocation's namespace, as the portal last read it."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ADMITTED = "admitted", "Running"
+        FINISHED = "finished", "Finished"
+        GONE = "gone", "Deleted"
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE,
+                                   related_name="workloads")
+    uid = models.CharField(max_length=64, unique=True)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    job = models.CharField(max_length=253, blank=True)
+    local_queue = models.CharField(max_length=253, blank=True)
+    cluster_queue = models.CharField(max_length=253, blank=True, db_index=True)
+    priority = models.IntegerField(default=0)
+    devices = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    state = models.CharField(max_length=12, choices=State.choices, db_index=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    requeued_at = models.DateTimeField(null=True, blank=True)
+    max_seconds = models.PositiveIntegerField(null=True, blank=True)
+    pending_reason = models.CharField(max_length=80, blank=True)  # Kueue's reason code
+    pending_detail = models.TextField(blank=True)  # Kueue's message: platform admins only
+    stop_reason = models.CharField(max_length=80, blank=True)
+    stop_preemption = models.CharField(max_length=80, blank=True)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    stop_detail = models.TextField(blank=True)  # names other queues: platform admins only
+    position = models.PositiveIntegerField(null=True, blank=True)  # in the ClusterQueue
+    position_source = models.CharField(max_length=12, blank=True)  # visibility | computed
+    first_estimate_at = models.DateTimeField(null=True, blank=True)
+    first_estimate_basis = models.CharField(max_length=12, blank=True)
+    resource_version = models.CharField(max_length=40, blank=True)
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["submitted_at", "id"]
+        indexes = [models.Index(fields=["allocation", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.job or self.name} ({self.state})"
+
+
+class QueueEvent(models.Model):
+    """One transition of a workload (submitted, admitted, preempted, …), with the reason in
+    the tenant's words and Kueue's own message for platform admins. Append-only: the queue
+    history and the start-time estimates' track record are read from it."""
+
+    class Kind(models.TextChoices):
+        SUBMITTED = "submitted", "Submitted"
+        ADMITTED = "admitted", "Admitted"
+        PREEMPTED = "preempted", "Preempted"
+        EVICTED = "evicted", "Stopped"
+        FINISHED = "finished", "Finished"
+        GONE = "gone", "Deleted"
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
+                                   related_name="queue_events")
+    workload_uid = models.CharField(max_length=64)
+    workload = models.CharField(max_length=253)  # the Job's name, as the tenant knows it
+    local_queue = models.CharField(max_length=253, blank=True)
+    priority = models.IntegerField(default=0)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    at = models.DateTimeField(db_index=True)
+    devices = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    borrowed = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    wait_seconds = models.FloatField(null=True, blank=True)
+    reason = models.TextField()
+    detail = models.TextField(blank=True)
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["allocation", "kind", "at"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M} {self.workload} {self.kind}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise TypeError("queue history is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError("queue history is append-only")
+
+
+class ClusterQueueState(models.Model):
+    """An allocation's ClusterQueue as last read: quota, use, borrowing."""
+
+    name = models.CharField(max_length=253, unique=True)
+    allocation = models.OneToOneField(Allocation, null=True, blank=True,
+                                      on_delete=models.SET_NULL, related_name="queue_state")
+    cohort = models.CharField(max_length=253, blank=True)
+    resource = models.CharField(max_length=253, blank=True)
+    nominal = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    borrowing_limit = models.DecimalField(max_digits=12, decimal_places=4, null=True,
+                                          blank=True)
+    usage = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    borrowed = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    pending = models.PositiveIntegerField(default=0)
+    admitted = models.PositiveIntegerField(default=0)
+    active = models.BooleanField(default=True)
+    inactive_reason = models.CharField(max_length=120, blank=True)
+    observed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueUsageHour(models.Model):
+    """Devices admitted through an allocation's queue, integrated per hour from successive
+    reads; `borrowed_s` is the part above its nominal quota, which billing charges."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
+                                   related_name="queue_hours")
+    hour = models.DateTimeField()
+    used_s = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    borrowed_s = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["allocation", "hour"],
+                                               name="one_queue_hour_each")]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id} {self.hour:%Y-%m-%d %H:00}"

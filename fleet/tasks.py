@@ -16,6 +16,15 @@ def sync_fleet() -> str:
     return fleet_sync().summary()
 
 
+@shared_task(name="fleet.tasks.sync_queues", autoretry_for=(KubeError,), retry_backoff=True,
+             max_retries=2)
+def sync_queues() -> str:
+    """Read Kueue's Workloads and queues back (beat, every PORTAL_QUEUE_SYNC_SECONDS)."""
+    from .queue_sync import queue_sync
+
+    return queue_sync().summary()
+
+
 # max_retries=None: the task counts retries itself (PORTAL_PROVISION_MAX_RETRIES) and then
 # fails the allocation with the message, rather than letting Celery raise.
 @shared_task(bind=True, name="fleet.tasks.provision_allocation", acks_late=True,

@@ -8,6 +8,8 @@ urlpatterns = [
     path("pools/<slug:slug>/", views.pool_edit, name="pool_edit"),
     path("fleet/", views.fleet_overview, name="fleet"),
     path("fleet/sync/", views.fleet_sync_now, name="fleet_sync"),
+    path("fleet/cohorts/", views.cohorts, name="cohorts"),
+    path("allocations/<int:pk>/queue/", views.allocation_queue_panel, name="queue"),
     path("fleet/nodes/<str:name>/", views.node_detail, name="node"),
     path("fleet/nodes/<str:name>/retire/", views.node_retire, name="node_retire"),
 ]

@@ -141,3 +141,33 @@ def pool_edit(request, slug: str):
         return redirect("fleet:pools")
     return render(request, "fleet/pool_form.html", {
         "pool": pool, "form": form, "events": audit_for(pool).order_by("-at")[:20]})
+
+
+@login_required
+def allocation_queue_panel(request, pk: int):
+    """The queue of an allocation (htmx partial, refreshed while the page is open): what runs,
+    what waits and why, borrowing and its price, preemptions, and history."""
+    from tenants.access import roles_for, scope_to_tenants
+
+    from .queue_explain import allocation_queue, history_chart
+
+    alloc = get_object_or_404(scope_to_tenants(
+        request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk)
+    view = allocation_queue(alloc)
+    return render(request, "partials/queue.html", {
+        "alloc": alloc, "view": view, "chart": history_chart(view.history),
+        "roles": roles_for(request.user)})
+
+
+@login_required
+def cohorts(request):
+    """Platform admins: every cohort at a glance, and who is blocked by whom."""
+    from .queue_explain import cohort_views, oldest_wait_text
+
+    require_platform_admin(request.user)
+    groups = [{"name": g.name, "rows": [
+        {"r": r, "tenant": g.tenants.get(r.queue, ""),
+         "oldest": oldest_wait_text(r.oldest_wait_seconds),
+         "blocked_by": [f"{g.tenants.get(b, '?')} ({b})" for b in r.blocked_by]}
+        for r in g.rows]} for g in cohort_views()]
+    return render(request, "fleet/cohorts.html", {"groups": groups})

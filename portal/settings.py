@@ -218,6 +218,13 @@ PORTAL_GPU_CONDITION_TYPES = env_list(
 PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
 CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "fleet.tasks.sync_fleet",
                                       "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}
+# Queue truth: how often Kueue's Workloads and queues are read back (a bounded list), and
+# the longest gap between two reads that is still integrated into queue-hours for billing.
+PORTAL_QUEUE_SYNC_SECONDS = env_int("PORTAL_QUEUE_SYNC_SECONDS", 15, minimum=2)
+PORTAL_QUEUE_MAX_GAP_SECONDS = env_int("PORTAL_QUEUE_MAX_GAP_SECONDS", 300, minimum=10)
+CELERY_BEAT_SCHEDULE["queue-sync"] = {"task": "fleet.tasks.sync_queues",
+                                      "schedule": float(PORTAL_QUEUE_SYNC_SECONDS),
+                                      "options": {"expires": float(PORTAL_QUEUE_SYNC_SECONDS)}}
 # Provisioning
 PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "aifactory-portal")  # the portal's own
 PORTAL_K8S_GROUP_PREFIX = env_str("PORTAL_K8S_GROUP_PREFIX", "oidc:")  # API server's prefix

@@ -70,3 +70,14 @@ def action_label(action: str) -> str:
     if subject in ("request", ""):
         return words.capitalize()
     return f"{subject.capitalize()}: {words}"
+
+
+@register.filter
+def duration(seconds) -> str:
+    """Seconds as '42 s', '7 min', '3 h 5 min', '2 d 4 h'."""
+    from fleet.queues import duration as words
+
+    try:
+        return words(float(seconds))
+    except (TypeError, ValueError, OverflowError):
+        return "—"

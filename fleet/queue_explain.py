@@ -1,0 +1,281 @@
+"""What the pages and the API show about an allocation's queue: running and pending work with
+reasons and estimates, borrowing and its price, preemptions, history, and (for platform
+admins) the cohort. One builder per view, used by the page and the API alike."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.utils import timezone
+
+from .domain import mig_share
+from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from .queues import (
+    ADMITTED,
+    PENDING,
+    CohortRow,
+    DayFigures,
+    Estimate,
+    QueueFacts,
+    Stop,
+    Waiting,
+    WorkloadFacts,
+    amount,
+    cohort_board,
+    duration,
+    estimate_start,
+    explain_pending,
+    history_by_day,
+    percentile,
+    queue_order,
+)
+from .selectors import mig_weights
+
+HISTORY_DAYS = 14
+
+
+def row_facts(row: QueueWorkload) -> WorkloadFacts:
+    """A stored workload as the pure functions see it."""
+    stop = Stop(row.stopped_at, row.stop_reason, row.stop_preemption, row.stop_detail) \
+        if row.stop_reason else None
+    return WorkloadFacts(
+        uid=row.uid, namespace=row.namespace, name=row.name, job=row.job,
+        local_queue=row.local_queue, cluster_queue=row.cluster_queue, priority=row.priority,
+        submitted_at=row.submitted_at, devices=row.devices, state=row.state,
+        admitted_at=row.admitted_at, finished_at=row.finished_at, max_seconds=row.max_seconds,
+        pending_reason=row.pending_reason, pending_raw=row.pending_detail, stop=stop,
+        requeued_at=row.requeued_at, resource_version=row.resource_version)
+
+
+def queue_facts_of(state: ClusterQueueState) -> QueueFacts:
+    return QueueFacts(name=state.name, cohort=state.cohort, resource=state.resource,
+                      nominal=state.nominal, borrowing_limit=state.borrowing_limit,
+                      usage=state.usage, borrowed=state.borrowed, pending=state.pending,
+                      admitted=state.admitted, active=state.active,
+                      inactive_reason=state.inactive_reason)
+
+
+@dataclass
+class PendingLine:
+    facts: WorkloadFacts
+    position: int | None
+    position_source: str
+    waited_seconds: float
+    waiting: Waiting
+    estimate: Estimate
+
+
+@dataclass
+class QueueView:
+    """One allocation's queue as its tenant may see it."""
+
+    allocation: Allocation
+    observed_at: dt.datetime | None
+    queue: QueueFacts | None
+    running: list[WorkloadFacts] = field(default_factory=list)
+    pending: list[PendingLine] = field(default_factory=list)
+    stops: list[QueueEvent] = field(default_factory=list)
+    borrowed_price_per_hour: Decimal = Decimal(0)
+    estimate_error_p50: float | None = None
+    estimate_count: int = 0
+    history: list[DayFigures] = field(default_factory=list)
+
+    @property
+    def unit(self) -> str:
+        return self.queue.resource if self.queue else ""
+
+    def words(self, n) -> str:
+        return amount(n, self.unit)
+
+    def as_dict(self) -> dict:
+        q = self.queue
+        return {
+            "observed_at": self.observed_at,
+            "queue": None if q is None else {
+                "resource": q.resource, "nominal": q.nominal,
+                "borrowing_limit": q.borrowing_limit if q.cohort else None,
+                "in_use": q.usage, "borrowed": q.borrowed, "in_cohort": bool(q.cohort),
+                "active": q.active},
+            "borrowed_price_per_hour": self.borrowed_price_per_hour,
+            "running": [{"name": w.display_name, "devices": w.devices, "since": w.admitted_at,
+                         "time_limit_seconds": w.max_seconds, "priority": w.priority}
+                        for w in self.running],
+            "pending": [{"name": p.facts.display_name, "devices": p.facts.devices,
+                         "priority": p.facts.priority, "submitted_at": p.facts.submitted_at,
+                         "position": p.position, "position_source": p.position_source,
+                         "waited_seconds": round(p.waited_seconds),
+                         "reason_code": p.waiting.code, "reason": p.waiting.text,
+                         "estimated_start": p.estimate.at, "estimate_basis": p.estimate.basis,
+                         "estimate": p.estimate.text} for p in self.pending],
+            "preemptions": [{"name": e.workload, "at": e.at, "kind": e.kind,
+                             "reason": e.reason} for e in self.stops],
+            "estimates_track_record": {"median_error_seconds": self.estimate_error_p50,
+                                       "count": self.estimate_count},
+        }
+
+
+def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Decimal]:
+    """The allocation's queue and what the rest of its cohort could lend now (a number,
+    never who)."""
+    state = ClusterQueueState.objects.filter(allocation=alloc).first()
+    if state is None or not state.cohort:
+        return state, Decimal(0)
+    others = ClusterQueueState.objects.filter(cohort=state.cohort).exclude(pk=state.pk)
+    nominal = sum((s.nominal for s in others), state.nominal)
+    usage = sum((s.usage for s in others), state.usage)
+    total_free = max(Decimal(0), nominal - usage)
+    return state, max(Decimal(0), total_free - max(Decimal(0), state.nominal - state.usage))
+
+
+def _history_waits(alloc: Allocation, since: dt.datetime) -> dict[tuple[str, int], list[float]]:
+    out: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for lq, prio, wait in QueueEvent.objects.filter(
+            allocation=alloc, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
+            wait_seconds__isnull=False).values_list("local_queue", "priority", "wait_seconds"):
+        out[(lq, prio)].append(wait)
+    return out
+
+
+def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkload],
+                   cohort_free: Decimal, now: dt.datetime) -> list[PendingLine]:
+    facts = [row_facts(r) for r in rows]
+    running = [f for f in facts if f.state == ADMITTED]
+    waiting = sorted((f for f in facts if f.state == PENDING), key=queue_order)
+    waits = _history_waits(alloc, now - dt.timedelta(days=HISTORY_DAYS))
+    by_uid = {r.uid: r for r in rows}
+    lines = []
+    for i, f in enumerate(waiting):
+        why = explain_pending(f, queue, own_running=running, ahead=waiting[:i],
+                              cohort_free=cohort_free, now=now)
+        est = estimate_start(f, why, own_running=running,
+                             history_waits=waits.get((f.local_queue, f.priority), []), now=now)
+        row = by_uid[f.uid]
+        since = f.requeued_at or f.submitted_at or now
+        lines.append(PendingLine(f, row.position if row.position is not None else i,
+                                 row.position_source or "computed",
+                                 (now - since).total_seconds(), why, est))
+    return lines
+
+
+def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
+                     history: bool = True) -> QueueView:
+    now = now or timezone.now()
+    state, cohort_free = _queue_and_cohort(alloc)
+    view = QueueView(alloc, state.observed_at if state else None,
+                     queue_facts_of(state) if state else None)
+    if state is None:
+        return view
+    rows = list(QueueWorkload.objects.filter(
+        allocation=alloc, state__in=(ADMITTED, PENDING)))
+    view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
+                          key=lambda w: w.admitted_at or now)
+    view.pending = _pending_lines(alloc, view.queue, rows, cohort_free, now)
+    view.stops = list(QueueEvent.objects.filter(
+        allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
+        .order_by("-at", "-id")[:20])
+    share = mig_share(alloc.mig_profile, mig_weights()) if alloc.mig_profile else Decimal(1)
+    view.borrowed_price_per_hour = (state.borrowed * share * alloc.pool.rate_per_device_hour
+                                    ).quantize(Decimal("0.01"))
+    errors = [abs((r.admitted_at - r.first_estimate_at).total_seconds())
+              for r in QueueWorkload.objects.filter(
+                  allocation=alloc, admitted_at__isnull=False, first_estimate_at__isnull=False,
+                  admitted_at__gte=now - dt.timedelta(days=HISTORY_DAYS))
+              .only("admitted_at", "first_estimate_at")]
+    view.estimate_error_p50, view.estimate_count = percentile(errors, 50), len(errors)
+    if history:
+        view.history = queue_history([alloc], now=now)
+    return view
+
+
+def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS
+                  ) -> list[DayFigures]:
+    """Per day: wait p50/p95 of admissions, preemptions, borrowed device-hours (slices
+    counted as device-equivalents), over the given allocations' queues."""
+    now = now or timezone.now()
+    since = (now - dt.timedelta(days=days - 1)).date()
+    start = dt.datetime.combine(since, dt.time(), tzinfo=dt.UTC)
+    events = QueueEvent.objects.filter(allocation__in=allocations, at__gte=start)
+    admissions = events.filter(kind=QueueEvent.Kind.ADMITTED, wait_seconds__isnull=False
+                               ).values_list("at", "wait_seconds")
+    preemptions = events.filter(kind=QueueEvent.Kind.PREEMPTED).values_list("at", flat=True)
+    weights = mig_weights()
+    borrowed = [(h.hour, h.borrowed_s * (mig_share(h.allocation.mig_profile, weights)
+                                         if h.allocation.mig_profile else 1))
+                for h in QueueUsageHour.objects.filter(
+                    allocation__in=allocations, hour__gte=start, borrowed_s__gt=0)
+                .select_related("allocation")]
+    return history_by_day(admissions, preemptions, borrowed, since=since, until=now.date())
+
+
+def first_estimates(now: dt.datetime) -> int:
+    """Record the first start-time estimate of each new pending workload, so the estimates'
+    track record can be shown later (an estimate is only worth what its errors were)."""
+    todo = defaultdict(list)
+    for row in QueueWorkload.objects.filter(state=PENDING, first_estimate_at__isnull=True,
+                                            first_estimate_basis=""):
+        todo[row.allocation_id].append(row.uid)
+    done = []
+    for alloc in Allocation.objects.filter(pk__in=todo).select_related("pool"):
+        view = allocation_queue(alloc, now=now, history=False)
+        for line in view.pending:
+            if line.facts.uid in todo[alloc.pk]:
+                done.append((line.facts.uid, line.estimate))
+    for uid, est in done:
+        # Only the first estimate counts; an update, not a save, keeps it cheap.
+        QueueWorkload.objects.filter(uid=uid, first_estimate_basis="").update(
+            first_estimate_at=est.at, first_estimate_basis=est.basis)
+    return len(done)
+
+
+@dataclass
+class CohortView:
+    name: str
+    rows: list[CohortRow]
+    tenants: dict[str, str]  # queue → tenant slug (admins see who)
+
+
+def cohort_views(*, now: dt.datetime | None = None) -> list[CohortView]:
+    """Every cohort (and every stand-alone queue, as its own group) for platform admins."""
+    now = now or timezone.now()
+    states = list(ClusterQueueState.objects.filter(allocation__isnull=False)
+                  .select_related("allocation__tenant"))
+    pending = [row_facts(r) for r in QueueWorkload.objects.filter(
+        state=PENDING, allocation__in=[s.allocation_id for s in states])]
+    groups: dict[str, list[ClusterQueueState]] = defaultdict(list)
+    for s in states:
+        groups[s.cohort or ""].append(s)
+    out = []
+    for cohort in sorted(groups, key=lambda c: (c == "", c)):
+        members = groups[cohort]
+        names = {s.name for s in members}
+        rows = cohort_board([queue_facts_of(s) for s in members],
+                            [w for w in pending if w.cluster_queue in names], now)
+        out.append(CohortView(cohort or "(stand-alone queues)", rows,
+                              {s.name: s.allocation.tenant.slug for s in members}))
+    return out
+
+
+def oldest_wait_text(seconds: float | None) -> str:
+    return "—" if seconds is None else duration(seconds)
+
+
+def history_chart(days: list[DayFigures], *, height: int = 100, step: int = 40) -> dict:
+    """Geometry of the wait-time chart (p50 and p95 bars per day, preemptions as marks) for
+    an inline SVG: scaled to the largest p95, with a labelled top of scale."""
+    top = max((d.p95 or 0.0 for d in days), default=0.0) or 1.0
+    bars = []
+    for i, d in enumerate(days):
+        h50 = round((d.p50 or 0.0) / top * height, 1)
+        h95 = round((d.p95 or 0.0) / top * height, 1)
+        bars.append({"x": i * step + 4, "day": d.day, "h50": h50, "h95": h95,
+                     "y50": round(height - h50 + 5, 1), "y95": round(height - h95 + 5, 1),
+                     "p50": "—" if d.p50 is None else duration(d.p50),
+                     "p95": "—" if d.p95 is None else duration(d.p95),
+                     "admitted": d.admissions, "preemptions": d.preemptions,
+                     "borrowed_h": d.borrowed_device_hours})
+    return {"bars": bars, "width": len(days) * step + 8, "height": height + 10,
+            "top": duration(top) if top > 1.0 else "—",
+            "any": any(d.admissions or d.preemptions for d in days)}

@@ -1,0 +1,565 @@
+"""Queue truth, the pure part: what Kueue's objects say about a tenant's work, in the
+tenant's words.
+
+Everything here works on plain data (the API server's JSON, dataclasses): parsing a Workload,
+explaining why it waits or why it was stopped, estimating when it starts, and summarising a
+cohort. Two rules hold throughout:
+
+* A tenant's explanation is built from numbers and from the tenant's *own* workload names;
+  Kueue's raw messages (which name other queues, e.g. on reclaim) never reach it. Peers are
+  "the cohort".
+* Amounts are in the allocation's device unit: whole devices, or slices of its MIG profile.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+WHOLE_GPU = "nvidia.com/gpu"
+MIG_PREFIX = "mig.aifactory.io/"
+
+PENDING, ADMITTED, FINISHED, GONE = "pending", "admitted", "finished", "gone"
+
+
+def is_device_resource(name: str) -> bool:
+    return name == WHOLE_GPU or name.startswith(MIG_PREFIX)
+
+
+def _d(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value) -> list:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _s(value) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def parse_time(value) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def quantity(value) -> Decimal:
+    """A Kubernetes quantity as a number (devices are plain integers; CPU/memory suffixes are
+    read so nothing crashes on them, but only devices are used here)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return Decimal(0)
+    text = str(value).strip()
+    suffixes = {"m": Decimal("0.001"), "k": Decimal(1000), "Ki": Decimal(1024),
+                "M": Decimal(10**6), "Mi": Decimal(2**20), "G": Decimal(10**9),
+                "Gi": Decimal(2**30), "T": Decimal(10**12), "Ti": Decimal(2**40)}
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if text.endswith(suffix):
+            text, factor = text[: -len(suffix)], suffixes[suffix]
+            break
+    else:
+        factor = Decimal(1)
+    try:
+        number = Decimal(text) * factor
+    except ArithmeticError:
+        return Decimal(0)
+    return number if number.is_finite() else Decimal(0)
+
+
+def _conditions(obj: dict) -> dict[str, dict]:
+    return {_s(c.get("type")): c for c in _l(_d(obj.get("status")).get("conditions"))}
+
+
+@dataclass(frozen=True)
+class Stop:
+    """One eviction of a workload: Kueue's reason codes and when."""
+
+    at: dt.datetime | None
+    reason: str  # the Evicted condition's reason: Preempted, PodsReadyTimeout, ...
+    preemption: str = ""  # the Preempted condition's reason: InCohortReclamation, ...
+    raw: str = ""  # Kueue's message, for platform admins only
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    uid: str
+    namespace: str
+    name: str
+    job: str  # the owning Job's name, what the tenant knows it by
+    local_queue: str
+    cluster_queue: str
+    priority: int
+    submitted_at: dt.datetime | None
+    devices: Decimal
+    state: str
+    admitted_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+    max_seconds: int | None = None
+    pending_reason: str = ""  # QuotaReserved=False reason code
+    pending_raw: str = ""  # its message (admins only)
+    stop: Stop | None = None  # the latest eviction still in force
+    requeued_at: dt.datetime | None = None
+    resource_version: str = ""
+
+    @property
+    def display_name(self) -> str:
+        return self.job or self.name
+
+
+def workload_devices(obj: dict) -> Decimal:
+    """Devices (or MIG slices) a Workload holds if admitted, else what it asks for."""
+    status = _d(obj.get("status"))
+    admission = _d(status.get("admission"))
+    if admission:
+        return sum((quantity(v) for ps in _l(admission.get("podSetAssignments"))
+                    for k, v in _d(ps.get("resourceUsage")).items()
+                    if is_device_resource(k)), Decimal(0))
+    requested = _l(status.get("resourceRequests"))
+    if requested:
+        return sum((quantity(v) for ps in requested
+                    for k, v in _d(ps.get("resources")).items()
+                    if is_device_resource(k)), Decimal(0))
+    total = Decimal(0)
+    for ps in _l(_d(obj.get("spec")).get("podSets")):
+        count = quantity(ps.get("count")) or Decimal(1)
+        pod = _d(_d(ps.get("template")).get("spec"))
+        per_pod = Decimal(0)
+        for container in _l(pod.get("containers")):
+            requests = _d(_d(container.get("resources")).get("requests"))
+            per_pod += sum((quantity(v) for k, v in requests.items()
+                            if is_device_resource(k)), Decimal(0))
+        # A MIG claim (one device of the profile per claim, as the portal renders templates).
+        per_pod += len([c for c in _l(pod.get("resourceClaims"))
+                        if c.get("resourceClaimTemplateName")])
+        total += count * per_pod
+    return total
+
+
+def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -> WorkloadFacts:
+    """Read one Workload. `cluster_queue_of` maps (namespace, LocalQueue) to its ClusterQueue,
+    for workloads not yet admitted."""
+    meta = _d(obj.get("metadata"))
+    spec = _d(obj.get("spec"))
+    status = _d(obj.get("status"))
+    cond = _conditions(obj)
+    namespace = _s(meta.get("namespace"))
+    local_queue = _s(spec.get("queueName"))
+    admission = _d(status.get("admission"))
+    cluster_queue = _s(admission.get("clusterQueue")) or cluster_queue_of.get(
+        (namespace, local_queue), "")
+    owners = _l(meta.get("ownerReferences"))
+    job = next((_s(o.get("name")) for o in owners if o.get("controller")), "") or \
+        next((_s(o.get("name")) for o in owners), "")
+
+    def true(kind: str) -> bool:
+        return (cond.get(kind) or {}).get("status") == "True"
+
+    if true("Finished"):
+        state = FINISHED
+    elif true("QuotaReserved") and admission:
+        state = ADMITTED
+    else:
+        state = PENDING
+    stop = None
+    evicted = cond.get("Evicted")
+    if evicted and evicted.get("status") == "True" or \
+            (evicted and state == PENDING and evicted.get("reason")):
+        preempted = cond.get("Preempted") or {}
+        stop = Stop(at=parse_time(evicted.get("lastTransitionTime")),
+                    reason=_s(evicted.get("reason")),
+                    preemption=_s(preempted.get("reason")) if preempted.get("status") == "True"
+                    or evicted.get("reason") == "Preempted" else "",
+                    raw=_s(evicted.get("message")) or _s(preempted.get("message")))
+    reserved = cond.get("QuotaReserved") or {}
+    admitted_cond = cond.get("Admitted") or {}
+    admitted_at = parse_time(admitted_cond.get("lastTransitionTime")) if \
+        admitted_cond.get("status") == "True" else None
+    if state == ADMITTED and admitted_at is None:
+        admitted_at = parse_time(reserved.get("lastTransitionTime"))
+    requeued = cond.get("Requeued") or {}
+    priority = spec.get("priority")
+    max_seconds = spec.get("maximumExecutionTimeSeconds")
+    return WorkloadFacts(
+        uid=_s(meta.get("uid")), namespace=namespace, name=_s(meta.get("name")), job=job,
+        local_queue=local_queue, cluster_queue=cluster_queue,
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool)
+        else 0,
+        submitted_at=parse_time(meta.get("creationTimestamp")),
+        devices=workload_devices(obj), state=state,
+        admitted_at=admitted_at if state in (ADMITTED, FINISHED) else None,
+        finished_at=parse_time((cond.get("Finished") or {}).get("lastTransitionTime"))
+        if state == FINISHED else None,
+        max_seconds=max_seconds if isinstance(max_seconds, int) and max_seconds > 0 else None,
+        pending_reason=_s(reserved.get("reason")) if state == PENDING else "",
+        pending_raw=_s(reserved.get("message")) if state == PENDING else "",
+        stop=stop,
+        requeued_at=parse_time(requeued.get("lastTransitionTime"))
+        if requeued.get("status") == "True" else None,
+        resource_version=_s(meta.get("resourceVersion")))
+
+
+@dataclass(frozen=True)
+class QueueFacts:
+    """One ClusterQueue as the portal renders it: one per allocation."""
+
+    name: str
+    cohort: str
+    resource: str
+    nominal: Decimal
+    borrowing_limit: Decimal | None  # None: no limit stated (only with a cohort)
+    usage: Decimal  # devices admitted now, borrowed ones included
+    borrowed: Decimal
+    pending: int = 0
+    admitted: int = 0
+    active: bool = True
+    inactive_reason: str = ""
+
+    @property
+    def free(self) -> Decimal:
+        return max(Decimal(0), self.nominal - self.usage)
+
+    @property
+    def ceiling(self) -> Decimal:
+        if not self.cohort:
+            return self.nominal
+        if self.borrowing_limit is None:
+            return Decimal("Infinity")
+        return self.nominal + self.borrowing_limit
+
+
+def parse_cluster_queue(obj: dict) -> QueueFacts:
+    spec = _d(obj.get("spec"))
+    status = _d(obj.get("status"))
+    resource, nominal, limit = "", Decimal(0), None
+    for group in _l(spec.get("resourceGroups")):
+        for flavor in _l(group.get("flavors")):
+            for r in _l(flavor.get("resources")):
+                if is_device_resource(_s(r.get("name"))):
+                    resource = r["name"]
+                    nominal += quantity(r.get("nominalQuota"))
+                    if r.get("borrowingLimit") is not None:
+                        limit = (limit or Decimal(0)) + quantity(r.get("borrowingLimit"))
+    usage = borrowed = Decimal(0)
+    for flavor in _l(status.get("flavorsReservation")) or _l(status.get("flavorsUsage")):
+        for r in _l(flavor.get("resources")):
+            if r.get("name") == resource:
+                usage += quantity(r.get("total"))
+                borrowed += quantity(r.get("borrowed"))
+    active = _conditions(obj).get("Active") or {}
+    return QueueFacts(
+        name=_s(_d(obj.get("metadata")).get("name")), cohort=_s(spec.get("cohortName")),
+        resource=resource, nominal=nominal, borrowing_limit=limit, usage=usage,
+        borrowed=borrowed, pending=int(status.get("pendingWorkloads") or 0),
+        admitted=int(status.get("admittedWorkloads") or 0),
+        active=active.get("status", "True") != "False",
+        inactive_reason=_s(active.get("reason")) if active.get("status") == "False" else "")
+
+
+def queue_order(w: WorkloadFacts) -> tuple:
+    """Kueue's BestEffortFIFO order: higher priority first, then the earlier of creation or
+    the latest requeue."""
+    at = w.requeued_at or w.submitted_at or dt.datetime.max.replace(tzinfo=dt.UTC)
+    return (-w.priority, at, w.name)
+
+
+# -- words ---------------------------------------------------------------------------------
+
+def amount(n: Decimal | int, unit: str) -> str:
+    """'1 device', '3 devices', '2 × 1g.10gb slices'."""
+    n = Decimal(n)
+    if n == n.to_integral_value():
+        text = str(int(n))
+    else:
+        text = f"{n.normalize():f}"
+    if unit.startswith(MIG_PREFIX):
+        profile = unit[len(MIG_PREFIX):]
+        return f"{text} × {profile} slice{'' if n == 1 else 's'}"
+    return f"{text} device{'' if n == 1 else 's'}"
+
+
+def more(n: Decimal | int, unit: str) -> str:
+    """'2 more devices', '1 more 2g.20gb slice'."""
+    text = amount(n, unit).split(" ", 1)[0]
+    one = Decimal(n) == 1
+    if unit.startswith(MIG_PREFIX):
+        return f"{text} more {unit[len(MIG_PREFIX):]} slice{'' if one else 's'}"
+    return f"{text} more device{'' if one else 's'}"
+
+
+def _clock(t: dt.datetime | None, now: dt.datetime) -> str:
+    if t is None:
+        return "an unknown time"
+    if t.date() == now.date():
+        return t.strftime("%H:%M")
+    return t.strftime("%Y-%m-%d %H:%M")
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 90:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    if minutes < 90:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why one pending workload waits, in the tenant's words, and a code for filters."""
+
+    code: str  # never | queue-stopped | behind | quota | cohort | deactivated | starting
+    text: str
+    short: Decimal = Decimal(0)  # devices still missing
+
+
+def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
+                    Sequence[WorkloadFacts], ahead: Sequence[WorkloadFacts],
+                    cohort_free: Decimal, now: dt.datetime) -> Waiting:
+    """Why `w` waits. `cohort_free` is what the rest of the cohort could lend right now
+    (its unused nominal quota); never who holds the rest."""
+    unit = queue.resource
+    if not queue.active:
+        return Waiting("queue-stopped", "The queue of this allocation is not accepting work "
+                       "right now (stopped or being changed by the platform team); nothing is "
+                       "admitted until it is active again.")
+    if w.pending_reason in ("Inactive", "Deactivated") or (
+            w.stop and w.stop.reason in ("InactiveWorkload", "Deactivated")):
+        return Waiting("deactivated", "Deactivated: it will not be admitted until it is "
+                       "reactivated (e.g. after it ran past its time limit or was stopped).")
+    if w.devices > queue.ceiling:
+        if queue.cohort:
+            limit = "" if queue.borrowing_limit is None else \
+                f" and may borrow up to {amount(queue.borrowing_limit, unit)}"
+            can = f"a quota of {amount(queue.nominal, unit)}{limit}"
+        else:
+            can = f"a quota of {amount(queue.nominal, unit)}"
+        return Waiting("never", f"It asks for {amount(w.devices, unit)}, more than this "
+                       f"allocation can ever hold ({can}): it will not start. Make the job "
+                       "smaller or request more capacity.", w.devices - queue.ceiling)
+    lendable = Decimal(0)
+    if queue.cohort:
+        room = queue.ceiling - max(queue.usage, queue.nominal)
+        lendable = max(Decimal(0), min(cohort_free, room))
+    needed = w.devices + sum((a.devices for a in ahead), Decimal(0))
+    available = queue.free + lendable
+    if needed <= available:
+        if ahead:
+            return Waiting("behind", f"{len(ahead)} of your workload(s) ahead of it in the "
+                           "queue are being admitted first; the devices for it are free.")
+        return Waiting("starting", "The devices it needs are free; it should be admitted "
+                       "within seconds.")
+    short = needed - available
+    parts = [f"Waiting for {more(short, unit)}"]
+    if ahead:
+        ahead_devices = sum((a.devices for a in ahead), Decimal(0))
+        parts.append(f" ({len(ahead)} of your workload(s) ahead of it need "
+                     f"{amount(ahead_devices, unit)} first)")
+    running = sorted(own_running, key=lambda r: r.admitted_at or now)
+    if running:
+        held = ", ".join(f"{r.display_name} ({amount(r.devices, unit)}) since "
+                         f"{_clock(r.admitted_at, now)}" for r in running[:3])
+        others = f" and {len(running) - 3} more" if len(running) > 3 else ""
+        parts.append(f": your quota of {amount(queue.nominal, unit)} is in use by "
+                     f"{held}{others}")
+    else:
+        parts.append(f": your quota is {amount(queue.nominal, unit)}")
+    if queue.cohort:
+        if lendable > 0:
+            parts.append(f"; the cohort can lend {amount(lendable, unit)} now, not enough")
+        elif queue.usage >= queue.ceiling:
+            parts.append("; you are already borrowing as much as this allocation may")
+        else:
+            parts.append("; the cohort has none to lend now")
+        code = "cohort"
+    else:
+        code = "quota"
+    return Waiting(code, "".join(parts) + ".", short)
+
+
+PREEMPTION_WORDS = {
+    "InCohortReclamation": "the cohort reclaimed the devices it had lent to you: a queue "
+                           "that owns them had work to run",
+    "InCohortReclaimWhileBorrowing": "the cohort reclaimed borrowed devices for a queue "
+                                     "with higher priority work",
+    "InCohortFairSharing": "the cohort rebalanced its devices to restore fair sharing",
+    "InClusterQueue": "a higher-priority workload of your own queue needed its devices",
+}
+EVICTION_WORDS = {
+    "PodsReadyTimeout": "its pods did not all start in time",
+    "MaximumExecutionTimeExceeded": "it ran past the time limit it declared",
+    "ClusterQueueStopped": "the platform team stopped the queue",
+    "LocalQueueStopped": "the queue was stopped",
+    "InactiveWorkload": "it was deactivated",
+    "Deactivated": "it was deactivated",
+    "AdmissionCheck": "an admission check withdrew its admission",
+    "NodeFailures": "a node it ran on failed",
+}
+
+
+def explain_stop(stop: Stop) -> str:
+    """Why a workload was stopped, without naming anyone (Kueue's message names the queues
+    on both sides; it is kept for platform admins only)."""
+    if stop.reason == "Preempted" or stop.preemption:
+        why = PREEMPTION_WORDS.get(stop.preemption, "another workload took priority")
+        return f"Preempted: {why}. It was put back in the queue and resumes when devices " \
+               "are free."
+    why = EVICTION_WORDS.get(
+        stop.reason, f"the queue system stopped it ({stop.reason or 'no reason given'})")
+    return f"Stopped: {why}."
+
+
+# -- estimates -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Estimate:
+    at: dt.datetime | None
+    basis: str  # limits | history | none | now
+    text: str
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def estimate_start(w: WorkloadFacts, waiting: Waiting, *, own_running: Sequence[WorkloadFacts],
+                   history_waits: Sequence[float], now: dt.datetime,
+                   min_history: int = 3) -> Estimate:
+    """When `w` should start, and on what basis.
+
+    1. *limits*: if the running workloads of this queue declared time limits, the moment
+       enough of them must have ended to free what is missing.
+    2. *history*: the median wait of this queue and priority over recent days.
+    3. otherwise no estimate, and why.
+    """
+    if waiting.code in ("never", "queue-stopped", "deactivated"):
+        return Estimate(None, "none", "No start time: it cannot start as things are.")
+    if waiting.code in ("starting", "behind"):
+        return Estimate(now, "now", "Any moment: the devices are free.")
+    ends = sorted((r.admitted_at + dt.timedelta(seconds=r.max_seconds), r.devices)
+                  for r in own_running if r.admitted_at and r.max_seconds)
+    freed = Decimal(0)
+    for end, devices in ends:
+        freed += devices
+        if freed >= waiting.short:
+            at = max(end, now)
+            return Estimate(at, "limits", f"By {at:%Y-%m-%d %H:%M} UTC at the latest: the "
+                            "running workloads of your queue declared time limits, and enough "
+                            "of them end by then.")
+    if len(history_waits) >= min_history:
+        p50 = percentile(history_waits, 50) or 0.0
+        start = w.submitted_at or now
+        at = start + dt.timedelta(seconds=p50)
+        basis = f"the median wait of this queue at this priority ({duration(p50)}, " \
+                f"{len(history_waits)} admissions)"
+        if at < now:
+            return Estimate(now, "history", f"Overdue: it has waited longer than {basis}.")
+        return Estimate(at, "history", f"Around {at:%Y-%m-%d %H:%M} UTC, from {basis}.")
+    return Estimate(None, "none", "No estimate yet: the running workloads declared no time "
+                    "limits and this queue has too little history.")
+
+
+# -- history and the cohort ----------------------------------------------------------------
+
+@dataclass
+class DayFigures:
+    day: dt.date
+    waits: list[float] = field(default_factory=list)
+    preemptions: int = 0
+    borrowed_device_seconds: Decimal = Decimal(0)
+
+    @property
+    def admissions(self) -> int:
+        return len(self.waits)
+
+    @property
+    def p50(self) -> float | None:
+        return percentile(self.waits, 50)
+
+    @property
+    def p95(self) -> float | None:
+        return percentile(self.waits, 95)
+
+    @property
+    def borrowed_device_hours(self) -> Decimal:
+        return (self.borrowed_device_seconds / 3600).quantize(Decimal("0.01"))
+
+
+def history_by_day(admissions: Iterable[tuple[dt.datetime, float]],
+                   preemptions: Iterable[dt.datetime],
+                   borrowed: Iterable[tuple[dt.datetime, Decimal]],
+                   *, since: dt.date, until: dt.date) -> list[DayFigures]:
+    """Per day: the waits of the workloads admitted that day, preemptions, borrowed
+    device-seconds. Days without events are kept (a chart needs the gaps)."""
+    days = {since + dt.timedelta(days=i): DayFigures(since + dt.timedelta(days=i))
+            for i in range((until - since).days + 1)}
+    for at, wait in admissions:
+        if at.date() in days:
+            days[at.date()].waits.append(wait)
+    for at in preemptions:
+        if at.date() in days:
+            days[at.date()].preemptions += 1
+    for at, seconds in borrowed:
+        if at.date() in days:
+            days[at.date()].borrowed_device_seconds += seconds
+    return [days[d] for d in sorted(days)]
+
+
+@dataclass(frozen=True)
+class CohortRow:
+    queue: str
+    nominal: Decimal
+    in_use: Decimal
+    borrowed: Decimal
+    lent: Decimal
+    pending: int
+    oldest_wait_seconds: float | None
+    blocked_by: tuple[str, ...]  # other queues whose borrowing holds this queue's work back
+
+
+def cohort_board(queues: Sequence[QueueFacts], pending: Sequence[WorkloadFacts],
+                 now: dt.datetime) -> list[CohortRow]:
+    """The cohort at a glance, for platform admins.
+
+    Kueue does not record who lent to whom; borrowed devices come out of the cohort's unused
+    nominal quota, so each queue's *lent* share is its unused quota in proportion to all
+    unused quota in the cohort. A queue with pending work is *blocked by* the queues that
+    borrow meanwhile: they hold the cohort's spare devices."""
+    total_borrowed = sum((q.borrowed for q in queues), Decimal(0))
+    unused = {q.name: max(Decimal(0), q.nominal - (q.usage - q.borrowed)) for q in queues}
+    total_unused = sum(unused.values(), Decimal(0))
+    oldest: dict[str, float] = {}
+    count: dict[str, int] = {}
+    for w in pending:
+        count[w.cluster_queue] = count.get(w.cluster_queue, 0) + 1
+        if w.submitted_at:
+            oldest[w.cluster_queue] = max(oldest.get(w.cluster_queue, 0.0),
+                                          (now - w.submitted_at).total_seconds())
+    borrowers = tuple(sorted(q.name for q in queues if q.borrowed > 0))
+    rows = []
+    for q in sorted(queues, key=lambda q: q.name):
+        lent = Decimal(0)
+        if total_unused > 0 and total_borrowed > 0:
+            lent = (min(total_borrowed, total_unused) * unused[q.name] / total_unused
+                    ).quantize(Decimal("0.01"))
+        waiting = count.get(q.name, q.pending)
+        blocked = tuple(b for b in borrowers if b != q.name) if waiting else ()
+        rows.append(CohortRow(q.name, q.nominal, q.usage, q.borrowed, lent, waiting,
+                              oldest.get(q.name), blocked))
+    return rows

@@ -1,0 +1,320 @@
+"""The pure part of queue truth: reading Kueue's objects, explaining waits and stops in the
+tenant's words (never naming peers), estimating start times, history and the cohort board."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import random
+from decimal import Decimal
+
+import pytest
+
+from fleet.queue_sync import transition_events
+from fleet.queues import (
+    ADMITTED,
+    FINISHED,
+    PENDING,
+    QueueFacts,
+    Stop,
+    WorkloadFacts,
+    amount,
+    cohort_board,
+    duration,
+    estimate_start,
+    explain_pending,
+    explain_stop,
+    history_by_day,
+    parse_cluster_queue,
+    parse_workload,
+    percentile,
+    queue_order,
+)
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+T = "2026-11-30T{}:00Z"
+
+
+def workload(name="train-7", *, ns="acme-shared", gpus=2, admitted_at=None, pending_msg=None,
+             evicted=None, finished=False, priority=0, created="09:00", max_seconds=None,
+             claims=0, queue="gpu"):
+    container = {"name": "main", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}
+    if gpus:
+        container["resources"]["requests"]["nvidia.com/gpu"] = str(gpus)
+    pod = {"containers": [container]}
+    if claims:
+        pod["resourceClaims"] = [{"name": f"c{i}", "resourceClaimTemplateName": "mig-2g-20gb"}
+                                 for i in range(claims)]
+    obj = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+           "metadata": {"name": f"job-{name}-abcde", "namespace": ns, "uid": f"uid-{name}",
+                        "creationTimestamp": T.format(created), "resourceVersion": "7",
+                        "ownerReferences": [{"kind": "Job", "name": name, "controller": True}]},
+           "spec": {"queueName": queue, "priority": priority,
+                    "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}]},
+           "status": {"conditions": []}}
+    if max_seconds:
+        obj["spec"]["maximumExecutionTimeSeconds"] = max_seconds
+    conds = obj["status"]["conditions"]
+    if admitted_at:
+        conds += [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved",
+                   "lastTransitionTime": T.format(admitted_at)},
+                  {"type": "Admitted", "status": "True", "reason": "Admitted",
+                   "lastTransitionTime": T.format(admitted_at)}]
+        obj["status"]["admission"] = {"clusterQueue": ns, "podSetAssignments": [
+            {"name": "main", "count": 1, "resourceUsage": {"cpu": "1", "memory": "1Gi",
+                                                           "nvidia.com/gpu": str(gpus)}}]}
+    elif pending_msg is not None:
+        conds.append({"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                      "message": pending_msg, "lastTransitionTime": T.format(created)})
+    if evicted:
+        at, reason, why, msg = evicted
+        conds += [{"type": "Evicted", "status": "True", "reason": reason, "message": msg,
+                   "lastTransitionTime": T.format(at)},
+                  {"type": "Preempted", "status": "True", "reason": why, "message": msg,
+                   "lastTransitionTime": T.format(at)},
+                  {"type": "Requeued", "status": "True", "reason": "Preempted",
+                   "lastTransitionTime": T.format(at)}]
+    if finished:
+        conds.append({"type": "Finished", "status": "True", "reason": "Succeeded",
+                      "lastTransitionTime": T.format("11:00")})
+    return obj
+
+
+def cluster_queue(name="acme-shared", *, nominal=4, borrow=8, cohort="shared-h100", total=0,
+                  borrowed=0, pending=0):
+    resources = [{"name": "cpu", "nominalQuota": "64"}, {"name": "memory",
+                                                         "nominalQuota": "512Gi"},
+                 {"name": "nvidia.com/gpu", "nominalQuota": nominal}]
+    if cohort:
+        resources[2]["borrowingLimit"] = borrow
+    spec = {"resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                                "flavors": [{"name": "shared", "resources": resources}]}]}
+    if cohort:
+        spec["cohortName"] = cohort
+    return {"metadata": {"name": name}, "spec": spec, "status": {
+        "pendingWorkloads": pending, "admittedWorkloads": 1,
+        "flavorsReservation": [{"name": "shared", "resources": [
+            {"name": "cpu", "total": "2"},
+            {"name": "nvidia.com/gpu", "total": str(total), "borrowed": str(borrowed)}]}],
+        "conditions": [{"type": "Active", "status": "True", "reason": "Ready"}]}}
+
+
+CQ_OF = {("acme-shared", "gpu"): "acme-shared"}
+
+
+def test_a_pending_workload_is_read_with_what_it_asks_for():
+    w = parse_workload(workload(gpus=3, pending_msg="couldn't assign flavors to pod set main: "
+                                "insufficient unused quota for nvidia.com/gpu in flavor shared, "
+                                "1 more needed"), cluster_queue_of=CQ_OF)
+    assert (w.state, w.devices, w.cluster_queue, w.job) == (PENDING, 3, "acme-shared", "train-7")
+    assert w.pending_reason == "Pending" and "1 more needed" in w.pending_raw
+    assert w.submitted_at == dt.datetime(2026, 11, 30, 9, 0, tzinfo=dt.UTC)
+
+
+def test_an_admitted_workload_counts_what_kueue_assigned():
+    w = parse_workload(workload(gpus=2, admitted_at="09:12"), cluster_queue_of={})
+    assert (w.state, w.devices, w.cluster_queue) == (ADMITTED, 2, "acme-shared")
+    assert w.admitted_at == dt.datetime(2026, 11, 30, 9, 12, tzinfo=dt.UTC)
+
+
+def test_a_mig_claim_counts_one_slice_per_claim():
+    w = parse_workload(workload(gpus=0, claims=2), cluster_queue_of=CQ_OF)
+    assert w.devices == 2
+
+
+def test_a_reclaimed_workload_keeps_kueues_message_apart_from_the_tenants_words():
+    raw = ("Preempted to accommodate a workload (UID: x, JobUID: y) due to reclamation "
+           "within the cohort; preemptor path: /shared-h100/globex-shared; preemptee path: "
+           "/shared-h100/acme-shared")
+    w = parse_workload(workload(evicted=("10:00", "Preempted", "InCohortReclamation", raw)),
+                       cluster_queue_of=CQ_OF)
+    assert w.state == PENDING and w.stop.preemption == "InCohortReclamation"
+    assert w.stop.raw == raw
+    words = explain_stop(w.stop)
+    assert "reclaimed" in words and "globex" not in words and "/" not in words
+
+
+def test_finished_workloads_are_finished():
+    w = parse_workload(workload(admitted_at="09:12", finished=True), cluster_queue_of={})
+    assert w.state == FINISHED and w.finished_at.hour == 11
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_reading_never_fails_on_odd_objects(seed):
+    """Whatever shape an object arrives in (fields missing, null, of another type), reading
+    it gives facts or defaults, never an exception that would stop the whole sync."""
+    rng = random.Random(seed)
+    base = workload(evicted=("10:00", "Preempted", "InClusterQueue", "m"), admitted_at=None)
+    obj = copy.deepcopy(base)
+    paths = [("metadata", "creationTimestamp"), ("spec", "priority"), ("spec", "podSets"),
+             ("status", "conditions"), ("status", "admission"), ("metadata", "ownerReferences"),
+             ("spec", "queueName")]
+    for section, key in rng.sample(paths, rng.randint(1, len(paths))):
+        obj.setdefault(section, {})[key] = rng.choice([None, "", "garbage", 7, [], {}])
+    try:
+        parse_workload(obj, cluster_queue_of=CQ_OF)
+    except (AttributeError, TypeError):
+        pytest.fail(f"reading failed on {obj}")
+    parse_cluster_queue({"metadata": {"name": "x"}, "spec": None, "status": {}})
+
+
+def facts(name, devices, *, state=PENDING, admitted=None, submitted="09:00", priority=0,
+          max_seconds=None):
+    at = dt.datetime.fromisoformat(T.format(submitted).replace("Z", "+00:00"))
+    adm = dt.datetime.fromisoformat(T.format(admitted).replace("Z", "+00:00")) \
+        if admitted else None
+    return WorkloadFacts(uid=name, namespace="acme-shared", name=name, job=name,
+                         local_queue="gpu", cluster_queue="acme-shared", priority=priority,
+                         submitted_at=at, devices=Decimal(devices), state=state,
+                         admitted_at=adm, max_seconds=max_seconds)
+
+
+def queue(**kw) -> QueueFacts:
+    return parse_cluster_queue(cluster_queue(**kw))
+
+
+def test_waiting_for_own_quota_names_own_work_and_the_cohort_only():
+    running = [facts("train-7", 4, state=ADMITTED, admitted="09:12")]
+    w = facts("eval-3", 2, submitted="10:00")
+    why = explain_pending(w, queue(nominal=4, total=4), own_running=running, ahead=[],
+                          cohort_free=Decimal(0), now=NOW)
+    assert why.code == "cohort" and why.short == 2
+    assert why.text == ("Waiting for 2 more devices: your quota of 4 devices is in use by "
+                        "train-7 (4 devices) since 09:12; the cohort has none to lend now.")
+
+
+def test_what_the_cohort_can_lend_is_counted_but_not_attributed():
+    running = [facts("train-7", 4, state=ADMITTED, admitted="09:12")]
+    w = facts("big", 6)
+    why = explain_pending(w, queue(nominal=4, total=4), own_running=running, ahead=[],
+                          cohort_free=Decimal(3), now=NOW)
+    assert why.short == 3 and "the cohort can lend 3 devices now" in why.text
+    fits = explain_pending(facts("small", 2), queue(nominal=4, total=4), own_running=running,
+                           ahead=[], cohort_free=Decimal(3), now=NOW)
+    assert fits.code == "starting"
+
+
+def test_more_than_the_allocation_can_ever_hold_is_said_plainly():
+    why = explain_pending(facts("huge", 13), queue(nominal=4, borrow=8), own_running=[],
+                          ahead=[], cohort_free=Decimal(100), now=NOW)
+    assert why.code == "never" and "can ever hold" in why.text and "borrow up to 8" in why.text
+    standalone = explain_pending(facts("huge", 5), queue(nominal=4, cohort=""), own_running=[],
+                                 ahead=[], cohort_free=Decimal(0), now=NOW)
+    assert standalone.code == "never" and "borrow" not in standalone.text
+
+
+def test_work_ahead_in_the_queue_is_counted():
+    ahead = [facts("first", 2, submitted="08:00")]
+    why = explain_pending(facts("second", 2), queue(nominal=4, total=2, cohort=""),
+                          own_running=[facts("r", 2, state=ADMITTED, admitted="08:30")],
+                          ahead=ahead, cohort_free=Decimal(0), now=NOW)
+    assert why.code == "quota" and why.short == 2 and "1 of your workload(s) ahead" in why.text
+
+
+def test_mig_queues_speak_of_slices():
+    q = QueueFacts("acme-mig", "mig-a100", "mig.aifactory.io/2g.20gb", Decimal(3), Decimal(0),
+                   Decimal(2), Decimal(0))
+    why = explain_pending(facts("m", 2), q, own_running=[], ahead=[], cohort_free=Decimal(0),
+                          now=NOW)
+    assert why.text == ("Waiting for 1 more 2g.20gb slice: your quota is 3 × 2g.20gb slices; "
+                        "the cohort has none to lend now.")
+    assert amount(3, "mig.aifactory.io/1g.10gb") == "3 × 1g.10gb slices"
+
+
+@pytest.mark.parametrize("reason,preemption,expect", [
+    ("Preempted", "InCohortReclamation", "reclaimed"),
+    ("Preempted", "InClusterQueue", "higher-priority workload of your own queue"),
+    ("Preempted", "InCohortFairSharing", "fair sharing"),
+    ("Preempted", "SomethingNew", "another workload took priority"),
+    ("PodsReadyTimeout", "", "did not all start in time"),
+    ("MaximumExecutionTimeExceeded", "", "time limit"),
+    ("Unheard", "", "(Unheard)"),
+])
+def test_every_stop_has_words(reason, preemption, expect):
+    text = explain_stop(Stop(NOW, reason, preemption, "raw message naming /cohort/globex"))
+    assert expect in text and "globex" not in text
+
+
+def test_estimate_from_declared_time_limits():
+    running = [facts("a", 2, state=ADMITTED, admitted="09:00", max_seconds=3600),
+               facts("b", 2, state=ADMITTED, admitted="11:00", max_seconds=7200)]
+    w = facts("w", 3)
+    why = explain_pending(w, queue(nominal=4, total=4, cohort=""), own_running=running,
+                          ahead=[], cohort_free=Decimal(0), now=NOW)
+    est = estimate_start(w, why, own_running=running, history_waits=[], now=NOW)
+    # a ends 10:00 (already past: "now" at the earliest), b ends 13:00; 3 needed → 13:00.
+    assert est.basis == "limits" and est.at == dt.datetime(2026, 11, 30, 13, 0, tzinfo=dt.UTC)
+
+
+def test_estimate_from_history_and_none_without_it():
+    running = [facts("a", 4, state=ADMITTED, admitted="09:00")]
+    w = facts("w", 2, submitted="11:50")
+    why = explain_pending(w, queue(nominal=4, total=4, cohort=""), own_running=running,
+                          ahead=[], cohort_free=Decimal(0), now=NOW)
+    est = estimate_start(w, why, own_running=running, history_waits=[600, 1200, 1800],
+                         now=NOW)
+    assert est.basis == "history" and est.at == dt.datetime(2026, 11, 30, 12, 10,
+                                                             tzinfo=dt.UTC)
+    assert "median wait" in est.text and "3 admissions" in est.text
+    none = estimate_start(w, why, own_running=running, history_waits=[600], now=NOW)
+    assert none.basis == "none" and none.at is None
+    overdue = estimate_start(facts("old", 2, submitted="08:00"), why, own_running=running,
+                             history_waits=[60, 60, 60], now=NOW)
+    assert overdue.at == NOW and overdue.text.startswith("Overdue")
+
+
+def test_percentiles_and_history_days():
+    assert percentile([], 50) is None
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile(list(range(101)), 95) == 95
+    day = dt.datetime(2026, 11, 29, 10, tzinfo=dt.UTC)
+    days = history_by_day([(day, 60.0), (day, 180.0), (NOW, 30.0)], [day],
+                          [(day, Decimal(7200))], since=day.date() - dt.timedelta(days=1),
+                          until=NOW.date())
+    assert [d.admissions for d in days] == [0, 2, 1]
+    assert days[1].p50 == 120 and days[1].preemptions == 1
+    assert days[1].borrowed_device_hours == Decimal("2.00")
+
+
+def test_cohort_board_says_who_borrows_lends_and_blocks():
+    queues = [queue(name="a", nominal=4, total=10, borrowed=6),
+              queue(name="b", nominal=4, total=0), queue(name="c", nominal=4, total=2)]
+    waiting = [facts("w", 3)]
+    waiting = [WorkloadFacts(**{**w.__dict__, "cluster_queue": "c"}) for w in waiting]
+    rows = {r.queue: r for r in cohort_board(queues, waiting, NOW)}
+    assert rows["a"].borrowed == 6 and rows["a"].blocked_by == ()
+    # unused: b 4, c 2 → of the 6 borrowed, b lent 4 and c lent 2.
+    assert (rows["b"].lent, rows["c"].lent) == (Decimal("4.00"), Decimal("2.00"))
+    assert rows["c"].pending == 1 and rows["c"].blocked_by == ("a",)
+    assert rows["c"].oldest_wait_seconds == 3 * 3600
+
+
+def test_kueue_order_is_priority_then_time():
+    ws = [facts("late", 1, submitted="10:00"), facts("early", 1, submitted="09:00"),
+          facts("urgent", 1, submitted="11:00", priority=100)]
+    assert [w.name for w in sorted(ws, key=queue_order)] == ["urgent", "early", "late"]
+
+
+def test_transitions_become_events_once():
+    pending = parse_workload(workload(pending_msg="m"), cluster_queue_of=CQ_OF)
+    first = transition_events(None, pending, now=NOW, borrowed=Decimal(0))
+    assert [e["kind"] for e in first] == ["submitted"]
+    admitted = parse_workload(workload(admitted_at="09:30"), cluster_queue_of=CQ_OF)
+    second = transition_events(pending, admitted, now=NOW, borrowed=Decimal(2))
+    assert [e["kind"] for e in second] == ["admitted"]
+    assert second[0]["wait_seconds"] == 1800 and "borrows 2 device(s)" in second[0]["reason"]
+    assert transition_events(admitted, admitted, now=NOW, borrowed=Decimal(0)) == []
+    raw = "preemptor path: /shared-h100/globex-shared"
+    evicted = parse_workload(workload(evicted=("10:00", "Preempted", "InCohortReclamation",
+                                               raw)), cluster_queue_of=CQ_OF)
+    third = transition_events(admitted, evicted, now=NOW, borrowed=Decimal(0))
+    assert [e["kind"] for e in third] == ["preempted"]
+    assert "globex" not in third[0]["reason"] and third[0]["detail"] == raw
+    done = parse_workload(workload(admitted_at="09:30", finished=True), cluster_queue_of={})
+    assert [e["kind"] for e in transition_events(admitted, done, now=NOW,
+                                                 borrowed=Decimal(0))] == ["finished"]
+
+
+def test_durations_read_naturally():
+    assert [duration(s) for s in (5, 600, 5400, 7260, 200000)] == \
+        ["5 s", "10 min", "1 h 30 min", "2 h 1 min", "2 d 7 h"]
