@@ -207,14 +207,18 @@ class KubernetesBackend:
         """A raw GET of an API path, e.g. of an aggregated API such as Kueue's visibility
         server; None when the path is not served (404) or its backend is away (503)."""
         try:
-            return self._call(f"Reading {path}", self.api_client.call_api, path, "GET",
-                              header_params={"Accept": "application/json"},
-                              auth_settings=["BearerToken"], response_type="object",
-                              _return_http_data_only=True)
+            response = self._call(f"Reading {path}", self.api_client.call_api, path, "GET",
+                                  header_params={"Accept": "application/json"},
+                                  auth_settings=["BearerToken"], _preload_content=False,
+                                  _return_http_data_only=True)
         except KubeError as exc:
             if exc.status in (404, 503):
                 return None
             raise
+        try:
+            return json.loads(response.data)
+        except ValueError as exc:
+            raise KubeError(f"Reading {path}: the answer is not JSON", retriable=True) from exc
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         resource = self._resource(api_version, kind)

@@ -147,8 +147,11 @@ def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkloa
     waits = _history_waits(alloc, now - dt.timedelta(days=HISTORY_DAYS))
     by_uid = {r.uid: r for r in rows}
     lines = []
+    # BestEffortFIFO: a workload that can never fit does not hold back the ones behind it.
+    can_fit = [f for f in waiting if f.devices <= queue.ceiling]
     for i, f in enumerate(waiting):
-        why = explain_pending(f, queue, own_running=running, ahead=waiting[:i],
+        ahead = [a for a in can_fit if queue_order(a) < queue_order(f)]
+        why = explain_pending(f, queue, own_running=running, ahead=ahead,
                               cohort_free=cohort_free, now=now)
         est = estimate_start(f, why, own_running=running,
                              history_waits=waits.get((f.local_queue, f.priority), []), now=now)

@@ -374,7 +374,10 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
                      f"{held}{others}")
     else:
         parts.append(f": your quota is {amount(queue.nominal, unit)}")
-    if queue.cohort:
+    if queue.cohort and queue.borrowing_limit == 0:
+        parts.append("; this allocation does not borrow from the cohort")
+        code = "quota"
+    elif queue.cohort:
         if lendable > 0:
             parts.append(f"; the cohort can lend {amount(lendable, unit)} now, not enough")
         elif queue.usage >= queue.ceiling:
