@@ -76,17 +76,22 @@ POLICIES = {
     Route.DEDICATED_BLOCK: "allocated hours, idle included (priced back)",
     Route.CONFIDENTIAL_POOL: "allocated hours, idle included (priced back)",
     Route.MIG_VCLUSTER: "allocated slice-hours of the approved slices",
-    Route.SHARED_POOL: "allocated quota hours, plus hours borrowed beyond the quota",
+    Route.SHARED_POOL: "allocated quota hours, plus device-hours Kueue admitted beyond the "
+                       "quota (borrowed from the cohort)",
 }
 
 
 def hour_charge(route: str, *, allocated: Decimal, used: Decimal | None,
-                credit: Decimal) -> HourCharge:
-    """What one allocation-hour is charged for, by the route's policy."""
+                credit: Decimal, borrowed: Decimal = Decimal(0)) -> HourCharge:
+    """What one allocation-hour is charged for, by the route's policy.
+
+    Borrowing is what Kueue admitted above the queue's nominal quota, integrated from its
+    admissions (fleet's queue-hours), not DCGM use above the allocation: a device can be busy
+    without being borrowed and borrowed without being busy."""
     base = max(Decimal(0), allocated - credit)
     charged = base
-    if route == Route.SHARED_POOL and used is not None and used > allocated:
-        charged += used - allocated  # borrowed from idle peers in the cohort
+    if route == Route.SHARED_POOL and borrowed > 0:
+        charged += borrowed
     return HourCharge(allocated, used, credit, charged, POLICIES.get(route, "allocated hours"))
 
 
@@ -159,12 +164,13 @@ class AllocationHour:
     charged: Decimal
     rate: Decimal
     amount: Decimal
+    borrowed: Decimal = Decimal(0)
 
 
 def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime | None,
                     devices: Decimal, hour: dt.datetime, used: Decimal | None,
                     outages: Iterable[tuple[dt.datetime, dt.datetime | None, int]],
-                    rate: Decimal) -> AllocationHour | None:
+                    rate: Decimal, borrowed: Decimal = Decimal(0)) -> AllocationHour | None:
     """The rollup's arithmetic for one allocation-hour; None when nothing was allocated."""
     allocated = allocated_device_seconds(starts_at=starts_at, ends_at=ends_at, devices=devices,
                                          hour=hour)
@@ -172,6 +178,8 @@ def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime 
         return None
     credit = credit_device_seconds(outages=outages, starts_at=starts_at, ends_at=ends_at,
                                    hour=hour)
-    charge = hour_charge(route, allocated=allocated, used=used, credit=credit)
+    charge = hour_charge(route, allocated=allocated, used=used, credit=credit,
+                         borrowed=borrowed)
     return AllocationHour(allocated, used, credit, charge.charged, rate,
-                          amount(charge.charged, rate))
+                          amount(charge.charged, rate),
+                          borrowed if route == Route.SHARED_POOL else Decimal(0))

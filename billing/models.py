@@ -37,6 +37,8 @@ class UsageHour(models.Model):
     allocated_s = models.DecimalField(max_digits=16, decimal_places=4)
     used_s = models.DecimalField(max_digits=16, decimal_places=4, null=True, blank=True)
     credit_s = models.DecimalField(max_digits=16, decimal_places=4, default=0)
+    # Device-seconds Kueue admitted above the queue's quota (shared pool: charged).
+    borrowed_s = models.DecimalField(max_digits=16, decimal_places=4, default=0, db_default=0)
     charged_s = models.DecimalField(max_digits=16, decimal_places=4)
     rate = models.DecimalField(max_digits=10, decimal_places=4)
     amount = models.DecimalField(max_digits=14, decimal_places=4)
@@ -64,6 +66,7 @@ class UsageMonth(models.Model):
     allocated_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
     used_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
     credit_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    borrowed_s = models.DecimalField(max_digits=18, decimal_places=4, default=0, db_default=0)
     charged_s = models.DecimalField(max_digits=18, decimal_places=4, default=0)
     amount = models.DecimalField(max_digits=16, decimal_places=4, default=0)
     hours = models.PositiveIntegerField(default=0)

@@ -92,6 +92,22 @@ def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | 
 
 
 @transaction.atomic
+def borrowed_device_seconds(allocations, start: dt.datetime, end: dt.datetime
+                            ) -> dict[tuple[int, dt.datetime], Decimal]:
+    """(allocation, hour) → device-seconds admitted above quota, from the queue-hours the
+    fleet integrates from Kueue's admissions (MIG slices as device-equivalents)."""
+    from fleet.domain import mig_share
+    from fleet.models import QueueUsageHour
+
+    weights = mig_weights()
+    profile = {a.pk: a.mig_profile for a in allocations}
+    return {(q.allocation_id, q.hour): q.borrowed_s * (
+        mig_share(profile[q.allocation_id], weights) if profile.get(q.allocation_id) else 1)
+        for q in QueueUsageHour.objects.filter(allocation_id__in=list(profile),
+                                                hour__gte=start, hour__lt=end,
+                                                borrowed_s__gt=0)}
+
+
 def _record_hours(start: dt.datetime, end: dt.datetime,
                   measured: dict[dt.datetime, dict[str, Decimal] | None]) -> int:
     allocations = list(_billed_between(start, end).select_related("pool")
@@ -103,6 +119,7 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
         outages[o.node_id].append((o.started_at, o.ended_at, o.node.gpu_count))
     existing = {(u.allocation_id, u.hour): u.used_s for u in UsageHour.objects.filter(
         allocation__in=allocations, hour__gte=start, hour__lt=end)}
+    borrowed = borrowed_device_seconds(allocations, start, end)
     rows: list[UsageHour] = []
     touched: set[tuple[int, dt.date]] = set()
     for hour, used_by_ns in measured.items():
@@ -115,17 +132,20 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
                 route=alloc.route, starts_at=alloc.starts_at, ends_at=alloc.ends_at,
                 devices=alloc.device_equivalents, hour=hour, used=used,
                 outages=[o for n in alloc.nodes.all() for o in outages.get(n.pk, [])],
-                rate=rate_at(rates.get(alloc.pool_id, []), hour, alloc.pool.rate_per_device_hour))
+                rate=rate_at(rates.get(alloc.pool_id, []), hour, alloc.pool.rate_per_device_hour),
+                borrowed=borrowed.get((alloc.pk, hour), Decimal(0)))
             if figures is None:
                 continue
             rows.append(UsageHour(
                 allocation=alloc, tenant_id=alloc.tenant_id, pool_id=alloc.pool_id, hour=hour,
                 allocated_s=figures.allocated, used_s=figures.used, credit_s=figures.credit,
-                charged_s=figures.charged, rate=figures.rate, amount=figures.amount))
+                borrowed_s=figures.borrowed, charged_s=figures.charged, rate=figures.rate,
+                amount=figures.amount))
             touched.add((alloc.pk, month_start(hour)))
     UsageHour.objects.bulk_create(
         rows, batch_size=1000, update_conflicts=True, unique_fields=["allocation", "hour"],
-        update_fields=["allocated_s", "used_s", "credit_s", "charged_s", "rate", "amount"])
+        update_fields=["allocated_s", "used_s", "credit_s", "borrowed_s", "charged_s", "rate",
+                       "amount"])
     refresh_months(touched)
     return len(rows)
 
@@ -141,17 +161,19 @@ def refresh_months(keys: set[tuple[int, dt.date]]) -> None:
                                            hour__lt=m_end)
                   .values("allocation_id", "tenant_id", "pool_id")
                   .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
-                            credit=Sum("credit_s"), charged=Sum("charged_s"),
+                            credit=Sum("credit_s"), borrowed=Sum("borrowed_s"),
+                            charged=Sum("charged_s"),
                             amt=Sum("amount"), hours=Count("id"),
                             pending=Count("id", filter=Q(used_s__isnull=True))))
         UsageMonth.objects.bulk_create([UsageMonth(
             allocation_id=t["allocation_id"], tenant_id=t["tenant_id"], pool_id=t["pool_id"],
             month=month, allocated_s=t["allocated"] or 0, used_s=t["used"] or 0,
-            credit_s=t["credit"] or 0, charged_s=t["charged"] or 0, amount=t["amt"] or 0,
+            credit_s=t["credit"] or 0, borrowed_s=t["borrowed"] or 0,
+            charged_s=t["charged"] or 0, amount=t["amt"] or 0,
             hours=t["hours"], pending_hours=t["pending"]) for t in totals],
             update_conflicts=True, unique_fields=["allocation", "month"],
-            update_fields=["allocated_s", "used_s", "credit_s", "charged_s", "amount", "hours",
-                           "pending_hours"])
+            update_fields=["allocated_s", "used_s", "credit_s", "borrowed_s", "charged_s",
+                           "amount", "hours", "pending_hours"])
 
 
 def rollup_recent(hours: int = 6) -> RollupReport:

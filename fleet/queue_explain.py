@@ -117,17 +117,20 @@ class QueueView:
         }
 
 
-def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Decimal]:
-    """The allocation's queue and what the rest of its cohort could lend now (a number,
-    never who)."""
+def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Decimal,
+                                                   Decimal]:
+    """The allocation's queue, what the rest of its cohort could lend now, and how much of
+    this queue's unused quota others borrow meanwhile (numbers, never who)."""
     state = ClusterQueueState.objects.filter(allocation=alloc).first()
     if state is None or not state.cohort:
-        return state, Decimal(0)
+        return state, Decimal(0), Decimal(0)
     others = ClusterQueueState.objects.filter(cohort=state.cohort).exclude(pk=state.pk)
     nominal = sum((s.nominal for s in others), state.nominal)
     usage = sum((s.usage for s in others), state.usage)
     total_free = max(Decimal(0), nominal - usage)
-    return state, max(Decimal(0), total_free - max(Decimal(0), state.nominal - state.usage))
+    own_free = max(Decimal(0), state.nominal - state.usage)
+    return (state, max(Decimal(0), total_free - own_free),
+            max(Decimal(0), own_free - total_free))
 
 
 def _history_waits(alloc: Allocation, since: dt.datetime) -> dict[tuple[str, int], list[float]]:
@@ -140,7 +143,8 @@ def _history_waits(alloc: Allocation, since: dt.datetime) -> dict[tuple[str, int
 
 
 def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkload],
-                   cohort_free: Decimal, now: dt.datetime) -> list[PendingLine]:
+                   cohort_free: Decimal, lent: Decimal, now: dt.datetime
+                   ) -> list[PendingLine]:
     facts = [row_facts(r) for r in rows]
     running = [f for f in facts if f.state == ADMITTED]
     waiting = sorted((f for f in facts if f.state == PENDING), key=queue_order)
@@ -152,7 +156,7 @@ def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkloa
     for i, f in enumerate(waiting):
         ahead = [a for a in can_fit if queue_order(a) < queue_order(f)]
         why = explain_pending(f, queue, own_running=running, ahead=ahead,
-                              cohort_free=cohort_free, now=now)
+                              cohort_free=cohort_free, now=now, lent=lent)
         est = estimate_start(f, why, own_running=running,
                              history_waits=waits.get((f.local_queue, f.priority), []), now=now)
         row = by_uid[f.uid]
@@ -166,7 +170,7 @@ def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkloa
 def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
                      history: bool = True) -> QueueView:
     now = now or timezone.now()
-    state, cohort_free = _queue_and_cohort(alloc)
+    state, cohort_free, lent = _queue_and_cohort(alloc)
     view = QueueView(alloc, state.observed_at if state else None,
                      queue_facts_of(state) if state else None)
     if state is None:
@@ -175,7 +179,7 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         allocation=alloc, state__in=(ADMITTED, PENDING)))
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
-    view.pending = _pending_lines(alloc, view.queue, rows, cohort_free, now)
+    view.pending = _pending_lines(alloc, view.queue, rows, cohort_free, lent, now)
     view.stops = list(QueueEvent.objects.filter(
         allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
         .order_by("-at", "-id")[:20])

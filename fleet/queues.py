@@ -325,9 +325,11 @@ class Waiting:
 
 def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
                     Sequence[WorkloadFacts], ahead: Sequence[WorkloadFacts],
-                    cohort_free: Decimal, now: dt.datetime) -> Waiting:
+                    cohort_free: Decimal, now: dt.datetime,
+                    lent: Decimal = Decimal(0)) -> Waiting:
     """Why `w` waits. `cohort_free` is what the rest of the cohort could lend right now
-    (its unused nominal quota); never who holds the rest."""
+    (its unused nominal quota), `lent` how much of this queue's unused quota others borrow
+    meanwhile (Kueue reclaims it for work that fits the quota); never who holds what."""
     unit = queue.resource
     if not queue.active:
         return Waiting("queue-stopped", "The queue of this allocation is not accepting work "
@@ -369,9 +371,17 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
     if running:
         held = ", ".join(f"{r.display_name} ({amount(r.devices, unit)}) since "
                          f"{_clock(r.admitted_at, now)}" for r in running[:3])
-        others = f" and {len(running) - 3} more" if len(running) > 3 else ""
-        parts.append(f": your quota of {amount(queue.nominal, unit)} is in use by "
-                     f"{held}{others}")
+        held += f" and {len(running) - 3} more" if len(running) > 3 else ""
+        if queue.free > 0:
+            unused = f"{amount(queue.free, unit)} unused"
+            if lent >= queue.free:
+                unused += " (lent to the cohort meanwhile)"
+            elif lent > 0:
+                unused += f" ({amount(lent, unit)} of it lent to the cohort meanwhile)"
+            parts.append(f": your quota of {amount(queue.nominal, unit)} has {unused}, the "
+                         f"rest is in use by {held}")
+        else:
+            parts.append(f": your quota of {amount(queue.nominal, unit)} is in use by {held}")
     else:
         parts.append(f": your quota is {amount(queue.nominal, unit)}")
     if queue.cohort and queue.borrowing_limit == 0:

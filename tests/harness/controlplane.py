@@ -196,6 +196,16 @@ def _make_pki(d: Path) -> None:
     _openssl("x509", "-req", "-in", "serving.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
              "-CAcreateserial", "-days", "2", "-extfile", "serving.ext", "-out", "serving.crt",
              cwd=d)
+    # The aggregation layer: a second CA whose client certificate the API server presents
+    # to extension API servers (Kueue's visibility server), which trust it for X-Remote-*.
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+             "/CN=aifactory-test-front-proxy-ca", "-keyout", "front-proxy-ca.key", "-out",
+             "front-proxy-ca.crt", cwd=d)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=front-proxy-client",
+             "-keyout", "front-proxy-client.key", "-out", "front-proxy-client.csr", cwd=d)
+    _openssl("x509", "-req", "-in", "front-proxy-client.csr", "-CA", "front-proxy-ca.crt",
+             "-CAkey", "front-proxy-ca.key", "-CAcreateserial", "-days", "2", "-out",
+             "front-proxy-client.crt", cwd=d)
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=d)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=d)
 
@@ -258,6 +268,16 @@ class ControlPlane:
              f"--service-account-key-file={pki / 'sa.pub'}",
              f"--service-account-signing-key-file={pki / 'sa.key'}",
              "--disable-admission-plugins=ServiceAccount",
+             # Aggregated APIs (Kueue's visibility API): front-proxy identity and routing
+             # straight to the endpoints (there is no kube-proxy).
+             f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+             "--requestheader-allowed-names=front-proxy-client",
+             "--requestheader-username-headers=X-Remote-User",
+             "--requestheader-group-headers=X-Remote-Group",
+             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+             f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+             "--enable-aggregator-routing=true",
              # Loopback is fine for tests; the endpoint reconciler refuses it.
              "--endpoint-reconciler-type=none",
              "--v=0"]

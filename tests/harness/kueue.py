@@ -109,8 +109,47 @@ def kueue_webhooks(ca_pem: bytes, webhook_port: int, version: str = KUEUE_VERSIO
     return out
 
 
+VISIBILITY_SERVICE = "kueue-visibility-server"
+
+
+def machine_ip() -> str:
+    """A non-loopback address of this machine: the API server refuses loopback endpoints,
+    and the visibility server must be reached through one."""
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    for addr in out:
+        if "." in addr and not addr.startswith("127."):
+            return addr
+    raise RuntimeError("no non-loopback IPv4 address (hostname -I): the visibility API "
+                       "needs one to be registered")
+
+
+def visibility_registration(ca_pem: bytes, address: str, port: int) -> list[dict]:
+    """The objects that make the API server route /apis/visibility.kueue.x-k8s.io to Kueue's
+    visibility server: a selector-less Service, its EndpointSlice and the APIService."""
+    import base64
+
+    return [
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": VISIBILITY_SERVICE, "namespace": "kueue-system"},
+         "spec": {"ports": [{"name": "https", "port": 443, "targetPort": port}]}},
+        {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+         "metadata": {"name": f"{VISIBILITY_SERVICE}-local", "namespace": "kueue-system",
+                      "labels": {"kubernetes.io/service-name": VISIBILITY_SERVICE}},
+         "addressType": "IPv4",
+         "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+         "ports": [{"name": "https", "port": port, "protocol": "TCP"}]},
+        {"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+         "metadata": {"name": "v1beta2.visibility.kueue.x-k8s.io"},
+         "spec": {"group": "visibility.kueue.x-k8s.io", "version": "v1beta2",
+                  "groupPriorityMinimum": 100, "versionPriority": 100,
+                  "caBundle": base64.b64encode(ca_pem).decode(),
+                  "service": {"namespace": "kueue-system", "name": VISIBILITY_SERVICE,
+                              "port": 443}}},
+    ]
+
+
 def kueue_config(*, webhook_port: int, health_port: int, visibility_port: int, cert_dir: Path,
-                 device_class_mappings: list[dict]) -> dict:
+                 device_class_mappings: list[dict], visibility_address: str) -> dict:
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": "kueue-system",
@@ -120,8 +159,8 @@ def kueue_config(*, webhook_port: int, health_port: int, visibility_port: int, c
         # The portal reads Kueue's state from the API server, not from these metrics.
         "metrics": {"bindAddress": "0"},
         "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": str(cert_dir)},
-        # Not registered as an APIService yet: kept on loopback, on a port of its own.
-        "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": visibility_port},
+        # Registered as an APIService; reached by the API server at a non-loopback address.
+        "visibilityServer": {"bindAddress": visibility_address, "bindPort": visibility_port},
         "internalCertManagement": {"enable": False},
         "integrations": {"frameworks": ["batch/job"]},
         "featureGates": {"DynamicResourceAllocation": True},
@@ -137,6 +176,7 @@ class KueueController:
         self.webhook_port = free_port()
         self.health_port = free_port()
         self.visibility_port = free_port()
+        self.visibility_address = machine_ip()
         self._proc: ManagedProcess | None = None
         self.startup_seconds = 0.0
 
@@ -147,7 +187,8 @@ class KueueController:
         config.write_text(yaml.safe_dump(kueue_config(
             webhook_port=self.webhook_port, health_port=self.health_port,
             visibility_port=self.visibility_port, cert_dir=cert_dir,
-            device_class_mappings=device_class_mappings)))
+            device_class_mappings=device_class_mappings,
+            visibility_address=self.visibility_address)))
         argv = [str(binary), f"--config={config}", f"--kubeconfig={admin_kubeconfig}",
                 "--zap-log-level=info"]
         self._proc = ManagedProcess("kueue", self._private_etc(argv, cert_dir),

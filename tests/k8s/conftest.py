@@ -81,12 +81,17 @@ def eventually(fn, timeout: float = 10):
             time.sleep(0.2)
 
 
-def _webhook_cert(pki: Path, out: Path) -> None:
-    """A serving certificate for Kueue's webhooks on loopback, signed by the test CA."""
+def _webhook_cert(pki: Path, out: Path, address: str) -> None:
+    """A serving certificate for Kueue's webhooks on loopback and its visibility server (as
+    the API server names it: its Service's DNS name), signed by the test CA."""
     import subprocess
 
+    from tests.harness.kueue import VISIBILITY_SERVICE
+
     out.mkdir(parents=True, exist_ok=True)
-    (out / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    (out / "san.ext").write_text(
+        f"subjectAltName=IP:127.0.0.1,DNS:localhost,IP:{address},"
+        f"DNS:{VISIBILITY_SERVICE}.kueue-system.svc\n")
     for argv in (
         ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kueue-webhook",
          "-keyout", str(out / "tls.key"), "-out", str(out / "tls.csr")],
@@ -108,7 +113,13 @@ def kueue(control_plane, admin_kube, tmp_path_factory):
     its CRDs converting through its own webhook, its admission webhooks on loopback, the DRA
     gate on and the MIG device classes mapped. Up for the rest of the session."""
     from fleet.manifests import kueue_device_class_mappings
-    from tests.harness.kueue import KueueController, ensure_kueue, kueue_crds, kueue_webhooks
+    from tests.harness.kueue import (
+        KueueController,
+        ensure_kueue,
+        kueue_crds,
+        kueue_webhooks,
+        visibility_registration,
+    )
 
     started = time.monotonic()
     binary = ensure_kueue()
@@ -116,8 +127,8 @@ def kueue(control_plane, admin_kube, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("kueue")
     pki = control_plane.workdir / "pki"
     certs = workdir / "certs"
-    _webhook_cert(pki, certs)
     controller = KueueController(workdir)
+    _webhook_cert(pki, certs, controller.visibility_address)
     ca = (pki / "ca.crt").read_bytes()
     admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
                       "metadata": {"name": "kueue-system"}}, force=True)
@@ -129,10 +140,22 @@ def kueue(control_plane, admin_kube, tmp_path_factory):
                      device_class_mappings=kueue_device_class_mappings(TEST_MIG_PROFILES))
     for hook in kueue_webhooks(ca, controller.webhook_port):
         admin_kube.apply(hook, force=True)
+    for obj in visibility_registration(ca, controller.visibility_address,
+                                       controller.visibility_port):
+        admin_kube.apply(obj, force=True)
+    eventually(lambda: _api_service_available(admin_kube), timeout=60)
     print(f"\nkueue: binary ready in {built:.1f}s, controller ready in "
           f"{controller.startup_seconds:.1f}s")
     yield controller
     controller.stop()
+
+
+def _api_service_available(admin) -> None:
+    svc = admin.get("apiregistration.k8s.io/v1", "APIService",
+                    "v1beta2.visibility.kueue.x-k8s.io")
+    conditions = {c["type"]: c for c in (svc.get("status") or {}).get("conditions") or []}
+    available = conditions.get("Available") or {}
+    assert available.get("status") == "True", f"visibility API not available: {available}"
 
 
 def applied_state(obj: dict, manager: str = "aifactory-portal") -> tuple:

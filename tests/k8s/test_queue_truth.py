@@ -114,7 +114,11 @@ def test_four_tenants_contend_in_one_cohort_and_each_is_told_only_its_own_story(
     assert c.namespace in raw  # Kueue's own message names the other tenant's queue...
     # ... B now waits: 6 needed, its own 2 plus D's idle 2 are all the cohort can give.
     wait_workload(fleet, b.namespace, "b-sweep", want="pending", kueue=kueue, timeout=30)
-    queue_sync(kube)
+    # Positions come from Kueue's visibility API, read as the portal's restricted identity.
+    answer = eventually(lambda: _listed_pending(kube, b.namespace), timeout=20)
+    assert answer["items"][0]["positionInClusterQueue"] == 0
+    report = queue_sync(kube)
+    assert report.positions == "visibility", report.summary()
 
     status, view_b, text_b = _queue_api(lead_b, b)
     assert status == 200 and view_b["running"] == []
@@ -122,7 +126,8 @@ def test_four_tenants_contend_in_one_cohort_and_each_is_told_only_its_own_story(
     assert pending["name"] == "b-sweep" and pending["reason_code"] == "cohort"
     assert pending["reason"].startswith("Waiting for 2 more devices")
     assert "the cohort can lend 2 devices now" in pending["reason"]
-    assert pending["position"] == 0 and pending["estimate_basis"] in ("none", "history")
+    assert pending["position"] == 0 and pending["position_source"] == "visibility"
+    assert pending["estimate_basis"] in ("none", "history")
     (stop,) = view_b["preemptions"]
     assert stop["kind"] == "preempted" and "reclaimed" in stop["reason"]
     # ... and not a word of who: no other tenant's slug, namespace, queue or job.
@@ -191,6 +196,14 @@ def test_the_mig_route_admits_its_slices_and_holds_what_is_past_them(
         f"Waiting for 1 more {spec.mig_profile} slice")
     assert by_name["m-huge"]["reason_code"] == "never"
     assert "more than this allocation can ever hold" in by_name["m-huge"]["reason"]
+
+
+def _listed_pending(portal_kube, cluster_queue: str) -> dict:
+    answer = portal_kube.get_path(
+        f"/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{cluster_queue}/"
+        "pendingworkloads")
+    assert answer and answer.get("items"), answer
+    return answer
 
 
 def _borrowed_is(admin, name: str, n: int) -> None:

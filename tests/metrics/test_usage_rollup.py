@@ -151,3 +151,26 @@ def test_an_outage_leaves_hours_pending_and_a_later_run_fills_them(prometheus, a
     # And an outage after a good run keeps the measured values.
     rollup_usage(start=BASE, end=BASE + dt.timedelta(hours=HOURS), prometheus_url=dead)
     assert all(r.used_s is not None for r in rows(acme))
+
+
+def test_borrowing_is_charged_from_admissions_not_from_dcgm(prometheus, allocations):
+    """acme's pod keeps 1.5 devices busy on average (DCGM) within a quota of 2: no borrowing.
+    What is charged above the quota is what Kueue admitted above it (fleet's queue-hours):
+    here 3 devices held for 20 minutes in the second hour, 1 of them above quota."""
+    from fleet.models import QueueUsageHour
+
+    acme, globex, _ = allocations
+    QueueUsageHour.objects.create(allocation=acme, hour=BASE + dt.timedelta(hours=1),
+                                  used_s=Decimal(3 * 1200), borrowed_s=Decimal(1200))
+    # A MIG queue's borrowing is measured too, but its route charges its slices only.
+    QueueUsageHour.objects.create(allocation=globex, hour=BASE + dt.timedelta(hours=1),
+                                  used_s=Decimal(5 * 1200), borrowed_s=Decimal(1200))
+    rollup_usage(start=BASE, end=BASE + dt.timedelta(hours=HOURS),
+                 prometheus_url=prometheus.url)
+    first, second, _ = rows(acme)
+    assert first.used_s > 0 and first.borrowed_s == 0 and first.charged_s == 7200
+    assert second.borrowed_s == 1200 and second.charged_s == 7200 + 1200
+    assert second.amount == Decimal("5.8333")  # 8,400 device-seconds at 2.50 an hour
+    assert UsageMonth.objects.get(allocation=acme).borrowed_s == 1200
+    mig = rows(globex)[1]
+    assert mig.borrowed_s == 0 and mig.charged_s == mig.allocated_s

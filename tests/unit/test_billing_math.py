@@ -88,10 +88,19 @@ def test_mig_pays_its_slices_whatever_it_used():
     assert c.charged == 1800 and c.idle == 0
 
 
-def test_shared_pays_quota_plus_what_it_borrowed():
+def test_shared_pays_quota_plus_what_kueue_admitted_beyond_it():
+    # Busy beyond the allocation by DCGM, but nothing admitted above quota: no borrowing.
     c = hour_charge("shared_pool", allocated=Decimal(4 * 3600), used=Decimal(6 * 3600),
                     credit=Decimal(0))
-    assert c.charged == 6 * 3600
+    assert c.charged == 4 * 3600
+    # Two devices admitted above quota for the hour, whatever DCGM says they did.
+    c = hour_charge("shared_pool", allocated=Decimal(4 * 3600), used=Decimal(3600),
+                    credit=Decimal(0), borrowed=Decimal(2 * 3600))
+    assert c.charged == 6 * 3600 and "admitted beyond the quota" in c.policy
+    # Only the shared pool charges borrowing.
+    c = hour_charge("dedicated_block", allocated=Decimal(8 * 3600), used=None,
+                    credit=Decimal(0), borrowed=Decimal(3600))
+    assert c.charged == 8 * 3600
     c = hour_charge("shared_pool", allocated=Decimal(4 * 3600), used=Decimal(3600),
                     credit=Decimal(0))
     assert c.charged == 4 * 3600 and c.idle == 3 * 3600

@@ -217,7 +217,7 @@ def test_mig_queues_speak_of_slices():
     why = explain_pending(facts("m", 2), q, own_running=[], ahead=[], cohort_free=Decimal(0),
                           now=NOW)
     assert why.text == ("Waiting for 1 more 2g.20gb slice: your quota is 3 × 2g.20gb slices; "
-                        "the cohort has none to lend now.")
+                        "this allocation does not borrow from the cohort.")
     assert amount(3, "mig.aifactory.io/1g.10gb") == "3 × 1g.10gb slices"
 
 
@@ -318,3 +318,12 @@ def test_transitions_become_events_once():
 def test_durations_read_naturally():
     assert [duration(s) for s in (5, 600, 5400, 7260, 200000)] == \
         ["5 s", "10 min", "1 h 30 min", "2 h 1 min", "2 d 7 h"]
+
+
+def test_unused_quota_borrowed_by_the_cohort_is_said_to_be_lent():
+    running = [facts("train-7", 2, state=ADMITTED, admitted="09:12")]
+    why = explain_pending(facts("eval-3", 4), queue(nominal=4, total=2), own_running=running,
+                          ahead=[], cohort_free=Decimal(0), lent=Decimal(2), now=NOW)
+    assert why.text == ("Waiting for 2 more devices: your quota of 4 devices has 2 devices "
+                        "unused (lent to the cohort meanwhile), the rest is in use by train-7 "
+                        "(2 devices) since 09:12; the cohort has none to lend now.")

@@ -51,8 +51,11 @@ HOUR = dt.datetime(2026, 11, 2, 10, tzinfo=UTC)
     # a whole hour of 2 devices on the shared pool, used 1.5: charged the quota
     (dict(route="shared_pool", devices=Decimal(2), used=Decimal(5400)),
      dict(allocated=7200, charged=7200, amount=Decimal("4.00"))),
-    # borrowed beyond the quota: charged what was used
+    # busy beyond the quota but nothing admitted above it: the quota
     (dict(route="shared_pool", devices=Decimal(2), used=Decimal(9000)),
+     dict(allocated=7200, charged=7200, amount=Decimal("4.00"))),
+    # admitted beyond the quota by Kueue: the quota plus what was borrowed
+    (dict(route="shared_pool", devices=Decimal(2), used=Decimal(0), borrowed=Decimal(1800)),
      dict(allocated=7200, charged=9000, amount=Decimal("5.00"))),
     # a dedicated block pays idle hours too
     (dict(route="dedicated_block", devices=Decimal(8), used=Decimal(0)),

@@ -87,6 +87,9 @@ class Command(BaseCommand):
             return
         self._requests(tenants, users)
         self._usage()
+        from portal.demo_queues import seed_demo_queues
+
+        seed_demo_queues(timezone.now())
         self.stdout.write(self.style.SUCCESS(
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
             f"with password '{DEMO_PASSWORD}'."))
@@ -192,3 +195,13 @@ class Command(BaseCommand):
         services.request_submit(request=r, by=lead_g)
         services.request_deny(request=r, by=admin,
                               reason="Notebooks should use MIG slices; please refile as small.")
+        r = make("acme-research", lead_a, title="Team training quota", device_fill="full",
+                 isolation_origin="habitual", whole_devices=4, expected_utilisation=75)
+        services.request_submit(request=r, by=lead_a)
+        services.request_approve(request=r, by=admin, reason="Shared pool quota; borrows "
+                                 "from the cohort when peers are idle.")
+        r = make("globex-ml", lead_g, title="Batch scoring quota", device_fill="full",
+                 isolation_origin="habitual", whole_devices=4, workload_kind="inference",
+                 expected_utilisation=60)
+        services.request_submit(request=r, by=lead_g)
+        services.request_approve(request=r, by=admin, reason="Shared pool quota.")

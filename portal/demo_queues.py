@@ -1,0 +1,121 @@
+"""Queue state for the embedded demo: what Kueue would report for the demo allocations.
+
+The embedded run has no cluster, so nothing runs; these rows are what the queue sync would
+have recorded after two weeks of work (running and waiting jobs, admissions with their
+waits, a reclaim preemption, borrowed hours), so the queue pages have something true to
+the real shapes to show. A real deployment records them from Kueue (fleet.queue_sync).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+
+from fleet.models import (
+    Allocation,
+    ClusterQueueState,
+    QueueEvent,
+    QueueUsageHour,
+    QueueWorkload,
+)
+from fleet.queues import Stop, explain_stop
+
+
+def _uid(rng: random.Random) -> str:
+    return f"{rng.getrandbits(32):08x}-demo-{rng.getrandbits(16):04x}"
+
+
+def seed_demo_queues(now: dt.datetime) -> int:
+    """Queue rows for every active or pending demo allocation on a Kueue route."""
+    rng = random.Random(7)
+    made = 0
+    for alloc in Allocation.objects.filter(status__in=("pending", "active")).select_related(
+            "pool", "tenant"):
+        mig = bool(alloc.mig_profile)
+        nominal = Decimal(alloc.mig_count if mig else alloc.whole_devices)
+        resource = f"mig.aifactory.io/{alloc.mig_profile}" if mig else "nvidia.com/gpu"
+        cohort = alloc.pool.cohort if alloc.route in ("shared_pool", "mig_vcluster") else ""
+        limit = Decimal(alloc.pool.borrowing_limit_devices) if cohort else None
+        running, pending = _scenario(alloc, nominal, now)
+        for name, devices, since, limit_s in running:
+            QueueWorkload.objects.create(
+                allocation=alloc, uid=_uid(rng), namespace=alloc.namespace,
+                name=f"job-{name}-{rng.getrandbits(20):05x}", job=name, local_queue="gpu",
+                cluster_queue=alloc.namespace, devices=devices, state="admitted",
+                submitted_at=since - dt.timedelta(minutes=3), admitted_at=since,
+                max_seconds=limit_s, observed_at=now)
+        for i, (name, devices, since) in enumerate(pending):
+            QueueWorkload.objects.create(
+                allocation=alloc, uid=_uid(rng), namespace=alloc.namespace,
+                name=f"job-{name}-{rng.getrandbits(20):05x}", job=name, local_queue="gpu",
+                cluster_queue=alloc.namespace, devices=devices, state="pending",
+                submitted_at=since, pending_reason="Pending", position=i,
+                position_source="visibility", observed_at=now)
+        usage = sum((d for _, d, _, _ in running), Decimal(0))
+        ClusterQueueState.objects.update_or_create(name=alloc.namespace, defaults={
+            "allocation": alloc, "cohort": cohort, "resource": resource, "nominal": nominal,
+            "borrowing_limit": limit, "usage": usage,
+            "borrowed": max(Decimal(0), usage - nominal),
+            "pending": len(pending), "admitted": len(running), "observed_at": now})
+        made += _history(alloc, rng, now, nominal, cohort)
+    return made
+
+
+def _scenario(alloc: Allocation, nominal: Decimal, now: dt.datetime):
+    """Running (name, devices, since, time limit) and pending (name, devices, since) work.
+    In the shared cohort, one tenant borrows while the other waits for more than its own
+    free quota: the case the queue page explains."""
+    ago = lambda **kw: now - dt.timedelta(**kw)  # noqa: E731
+    if alloc.route == "shared_pool" and alloc.tenant.slug.startswith("globex"):
+        return [("batch-score", nominal + 2, ago(hours=1, minutes=10), None)], []
+    if alloc.route == "shared_pool":
+        return ([("train-7", nominal / 2, ago(hours=2, minutes=48), 6 * 3600)],
+                [("eval-3", nominal, ago(minutes=25))])
+    return ([("train-7", nominal, ago(hours=2, minutes=48), 6 * 3600)],
+            [("eval-3", max(Decimal(1), nominal / 2), ago(minutes=25))])
+
+
+def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: Decimal,
+             cohort: str) -> int:
+    """Two weeks of admissions (waits growing on busy days), a preemption now and then, and
+    borrowed hours when the queue shares a cohort."""
+    events, hours, done = [], [], []
+    for day in range(14, 0, -1):
+        base = (now - dt.timedelta(days=day)).replace(hour=8, minute=0, second=0,
+                                                      microsecond=0)
+        busy = 1 + (day % 7 in (1, 2))  # two busy days a week
+        for k in range(rng.randint(3, 7)):
+            submitted = base + dt.timedelta(minutes=rng.randint(0, 9 * 60))
+            wait = rng.expovariate(1 / (240 * busy)) + rng.randint(5, 40)
+            admitted = submitted + dt.timedelta(seconds=wait)
+            uid, name = _uid(rng), f"run-{day:02d}{k}"
+            devices = Decimal(rng.choice([1, 2, int(nominal) or 1]))
+            estimate = admitted + dt.timedelta(seconds=rng.gauss(0, 0.3 * wait + 60))
+            done.append(QueueWorkload(
+                allocation=alloc, uid=uid, namespace=alloc.namespace, name=f"job-{name}",
+                job=name, local_queue="gpu", cluster_queue=alloc.namespace, devices=devices,
+                state="finished", submitted_at=submitted, admitted_at=admitted,
+                finished_at=admitted + dt.timedelta(hours=2), first_estimate_at=estimate,
+                first_estimate_basis="history", observed_at=now))
+            common = {"allocation": alloc, "workload_uid": uid, "workload": name,
+                      "local_queue": "gpu", "devices": devices}
+            events += [QueueEvent(kind="submitted", at=submitted, reason="Submitted to the "
+                                  "queue.", **common),
+                       QueueEvent(kind="admitted", at=admitted, wait_seconds=wait,
+                                  reason="Admitted: its devices were reserved and its pods "
+                                  "released.", **common)]
+            if cohort and busy > 1 and k == 0:
+                stop = Stop(admitted + dt.timedelta(hours=1), "Preempted",
+                            "InCohortReclamation", "")
+                events.append(QueueEvent(kind="preempted", at=stop.at,
+                                         reason=explain_stop(stop), **common))
+        if cohort:
+            for h in range(10, 10 + rng.randint(1, 4)):
+                hours.append(QueueUsageHour(
+                    allocation=alloc, hour=base.replace(hour=h),
+                    used_s=(nominal + 2) * 3600, borrowed_s=Decimal(2 * 3600)))
+    QueueWorkload.objects.bulk_create(done)
+    QueueEvent.objects.bulk_create(events)
+    QueueUsageHour.objects.bulk_create(hours)
+    return len(events)
