@@ -192,26 +192,35 @@ def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> 
     QueueUsageHour.objects.bulk_update(update, ["used_s", "borrowed_s"])
 
 
-def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]]
-               ) -> tuple[dict[str, int], str]:
-    """uid → position (0 = next) in its ClusterQueue; from the visibility API if served."""
-    out: dict[str, int] = {}
-    source = "computed"
-    by_key = {(w.namespace, w.name): w.uid for ws in pending.values() for w in ws}
+def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
+               known: dict[str, tuple[str, int | None, str]]
+               ) -> tuple[dict[str, tuple[int, str]], str]:
+    """uid → (position, source): 0 is next in its ClusterQueue, from Kueue's visibility API
+    where it answers, else from Kueue's ordering. A queue whose waiting set is unchanged
+    keeps the positions read before (one visibility call per changed queue, not per queue);
+    after three failed calls in a row the API is not asked again in this pass."""
+    out: dict[str, tuple[int, str]] = {}
+    failures = 0
     for cq, workloads in pending.items():
-        answer = backend.get_path(VISIBILITY.format(cq)) if source != "computed-only" else None
-        if answer is not None:
-            source = "visibility"
-            for item in answer.get("items") or []:
-                meta = item.get("metadata") or {}
-                uid = by_key.get((meta.get("namespace"), meta.get("name")))
-                if uid is not None and item.get("positionInClusterQueue") is not None:
-                    out[uid] = int(item["positionInClusterQueue"])
-        elif source != "visibility":
-            source = "computed-only"  # not registered: do not ask again for every queue
+        uids = {w.uid for w in workloads}
+        before = {uid: pos for uid, (q, pos, _src) in known.items() if q == cq}
+        if set(before) == uids and all(p is not None for p in before.values()):
+            out.update({uid: (known[uid][1], known[uid][2]) for uid in uids})
+            continue
+        answer = None
+        if failures < 3:
+            answer = backend.get_path(VISIBILITY.format(cq))
+            failures = 0 if answer is not None else failures + 1
+        by_key = {(w.namespace, w.name): w.uid for w in workloads}
+        for item in (answer or {}).get("items") or []:
+            meta = item.get("metadata") or {}
+            uid = by_key.get((meta.get("namespace"), meta.get("name")))
+            if uid is not None and isinstance(item.get("positionInClusterQueue"), int):
+                out[uid] = (item["positionInClusterQueue"], "visibility")
         for i, w in enumerate(sorted(workloads, key=queue_order)):
-            out.setdefault(w.uid, i)
-    return out, ("visibility" if source == "visibility" else "computed") if pending else ""
+            out.setdefault(w.uid, (i, "computed"))
+    sources = {src for _pos, src in out.values()}
+    return out, "+".join(sorted(sources))
 
 
 def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = None
@@ -245,7 +254,10 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
     for f in facts:
         if f.state == PENDING and f.cluster_queue:
             pending[f.cluster_queue].append(f)
-    positions, report.positions = _positions(backend, pending)
+    known = {r[0]: (r[1], r[2], r[3]) for r in QueueWorkload.objects.filter(
+        state=QueueWorkload.State.PENDING).values_list("uid", "cluster_queue", "position",
+                                                       "position_source")}
+    positions, report.positions = _positions(backend, pending, known)
     report.timings["read"] = time.monotonic() - started
 
     with transaction.atomic():
@@ -253,7 +265,7 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
         _integrate_usage(states, now)
         _store_queues(queues, states, allocations, now)
         report.changed, report.events = _store_workloads(facts, queues, positions,
-                                                         report.positions, allocations, now)
+                                                         allocations, now)
     report.seconds = time.monotonic() - started
     return report
 
@@ -287,7 +299,7 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
 
 
 def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
-                     positions: dict[str, int], source: str,
+                     positions: dict[str, tuple[int, str]],
                      allocations: dict[str, Allocation], now: dt.datetime) -> tuple[int, int]:
     seen = {f.uid for f in facts}
     rows = {r.uid: r for r in QueueWorkload.objects.filter(
@@ -303,22 +315,24 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
         old = row_facts(row) if row else None
         for e in transition_events(old, f, now=now, borrowed=borrowed):
             events.append(QueueEvent(allocation=alloc, **e))
-        position = positions.get(f.uid) if f.state == PENDING else None
+        position, source = positions.get(f.uid, (None, "")) if f.state == PENDING else \
+            (None, "")
         if row is None:
             changed += 1
             create.append(QueueWorkload(
                 allocation=alloc, uid=f.uid, namespace=f.namespace, name=f.name,
                 submitted_at=f.submitted_at, observed_at=now, position=position,
-                position_source="" if position is None else source, **_values(f)))
+                position_source=source, **_values(f)))
             continue
         values = _values(f)
-        dirty = row.resource_version != f.resource_version or row.position != position
+        dirty = row.resource_version != f.resource_version or row.position != position or \
+            row.position_source != source
         if dirty:
             changed += 1
             for k, v in values.items():
                 setattr(row, k, v)
             row.position = position
-            row.position_source = "" if position is None else source
+            row.position_source = source
             row.observed_at = now
             update.append(row)
     for uid, row in rows.items():
