@@ -1,0 +1,144 @@
+"""The queue of an allocation and the cohort board: who may see them, what they say, and that
+a tenant never learns another tenant's names from them. Rows as the queue sync writes them
+(the demo's queue state); the real Kueue's side is in tests/k8s/test_queue_truth.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from fleet.kube import DryRunBackend
+from fleet.models import Allocation, QueueEvent, QueueWorkload, Route
+from fleet.queue_sync import queue_sync
+from portal.demo_queues import seed_demo_queues
+
+pytestmark = pytest.mark.django_db
+
+
+def _allocation(tenant, pool, namespace):
+    return Allocation.objects.create(
+        tenant=tenant, pool=pool, route=Route.SHARED_POOL, whole_devices=4,
+        device_equivalents=Decimal(4), namespace=namespace, status="active",
+        starts_at=timezone.now() - dt.timedelta(days=20))
+
+
+@pytest.fixture
+def queues(tenant, other_tenant, pools):
+    pool = pools[Route.SHARED_POOL]
+    pool.cohort, pool.borrowing_limit_devices = "shared-h100", 8
+    pool.save()
+    acme = _allocation(tenant, pool, "acme-r1")
+    globex = _allocation(other_tenant, pool, "globex-r2")
+    seed_demo_queues(timezone.now())
+    return acme, globex
+
+
+@pytest.fixture
+def users(lead, other_lead, member, admin_user, finance_user):
+    return {"lead": lead, "other_lead": other_lead, "member": member, "admin": admin_user,
+            "finance": finance_user}
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 200), ("member", 200), ("other_lead", 404), ("admin", 200), ("finance", 200)])
+def test_an_allocations_queue_is_its_tenants_and_the_platforms(client, users, queues, who,
+                                                               status):
+    acme, _ = queues
+    client.force_login(users[who])
+    assert client.get(f"/allocations/{acme.pk}/queue/").status_code == status
+    assert client.get(f"/api/allocations/{acme.pk}/queue/").status_code == status
+
+
+@pytest.mark.parametrize(("who", "status"), [
+    ("lead", 403), ("member", 403), ("other_lead", 403), ("finance", 403), ("admin", 200)])
+def test_the_cohort_board_is_for_platform_admins(client, users, queues, who, status):
+    client.force_login(users[who])
+    assert client.get("/fleet/cohorts/").status_code == status
+    assert client.get("/api/allocations/cohorts/").status_code == status
+
+
+def test_the_waiting_tenant_is_told_why_without_a_word_of_its_peer(client, lead, queues):
+    acme, globex = queues
+    client.force_login(lead)
+    view = client.get(f"/api/allocations/{acme.pk}/queue/").json()
+    (waiting,) = view["pending"]
+    assert waiting["name"] == "eval-3" and waiting["reason_code"] == "cohort"
+    assert waiting["reason"] == (
+        "Waiting for 2 more devices: your quota of 4 devices has 2 devices unused (lent to the "
+        "cohort meanwhile), the rest is in use by train-7 (2 devices) since "
+        f"{acme.workloads.get(job='train-7').admitted_at:%H:%M}; the cohort has none to lend "
+        "now.")
+    assert waiting["estimate_basis"] == "limits" and waiting["estimated_start"]
+    assert view["estimates_track_record"]["count"] > 0
+    assert len(view["history"]) == 14 and any(d["preemptions"] for d in view["history"])
+    page = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    for text in (view, page):
+        text = str(text)
+        assert "globex" not in text and "batch-score" not in text and "Globex" not in text
+
+
+def test_the_borrowing_tenant_sees_what_it_borrows_and_its_price(client, other_lead, queues):
+    _, globex = queues
+    client.force_login(other_lead)
+    view = client.get(f"/api/allocations/{globex.pk}/queue/").json()
+    assert Decimal(view["queue"]["borrowed"]) == 2
+    assert Decimal(view["borrowed_price_per_hour"]) == Decimal("5.00")  # 2 × 2.50
+    assert "acme" not in str(view) and "eval-3" not in str(view)
+
+
+def test_admins_see_who_is_blocked_by_whom(client, admin_user, queues):
+    acme, globex = queues
+    client.force_login(admin_user)
+    (group,) = [g for g in client.get("/api/allocations/cohorts/").json()
+                if g["name"] == "shared-h100"]
+    rows = {r["queue"]: r for r in group["queues"]}
+    assert rows["acme-r1"]["blocked_by"] == ["globex-r2"] and rows["acme-r1"]["pending"] == 1
+    assert Decimal(rows["globex-r2"]["borrowed"]) == 2
+    assert Decimal(rows["acme-r1"]["lent"]) == 2
+    page = client.get("/fleet/cohorts/").content.decode()
+    assert "globex (globex-r2)" in page
+
+
+def test_queries_do_not_grow_with_the_queue(client, lead, queues, django_assert_max_num_queries):
+    acme, _ = queues
+    client.force_login(lead)
+    client.get(f"/api/allocations/{acme.pk}/queue/")
+    now = timezone.now()
+    QueueWorkload.objects.bulk_create([QueueWorkload(
+        allocation=acme, uid=f"more-{i}", namespace=acme.namespace, name=f"job-x{i}",
+        job=f"x{i}", local_queue="gpu", cluster_queue=acme.namespace, devices=1,
+        state="pending", submitted_at=now, observed_at=now) for i in range(60)])
+    with django_assert_max_num_queries(20):
+        response = client.get(f"/api/allocations/{acme.pk}/queue/")
+    assert len(response.json()["pending"]) == 61
+
+
+def test_the_dry_run_backend_reads_nothing_and_erases_nothing(queues):
+    before = QueueWorkload.objects.count()
+    report = queue_sync(DryRunBackend())
+    assert report.skipped and QueueWorkload.objects.count() == before
+
+
+def test_queue_history_is_append_only(queues):
+    event = QueueEvent.objects.first()
+    with pytest.raises(TypeError):
+        event.save()
+    with pytest.raises(TypeError):
+        QueueEvent.objects.filter(pk=event.pk).update(reason="rewritten")
+    with pytest.raises(TypeError):
+        QueueEvent.objects.all().delete()
+
+
+def test_the_database_refuses_to_rewrite_queue_history(queues):
+    from django.db import DatabaseError, connection, transaction
+
+    event = QueueEvent.objects.first()
+    for sql in ("UPDATE fleet_queueevent SET reason = 'x' WHERE id = %s",
+                "DELETE FROM fleet_queueevent WHERE id = %s"):
+        with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), \
+                connection.cursor() as cursor:
+            cursor.execute(sql, [event.pk])
+    assert QueueEvent.objects.get(pk=event.pk).reason == event.reason
