@@ -10,6 +10,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from tenants.access import roles_for, scope_to_tenants
+from tenants.fields import StrictIntegerField
 
 from .models import Allocation
 from .queue_explain import allocation_queue, cohort_views
@@ -95,6 +96,19 @@ class DaySerializer(serializers.Serializer):
     borrowed_device_hours = serializers.DecimalField(max_digits=14, decimal_places=2)
 
 
+class HistoryGroupSerializer(serializers.Serializer):
+    local_queue = serializers.CharField()
+    priority = serializers.IntegerField()
+    admitted = serializers.IntegerField(help_text="admissions in the last 14 days")
+
+
+class QueueQuerySerializer(serializers.Serializer):
+    """Narrow the history to one LocalQueue and/or priority."""
+
+    local_queue = serializers.CharField(required=False, max_length=253)
+    priority = StrictIntegerField(required=False, min_value=-(2**31), max_value=2**31 - 1)
+
+
 class QueueSerializer(serializers.Serializer):
     observed_at = serializers.DateTimeField(allow_null=True,
                                             help_text="when the portal last read the queue")
@@ -105,6 +119,7 @@ class QueueSerializer(serializers.Serializer):
     preemptions = StopSerializer(many=True)
     estimates_track_record = TrackRecordSerializer()
     history = DaySerializer(many=True)
+    history_groups = HistoryGroupSerializer(many=True)
 
 
 class CohortRowSerializer(serializers.Serializer):
@@ -141,13 +156,17 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
 
-    @extend_schema(responses=QueueSerializer)
+    @extend_schema(responses=QueueSerializer, parameters=[QueueQuerySerializer])
     @action(detail=True, methods=["get"], serializer_class=QueueSerializer)
     def queue(self, request, pk=None):
         """What Kueue does with the allocation's work: running and pending workloads, why each
         waits and when it should start, devices borrowed now and their price, preemptions
-        with reasons, and wait-time history by day. Other tenants are never named."""
-        view = allocation_queue(self.get_object())
+        with reasons, and wait-time history by day (narrowed by `local_queue` and
+        `priority`). Other tenants are never named."""
+        alloc = self.get_object()
+        query = QueueQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        view = allocation_queue(alloc, **query.validated_data)
         return Response(QueueSerializer({**view.as_dict(), "history": view.history}).data)
 
     @extend_schema(responses=CohortSerializer(many=True))

@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.db.models import Count
 from django.utils import timezone
 
 from .domain import mig_share
@@ -82,6 +83,7 @@ class QueueView:
     estimate_error_p50: float | None = None
     estimate_count: int = 0
     history: list[DayFigures] = field(default_factory=list)
+    history_groups: list[dict] = field(default_factory=list)
 
     @property
     def unit(self) -> str:
@@ -114,6 +116,7 @@ class QueueView:
                              "reason": e.reason} for e in self.stops],
             "estimates_track_record": {"median_error_seconds": self.estimate_error_p50,
                                        "count": self.estimate_count},
+            "history_groups": self.history_groups,
         }
 
 
@@ -167,8 +170,18 @@ def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkloa
     return lines
 
 
+def history_groups(alloc: Allocation, now: dt.datetime) -> list[dict]:
+    """The LocalQueues and priorities this allocation's history can be narrowed to."""
+    since = now - dt.timedelta(days=HISTORY_DAYS)
+    return list(QueueEvent.objects.filter(allocation=alloc, kind=QueueEvent.Kind.ADMITTED,
+                                          at__gte=since)
+                .values("local_queue", "priority").annotate(admitted=Count("id"))
+                .order_by("local_queue", "-priority"))
+
+
 def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
-                     history: bool = True) -> QueueView:
+                     history: bool = True, local_queue: str | None = None,
+                     priority: int | None = None) -> QueueView:
     now = now or timezone.now()
     state, cohort_free, lent = _queue_and_cohort(alloc)
     view = QueueView(alloc, state.observed_at if state else None,
@@ -193,18 +206,28 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
               .only("admitted_at", "first_estimate_at")]
     view.estimate_error_p50, view.estimate_count = percentile(errors, 50), len(errors)
     if history:
-        view.history = queue_history([alloc], now=now)
+        view.history = queue_history([alloc], now=now, local_queue=local_queue,
+                                     priority=priority)
+        view.history_groups = history_groups(alloc, now)
     return view
 
 
-def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS
+def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS,
+                  local_queue: str | None = None, priority: int | None = None
                   ) -> list[DayFigures]:
     """Per day: wait p50/p95 of admissions, preemptions, borrowed device-hours (slices
-    counted as device-equivalents), over the given allocations' queues."""
+    counted as device-equivalents), over the given allocations' queues; optionally of one
+    LocalQueue and priority (borrowing is the ClusterQueue's, so it is counted only when
+    the history is not narrowed)."""
     now = now or timezone.now()
     since = (now - dt.timedelta(days=days - 1)).date()
     start = dt.datetime.combine(since, dt.time(), tzinfo=dt.UTC)
     events = QueueEvent.objects.filter(allocation__in=allocations, at__gte=start)
+    narrowed = local_queue is not None or priority is not None
+    if local_queue is not None:
+        events = events.filter(local_queue=local_queue)
+    if priority is not None:
+        events = events.filter(priority=priority)
     admissions = events.filter(kind=QueueEvent.Kind.ADMITTED, wait_seconds__isnull=False
                                ).values_list("at", "wait_seconds")
     preemptions = events.filter(kind=QueueEvent.Kind.PREEMPTED).values_list("at", flat=True)
@@ -213,7 +236,7 @@ def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HI
                                          if h.allocation.mig_profile else 1))
                 for h in QueueUsageHour.objects.filter(
                     allocation__in=allocations, hour__gte=start, borrowed_s__gt=0)
-                .select_related("allocation")]
+                .select_related("allocation")] if not narrowed else []
     return history_by_day(admissions, preemptions, borrowed, since=since, until=now.date())
 
 

@@ -149,14 +149,17 @@ def allocation_queue_panel(request, pk: int):
     what waits and why, borrowing and its price, preemptions, and history."""
     from tenants.access import roles_for, scope_to_tenants
 
+    from .api import QueueQuerySerializer
     from .queue_explain import allocation_queue, history_chart
 
     alloc = get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk)
-    view = allocation_queue(alloc)
+    query = QueueQuerySerializer(data=request.GET)  # the API's validation, one path
+    narrowed = query.validated_data if query.is_valid() else {}
+    view = allocation_queue(alloc, **narrowed)
     return render(request, "partials/queue.html", {
         "alloc": alloc, "view": view, "chart": history_chart(view.history),
-        "roles": roles_for(request.user)})
+        "roles": roles_for(request.user), "narrowed": narrowed})
 
 
 @login_required

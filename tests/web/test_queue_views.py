@@ -142,3 +142,22 @@ def test_the_database_refuses_to_rewrite_queue_history(queues):
                 connection.cursor() as cursor:
             cursor.execute(sql, [event.pk])
     assert QueueEvent.objects.get(pk=event.pk).reason == event.reason
+
+
+def test_history_narrows_to_a_queue_and_priority_and_refuses_nonsense(client, lead, queues):
+    acme, _ = queues
+    client.force_login(lead)
+    url = f"/api/allocations/{acme.pk}/queue/"
+    everything = client.get(url).json()
+    (group,) = everything["history_groups"]
+    assert group == {"local_queue": "gpu", "priority": 0, "admitted": group["admitted"]}
+    narrowed = client.get(url, {"local_queue": "gpu", "priority": 0}).json()
+    assert [d["admitted"] for d in narrowed["history"]] == \
+        [d["admitted"] for d in everything["history"]]
+    assert all(d["borrowed_device_hours"] == "0.00" for d in narrowed["history"])
+    other = client.get(url, {"priority": 100}).json()
+    assert sum(d["admitted"] for d in other["history"]) == 0
+    for bad in ("x", "1e9", "99999999999", "٣"):
+        response = client.get(url, {"priority": bad})
+        assert response.status_code == 400, bad
+        assert "priority" in response.json()["extra"]["fields"]
