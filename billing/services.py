@@ -14,6 +14,7 @@ from django.utils import timezone
 from fleet.models import Allocation, NodeOutage
 from fleet.selectors import mig_weights
 from tenants.audit import audit_record
+from tenants.fields import decimal_for_column
 from tenants.models import Tenant
 
 from . import prometheus
@@ -250,7 +251,7 @@ def statement_for(tenant: Tenant, month: dt.date) -> tuple[Statement | None, lis
 @transaction.atomic
 def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
     """Freeze a month: its lines are copied and never change again."""
-    _require_billing_role(by)
+    require_billing_role(by)
     if month >= month_start(timezone.now()):
         raise BillingError("Only a month that has ended can be closed.")
     statement, _ = Statement.objects.select_for_update().get_or_create(tenant=tenant,
@@ -278,11 +279,16 @@ def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
 @transaction.atomic
 def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
                      reason: str) -> Adjustment:
-    _require_billing_role(by)
+    require_billing_role(by)
     if not statement.closed:
         raise BillingError("Adjust only a closed month; an open one is recomputed from usage.")
     if not reason.strip():
         raise BillingError("An adjustment needs a reason.")
+    try:
+        amount_value = decimal_for_column(amount_value, max_digits=14, decimal_places=2,
+                                          what="The amount")
+    except ValueError as exc:
+        raise BillingError(str(exc)) from None
     if amount_value == 0:
         raise BillingError("An adjustment of zero changes nothing.")
     adj = Adjustment.objects.create(statement=statement, amount=amount_value,
@@ -293,7 +299,7 @@ def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
     return adj
 
 
-def _require_billing_role(user) -> None:
+def require_billing_role(user) -> None:
     from django.core.exceptions import PermissionDenied
 
     from tenants.access import roles_for
@@ -311,8 +317,15 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
     from tenants.access import require_platform_admin
 
     require_platform_admin(by)
+    try:
+        rate = decimal_for_column(rate, max_digits=10, decimal_places=4, what="The rate")
+    except ValueError as exc:
+        raise BillingError(str(exc)) from None
     if rate < 0:
         raise BillingError("A rate cannot be negative.")
+    now = timezone.now()
+    if not (now - dt.timedelta(days=3650) <= effective_from <= now + dt.timedelta(days=3650)):
+        raise BillingError("A rate starts within ten years of today, either way.")
     closed = Statement.objects.filter(closed_at__isnull=False,
                                       month__gte=month_start(effective_from)).exists()
     if closed:

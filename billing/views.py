@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-from decimal import Decimal, InvalidOperation
+import re
+from decimal import Decimal
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -38,19 +39,27 @@ def _billing_reader(user):
     return roles.tenant_ids
 
 
+MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
+FIRST_YEAR, LAST_YEAR = 2000, 2999  # far enough either way; month arithmetic stays in range
+
+
 def _month(value: str) -> dt.date:
-    try:
-        year, month = (int(x) for x in value.split("-"))
-        return dt.date(year, month, 1)
-    except (TypeError, ValueError):
-        raise Http404("No such month") from None
+    """A month in a URL: ASCII `YYYY-MM` within the years billing can hold, else 404."""
+    match = MONTH.match(value or "")
+    if not match:
+        raise Http404("No such month")
+    year, month = int(match[1]), int(match[2])
+    if not (FIRST_YEAR <= year <= LAST_YEAR and 1 <= month <= 12):
+        raise Http404("No such month")
+    return dt.date(year, month, 1)
 
 
 @login_required
 def finance_overview(request):
     tenant_ids = _billing_reader(request.user)
     wanted = request.GET.get("months", "6")
-    count = min(12, max(1, int(wanted))) if wanted.isdigit() else 6
+    count = min(12, max(1, int(wanted))) if wanted.isascii() and wanted.isdigit() and \
+        len(wanted) < 4 else 6
     months = last_months(count, timezone.localdate())
     route = request.GET.get("route", "")
     route = route if route in Route.values else ""
@@ -136,13 +145,10 @@ def statement_close(request, slug: str, month: str):
 @login_required
 @require_POST
 def statement_adjust(request, slug: str, month: str):
+    services.require_billing_role(request.user)  # the role first: 403 before anything else
     tenant = _tenant_for(request.user, slug)
     stmt, _ = services.statement_for(tenant, _month(month))
-    try:
-        value = Decimal(request.POST.get("amount", ""))
-    except InvalidOperation:
-        messages.error(request, "The amount must be a number, e.g. -120.50.")
-        return redirect("billing:statement", slug=slug, month=month)
+    value = request.POST.get("amount", "")  # checked by the service: one path
     try:
         if stmt is None:
             raise services.BillingError("Adjust only a closed month.")
@@ -183,10 +189,7 @@ def rates(request):
         if not roles.platform_admin:
             raise PermissionDenied("Only platform admins set rates.")
         pool = Pool.objects.filter(slug=request.POST.get("pool", "")).first()
-        try:
-            rate = Decimal(request.POST.get("rate", ""))
-        except InvalidOperation:
-            rate = None
+        rate = request.POST.get("rate", "").strip() or None  # checked by the service
         try:
             starts = dt.datetime.fromisoformat(request.POST.get("effective_from", ""))
             starts = starts.replace(tzinfo=dt.UTC) if starts.tzinfo is None else starts

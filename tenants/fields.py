@@ -24,3 +24,36 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or isinstance(data, float):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+def decimal_for_column(value, *, max_digits: int, decimal_places: int, what: str):
+    """`value` (text typed by a person, or a number) as a finite Decimal rounded to the
+    column's places and small enough for it; ValueError with a sentence otherwise.
+
+    The one check behind every money and rate input, in forms, API and services alike:
+    SQLite stores whatever it is given, so an out-of-range value would be kept and fail on
+    every later read."""
+    from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+    example = "e.g. 120.50" if decimal_places <= 2 else "e.g. 2.45"
+    if isinstance(value, str):
+        text = value.strip()
+        if not text or not text.isascii():
+            raise ValueError(f"{what} must be a number in digits 0-9, {example}.")
+        try:
+            value = Decimal(text)
+        except InvalidOperation:
+            raise ValueError(f"{what} must be a number, {example}.") from None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        value = Decimal(value)
+    elif not isinstance(value, Decimal):
+        raise ValueError(f"{what} must be a number, {example}.")
+    if not value.is_finite():
+        raise ValueError(f"{what} must be a finite number, {example}.")
+    limit = Decimal(10) ** (max_digits - decimal_places)
+    if abs(value) >= limit:
+        raise ValueError(f"{what} must be less than {limit:,} in size.")
+    try:
+        return value.quantize(Decimal(1).scaleb(-decimal_places), rounding=ROUND_HALF_UP)
+    except InvalidOperation:
+        raise ValueError(f"{what} must be a number, {example}.") from None

@@ -1,0 +1,72 @@
+"""Bad input gets a clear answer, never a server error, and nothing out of range is stored:
+months in URLs and query strings, amounts and rates (NaN, Infinity, too large, other
+scripts' digits), and refusals in the right order (role before anything else)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.urls import reverse
+
+from billing.models import Adjustment, RateCard, Statement
+from fleet.models import Route
+
+from .test_billing_views import LAST_MONTH, billed, users  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.django_db
+MONTH = f"{LAST_MONTH:%Y-%m}"
+NOT_NUMBERS = ["NaN", "nan", "Infinity", "-Infinity", "sNaN", "1e20", "99999999999999",
+               "٣", "²", "", "   ", "12,50", "0x10"]
+
+
+@pytest.mark.parametrize("month", ["9999-12", "0000-01", "2026-13", "2026-1", "２０２６-０１",
+                                   "2026-00", "10000-01", "-2026-01"])
+def test_a_month_out_of_range_is_not_found(client, finance_user, billed, month):  # noqa: F811
+    client.force_login(finance_user)
+    assert client.get(f"/billing/acme/{month}/").status_code == 404
+
+
+@pytest.mark.parametrize("months", ["²", "٣", "99999999999999999999", "-1", "x", "1.5"])
+def test_odd_month_counts_fall_back_to_the_default(client, finance_user, billed, months):  # noqa: F811
+    client.force_login(finance_user)
+    assert client.get(reverse("billing:overview"), {"months": months}).status_code == 200
+
+
+@pytest.mark.parametrize("amount", NOT_NUMBERS)
+def test_an_adjustment_that_is_no_number_is_refused_and_not_stored(client, finance_user,
+                                                                    billed, amount):  # noqa: F811
+    client.force_login(finance_user)
+    client.post(reverse("billing:close", args=["acme", MONTH]))
+    assert Statement.objects.get(tenant__slug="acme").closed
+    response = client.post(reverse("billing:adjust", args=["acme", MONTH]),
+                           {"amount": amount, "reason": "typo"}, follow=True)
+    assert response.status_code == 200 and b"must be" in response.content
+    assert not Adjustment.objects.exists()
+    assert client.get(reverse("billing:statement", args=["acme", MONTH])).status_code == 200
+
+
+def test_a_lead_adjusting_an_open_month_is_refused_for_the_role(client, lead, billed):  # noqa: F811
+    client.force_login(lead)
+    response = client.post(reverse("billing:adjust", args=["acme", MONTH]),
+                           {"amount": "5", "reason": "mine"})
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize("rate", NOT_NUMBERS)
+def test_a_rate_that_is_no_number_is_refused(client, admin_user, pools, rate):
+    client.force_login(admin_user)
+    response = client.post(reverse("billing:rates"), {
+        "pool": pools[Route.SHARED_POOL].slug, "rate": rate,
+        "effective_from": (dt.date.today() + dt.timedelta(days=40)).isoformat()})
+    assert response.status_code == 200
+    assert not RateCard.objects.exists()
+
+
+@pytest.mark.parametrize("starts", ["9999-12-31T00:00", "0001-01-01T00:00", "1970-01-01"])
+def test_a_rate_starting_out_of_any_sane_window_is_refused(client, admin_user, pools, starts):
+    client.force_login(admin_user)
+    response = client.post(reverse("billing:rates"), {
+        "pool": pools[Route.SHARED_POOL].slug, "rate": "2.45", "effective_from": starts})
+    assert response.status_code == 200 and b"ten years" in response.content
+    assert not RateCard.objects.exists()
