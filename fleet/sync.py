@@ -13,7 +13,7 @@ from django.utils import timezone
 from tenants.audit import audit_bulk, audit_record
 
 from .capacity import NodeFacts, node_changes, parse_node
-from .kube import KubeBackend, KubeError, get_backend
+from .kube import DryRunBackend, KubeBackend, KubeError, get_backend
 from .models import Allocation, GpuNode, NodeOutage, Pool
 
 NODE_FIELDS = (
@@ -33,8 +33,11 @@ class SyncReport:
     flagged_allocations: list[int] = field(default_factory=list)
     slices_read: bool = False
     seconds: float = 0.0
+    skipped: str = ""
 
     def summary(self) -> str:
+        if self.skipped:
+            return f"Fleet left as it is: {self.skipped}"
         return (f"Read {self.nodes} GPU node(s) in {self.seconds:.2f}s: {self.created} new, "
                 f"{self.changed} changed, {self.gone} gone, "
                 f"{len(self.flagged_allocations)} allocation(s) flagged"
@@ -107,6 +110,12 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
     backend = backend or get_backend()
     report = SyncReport()
     nodes = backend.list("v1", "Node", label_selector="nvidia.com/gpu.present=true")
+    if not nodes and isinstance(backend, DryRunBackend):
+        # The embedded run's dry-run backend has no cluster behind it: reading "no nodes"
+        # from it would mark the whole (demo) fleet gone and every pool empty.
+        report.skipped = ("the dry-run Kubernetes backend has no cluster to read; connect "
+                          "one (PORTAL_KUBE_BACKEND) to sync the fleet.")
+        return report
     slices_by_node: dict[str, list[dict]] = defaultdict(list)
     try:
         for s in backend.list("resource.k8s.io/v1", "ResourceSlice"):

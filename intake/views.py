@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db import transaction
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
@@ -96,10 +97,14 @@ def request_new(request):
                                initial={"tenant": tenants.first()})
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.request_create(tenant=form.cleaned_data["tenant"],
-                                              by=request.user, fields=form.service_fields())
+            # One unit: a submit that fails leaves no draft behind (one more per retry).
+            with transaction.atomic():
+                created = services.request_create(tenant=form.cleaned_data["tenant"],
+                                                  by=request.user,
+                                                  fields=form.service_fields())
+                if request.POST.get("intent") == "submit":
+                    services.request_submit(request=created, by=request.user)
             if request.POST.get("intent") == "submit":
-                services.request_submit(request=created, by=request.user)
                 messages.success(request, f"Request #{created.pk} submitted for review.")
             else:
                 messages.success(request, f"Draft #{created.pk} saved.")

@@ -93,6 +93,25 @@ def test_invalid_form_keeps_every_answer_and_says_what_is_wrong(client, tenant, 
     assert not CapacityRequest.objects.exists()
 
 
+def test_a_submit_refused_by_the_service_leaves_no_draft_behind(client, tenant, lead, pools):
+    """The form is valid and a draft could be saved, but submitting is refused (no active
+    pool serves the route): the answers come back with the reason, and no draft is left
+    behind per attempt."""
+    from fleet.models import Pool
+
+    Pool.objects.update(active=False)
+    client.force_login(lead)
+    data = {**form_data(tenant, title="Nowhere to go"), "intent": "submit"}
+    for _attempt in range(3):
+        response = client.post(reverse("intake:new"), data)
+        body = response.content.decode()
+        assert response.status_code == 200 and 'value="Nowhere to go"' in body
+        assert "No active pool serves" in body
+    assert not CapacityRequest.objects.exists()
+    client.post(reverse("intake:new"), {**data, "intent": "draft"})
+    assert CapacityRequest.objects.get().status == "draft"  # a draft is still allowed
+
+
 def test_lead_cannot_file_for_another_tenant(client, other_tenant, lead, pools):
     client.force_login(lead)
     response = client.post(reverse("intake:new"), {**form_data(other_tenant), "intent": "draft"})
