@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
@@ -13,7 +14,7 @@ from tenants.access import roles_for, scope_to_tenants
 from tenants.models import Tenant
 
 from . import services
-from .domain import ALL_MIG_PROFILES, validate_answers
+from .domain import ALL_MIG_PROFILES, validate_answers, validate_request_fields
 from .models import CapacityRequest
 from .selectors import answers_for, plan_answers
 
@@ -48,8 +49,10 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
         errors: dict[str, list[str]] = {}
         for name, message in validate_answers(answers_for(draft.answers(), draft.gpu_model)):
             errors.setdefault(name, []).append(message)
-        if draft.starts_on and draft.ends_on and draft.ends_on < draft.starts_on:
-            errors.setdefault("ends_on", []).append("The end is before the start.")
+        for name, message in validate_request_fields(
+                starts_on=draft.starts_on, ends_on=draft.ends_on, memory_gb=draft.memory_gb,
+                today=timezone.localdate(), new=self.instance is None):
+            errors.setdefault(name, []).append(message)
         if errors:
             raise serializers.ValidationError(errors)
         if merged.get("isolation_origin") == "habitual":

@@ -7,6 +7,7 @@ the audit trail all explain the same decision in the same words.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -182,6 +183,35 @@ def validate_answers(a: IntakeAnswers) -> tuple[tuple[str, str], ...]:
     return tuple(errors)
 
 
+MAX_MEMORY_GB = 4096  # far above any device; the pool's own device size is checked too
+MAX_LEAD_DAYS = 366  # a request starts within a year
+MAX_WINDOW_DAYS = 3 * 366  # and lasts at most three years
+
+
+def validate_request_fields(*, starts_on: dt.date | None, ends_on: dt.date | None,
+                            memory_gb: int | None, today: dt.date, new: bool
+                            ) -> tuple[tuple[str, str], ...]:
+    """Limits that reflect reality, for every way a request is written (form, API,
+    service): the window within sane bounds of today, the memory per replica a number a
+    device could hold. `new`: a start in the past is allowed only for an existing request
+    (an approved one's start has passed)."""
+    errors: list[tuple[str, str]] = []
+    if starts_on is not None:
+        if new and starts_on < today - dt.timedelta(days=1):
+            errors.append(("starts_on", "The start is in the past."))
+        elif starts_on > today + dt.timedelta(days=MAX_LEAD_DAYS):
+            errors.append(("starts_on", f"The start is more than {MAX_LEAD_DAYS} days ahead; "
+                           "file closer to the date."))
+    if starts_on is not None and ends_on is not None:
+        if ends_on < starts_on:
+            errors.append(("ends_on", "The end is before the start."))
+        elif ends_on > starts_on + dt.timedelta(days=MAX_WINDOW_DAYS):
+            errors.append(("ends_on", "At most three years per request; renew it later."))
+    if memory_gb is not None and memory_gb > MAX_MEMORY_GB:
+        errors.append(("memory_gb", f"At most {MAX_MEMORY_GB} GB per replica."))
+    return tuple(errors)
+
+
 def route_request(a: IntakeAnswers) -> RouteDecision:
     """The intake matrix: (isolation origin × device fill) → route, with the reason why."""
     errors = validate_answers(a)
@@ -197,6 +227,12 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
         profile = mig_profile(a.mig_profile) if a.mig_profile else \
             smallest_profile_for_memory(a.memory_gb, gpu_memory_gb=a.gpu_memory_gb,
                                         offered=a.offered_profiles)
+        if profile is None and a.gpu_memory_gb and a.memory_gb > a.gpu_memory_gb:
+            message = (f"{a.memory_gb} GB per replica is more than one device holds "
+                       f"({a.gpu_memory_gb} GB): split the replica across devices and ask "
+                       "for whole devices ('Full'), or lower the memory.")
+            return RouteDecision(None, "Not routed yet: " + message, isolation=a.isolation,
+                                 fill=a.fill, errors=(("memory_gb", message),))
         if profile is None:
             # A fraction that fits no MIG profile is, in practice, a whole device.
             fill, whole = Fill.FULL, a.replicas
@@ -213,10 +249,12 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
     origin = a.isolation.value
     if a.isolation.is_binding and fill is Fill.FULL:
         route = Route.DEDICATED_BLOCK
+        size = (f"{whole} whole device(s) fill whole nodes" if a.fill is Fill.FULL else
+                f"its {whole} replica(s) need whole devices (no MIG slice holds them), and "
+                "whole devices behind a binding boundary come as whole nodes")
         reason = (f"Dedicated block: the {origin} boundary{ref} needs hardware that no other "
-                  f"tenant shares, and {whole} whole device(s) fill whole nodes. Whole "
-                  "validated nodes are reserved for the tenant; their idle hours are priced "
-                  "back to the tenant that required them.")
+                  f"tenant shares, and {size}. Whole validated nodes are reserved for the "
+                  "tenant; their idle hours are priced back to the tenant that required them.")
     elif a.isolation.is_binding:
         route = Route.CONFIDENTIAL_POOL
         whole = count

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from django import forms
 from django.utils import timezone
 
 from fleet.models import Pool, Route
 from tenants.models import Tenant
 
-from .domain import ALL_MIG_PROFILES, IntakeAnswers, validate_answers
+from .domain import ALL_MIG_PROFILES, IntakeAnswers, validate_answers, validate_request_fields
 from .models import CapacityRequest
 from .selectors import answers_for
 from .services import EDITABLE_FIELDS
@@ -85,11 +83,12 @@ class CapacityRequestForm(forms.ModelForm):
         for name, message in validate_answers(self.answers()):
             if name in self.fields and name not in self.errors:
                 self.add_error(name, message)
-        starts, ends = data.get("starts_on"), data.get("ends_on")
-        if starts and ends and ends < starts:
-            self.add_error("ends_on", "The end is before the start.")
-        if starts and not self.instance.pk and starts < timezone.localdate() - dt.timedelta(days=1):
-            self.add_error("starts_on", "The start is in the past.")
+        for name, message in validate_request_fields(
+                starts_on=data.get("starts_on"), ends_on=data.get("ends_on"),
+                memory_gb=data.get("memory_gb"), today=timezone.localdate(),
+                new=not self.instance.pk):
+            if name in self.fields and name not in self.errors:
+                self.add_error(name, message)
         return data
 
     def answers(self) -> IntakeAnswers:

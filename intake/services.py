@@ -21,6 +21,7 @@ from .domain import (
     Status,
     check_transition,
     override_decision,
+    validate_request_fields,
 )
 from .models import CapacityRequest
 from .selectors import approval_plan, plan_for_request, pool_for_route, request_decision
@@ -59,10 +60,15 @@ def _check(request: CapacityRequest, action: str, by, reason: str = "") -> Statu
     return check.to_state
 
 
-def _clean_fields(fields: dict[str, Any]) -> dict[str, Any]:
+def _clean_fields(fields: dict[str, Any], *, new: bool = True) -> dict[str, Any]:
     unknown = set(fields) - set(EDITABLE_FIELDS)
     if unknown:
         raise IntakeError(f"Unknown fields: {', '.join(sorted(unknown))}.")
+    errors = validate_request_fields(
+        starts_on=fields.get("starts_on"), ends_on=fields.get("ends_on"),
+        memory_gb=fields.get("memory_gb"), today=timezone.localdate(), new=new)
+    if errors:
+        raise IntakeError(" ".join(m for _, m in errors), fields=dict(errors))
     return fields
 
 
@@ -107,8 +113,10 @@ def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> C
     if not request.is_editable:
         raise IntakeError(f"This request is {request.get_status_display().lower()}; only "
                           "drafts and requests with changes requested can be edited.")
+    merged = {name: getattr(request, name) for name in EDITABLE_FIELDS} | fields
+    _clean_fields(merged, new=False)
     changed = {}
-    for name, value in _clean_fields(fields).items():
+    for name, value in fields.items():
         if getattr(request, name) != value:
             changed[name] = {"from": str(getattr(request, name)), "to": str(value)}
             setattr(request, name, value)

@@ -70,3 +70,55 @@ def test_a_rate_starting_out_of_any_sane_window_is_refused(client, admin_user, p
         "pool": pools[Route.SHARED_POOL].slug, "rate": "2.45", "effective_from": starts})
     assert response.status_code == 200 and b"ten years" in response.content
     assert not RateCard.objects.exists()
+
+
+# -- requests: the API, the form and the service share one set of limits ------------------
+
+def _api_payload(tenant, **kw):
+    from tests.factories import request_fields
+
+    data = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
+            for k, v in request_fields(**kw).items()}
+    return {**data, "tenant": tenant.slug}
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("starts_on", dt.date.today() - dt.timedelta(days=900), "in the past"),
+    ("starts_on", dt.date.today() + dt.timedelta(days=800), "days ahead"),
+    ("ends_on", dt.date(9999, 12, 31), "three years"),
+    ("memory_gb", 2**62, ""),
+    ("memory_gb", 5000, "GB per replica"),
+])
+def test_the_api_refuses_what_the_form_refuses(client, tenant, lead, pools, field, value,
+                                               message):
+    from rest_framework.test import APIClient
+
+    from intake.models import CapacityRequest
+
+    api = APIClient()
+    api.force_authenticate(lead)
+    extra = {"device_fill": "small", "replicas": 1, "whole_devices": 0} \
+        if field == "memory_gb" else {}
+    response = api.post("/api/requests/", _api_payload(tenant, **{field: value, **extra}),
+                        format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json()["extra"]["fields"]
+    assert message in str(response.json())
+    # ... and the form, given the same answers, says the same.
+    client.force_login(lead)
+    form = {k: v for k, v in _api_payload(tenant, **{field: value, **extra}).items()}
+    page = client.post(reverse("intake:new"), {**form, "tenant": tenant.pk, "intent": "draft"})
+    assert page.status_code == 200 and message in page.content.decode()
+    assert not CapacityRequest.objects.exists()
+
+
+def test_memory_beyond_the_pools_device_is_refused_clearly(tenant, lead, pools):
+    """120 GB per replica on 80 GB devices: refused with the reason, not counted as one
+    whole device (which it cannot be)."""
+    from intake import services
+    from tests.factories import make_request
+
+    req = make_request(tenant, lead, device_fill="small", replicas=2, whole_devices=0,
+                       memory_gb=120)
+    with pytest.raises(services.IntakeError, match="more than one device holds"):
+        services.request_submit(request=req, by=lead)
