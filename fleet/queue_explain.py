@@ -120,38 +120,46 @@ class QueueView:
         }
 
 
+def cohort_room(state: ClusterQueueState, peers: list[ClusterQueueState]
+                ) -> tuple[Decimal, Decimal]:
+    """What the rest of the cohort could lend `state` now, and how much of its unused quota
+    others borrow meanwhile (numbers, never who). `peers`: the other queues of its cohort."""
+    if not state.cohort:
+        return Decimal(0), Decimal(0)
+    nominal = sum((s.nominal for s in peers), state.nominal)
+    usage = sum((s.usage for s in peers), state.usage)
+    total_free = max(Decimal(0), nominal - usage)
+    own_free = max(Decimal(0), state.nominal - state.usage)
+    return max(Decimal(0), total_free - own_free), max(Decimal(0), own_free - total_free)
+
+
 def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Decimal,
                                                    Decimal]:
-    """The allocation's queue, what the rest of its cohort could lend now, and how much of
-    this queue's unused quota others borrow meanwhile (numbers, never who)."""
     state = ClusterQueueState.objects.filter(allocation=alloc).first()
     if state is None or not state.cohort:
         return state, Decimal(0), Decimal(0)
-    others = ClusterQueueState.objects.filter(cohort=state.cohort).exclude(pk=state.pk)
-    nominal = sum((s.nominal for s in others), state.nominal)
-    usage = sum((s.usage for s in others), state.usage)
-    total_free = max(Decimal(0), nominal - usage)
-    own_free = max(Decimal(0), state.nominal - state.usage)
-    return (state, max(Decimal(0), total_free - own_free),
-            max(Decimal(0), own_free - total_free))
+    peers = list(ClusterQueueState.objects.filter(cohort=state.cohort).exclude(pk=state.pk))
+    return (state, *cohort_room(state, peers))
 
 
-def _history_waits(alloc: Allocation, since: dt.datetime) -> dict[tuple[str, int], list[float]]:
-    out: dict[tuple[str, int], list[float]] = defaultdict(list)
-    for lq, prio, wait in QueueEvent.objects.filter(
-            allocation=alloc, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
-            wait_seconds__isnull=False).values_list("local_queue", "priority", "wait_seconds"):
-        out[(lq, prio)].append(wait)
+def _history_waits(allocation_ids, since: dt.datetime
+                   ) -> dict[int, dict[tuple[str, int], list[float]]]:
+    """allocation → (LocalQueue, priority) → waits of its admissions since `since`."""
+    out: dict[int, dict[tuple[str, int], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for alloc_id, lq, prio, wait in QueueEvent.objects.filter(
+            allocation_id__in=allocation_ids, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
+            wait_seconds__isnull=False).values_list("allocation_id", "local_queue", "priority",
+                                                    "wait_seconds"):
+        out[alloc_id][(lq, prio)].append(wait)
     return out
 
 
-def _pending_lines(alloc: Allocation, queue: QueueFacts, rows: list[QueueWorkload],
-                   cohort_free: Decimal, lent: Decimal, now: dt.datetime
-                   ) -> list[PendingLine]:
+def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: Decimal,
+                   lent: Decimal, waits: dict[tuple[str, int], list[float]],
+                   now: dt.datetime) -> list[PendingLine]:
     facts = [row_facts(r) for r in rows]
     running = [f for f in facts if f.state == ADMITTED]
     waiting = sorted((f for f in facts if f.state == PENDING), key=queue_order)
-    waits = _history_waits(alloc, now - dt.timedelta(days=HISTORY_DAYS))
     by_uid = {r.uid: r for r in rows}
     lines = []
     # BestEffortFIFO: a workload that can never fit does not hold back the ones behind it.
@@ -192,7 +200,8 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         allocation=alloc, state__in=(ADMITTED, PENDING)))
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
-    view.pending = _pending_lines(alloc, view.queue, rows, cohort_free, lent, now)
+    waits = _history_waits([alloc.pk], now - dt.timedelta(days=HISTORY_DAYS))[alloc.pk]
+    view.pending = _pending_lines(view.queue, rows, cohort_free, lent, waits, now)
     view.stops = list(QueueEvent.objects.filter(
         allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
         .order_by("-at", "-id")[:20])
@@ -242,21 +251,41 @@ def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HI
 
 def first_estimates(now: dt.datetime) -> int:
     """Record the first start-time estimate of each new pending workload, so the estimates'
-    track record can be shown later (an estimate is only worth what its errors were)."""
-    todo = defaultdict(list)
-    for row in QueueWorkload.objects.filter(state=PENDING, first_estimate_at__isnull=True,
-                                            first_estimate_basis=""):
-        todo[row.allocation_id].append(row.uid)
+    track record can be shown later (an estimate is only worth what its errors were).
+    A handful of queries whatever the number of queues (it runs in every queue sync)."""
+    new_uids = set(QueueWorkload.objects.filter(
+        state=PENDING, first_estimate_at__isnull=True, first_estimate_basis="")
+        .values_list("uid", flat=True))
+    if not new_uids:
+        return 0
+    alloc_ids = set(QueueWorkload.objects.filter(uid__in=new_uids)
+                    .values_list("allocation_id", flat=True))
+    states = {s.allocation_id: s for s in ClusterQueueState.objects.filter(
+        allocation_id__in=alloc_ids)}
+    cohorts: dict[str, list[ClusterQueueState]] = defaultdict(list)
+    for peer in ClusterQueueState.objects.filter(
+            cohort__in={s.cohort for s in states.values() if s.cohort}):
+        cohorts[peer.cohort].append(peer)
+    rows: dict[int, list[QueueWorkload]] = defaultdict(list)
+    for row in QueueWorkload.objects.filter(allocation_id__in=list(states),
+                                            state__in=(ADMITTED, PENDING)):
+        rows[row.allocation_id].append(row)
+    waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))
     done = []
-    for alloc in Allocation.objects.filter(pk__in=todo).select_related("pool"):
-        view = allocation_queue(alloc, now=now, history=False)
-        for line in view.pending:
-            if line.facts.uid in todo[alloc.pk]:
-                done.append((line.facts.uid, line.estimate))
-    for uid, est in done:
-        # Only the first estimate counts; an update, not a save, keeps it cheap.
-        QueueWorkload.objects.filter(uid=uid, first_estimate_basis="").update(
-            first_estimate_at=est.at, first_estimate_basis=est.basis)
+    for alloc_id, state in states.items():
+        peers = [p for p in cohorts.get(state.cohort, []) if p.pk != state.pk]
+        cohort_free, lent = cohort_room(state, peers)
+        by_uid = {r.uid: r for r in rows[alloc_id]}
+        for line in _pending_lines(queue_facts_of(state), rows[alloc_id], cohort_free, lent,
+                                   waits[alloc_id], now):
+            if line.facts.uid in new_uids:
+                row = by_uid[line.facts.uid]
+                row.first_estimate_at, row.first_estimate_basis = line.estimate.at, \
+                    line.estimate.basis
+                done.append(row)
+    # Only the first estimate counts: rows that have one are never selected again.
+    QueueWorkload.objects.bulk_update(done, ["first_estimate_at", "first_estimate_basis"],
+                                      batch_size=500)
     return len(done)
 
 

@@ -266,6 +266,8 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
         _store_queues(queues, states, allocations, now)
         report.changed, report.events = _store_workloads(facts, queues, positions,
                                                          allocations, now)
+        report.timings["store"] = time.monotonic() - started
+        first_estimates(now)
     report.seconds = time.monotonic() - started
     return report
 
@@ -350,5 +352,4 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
     QueueWorkload.objects.bulk_update(
         update, [*APPLIED, "position", "position_source", "observed_at"], batch_size=500)
     QueueEvent.objects.bulk_create(events, batch_size=500)
-    first_estimates(now)
     return changed, len(events)
