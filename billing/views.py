@@ -133,6 +133,7 @@ def statement(request, slug: str, month: str):
 @login_required
 @require_POST
 def statement_close(request, slug: str, month: str):
+    services.require_billing_role(request.user)  # the role first: 403 before anything else
     tenant = _tenant_for(request.user, slug)
     try:
         services.statement_close(tenant=tenant, month=_month(month), by=request.user)

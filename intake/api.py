@@ -7,10 +7,11 @@ from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from fleet.models import Route
-from tenants.access import roles_for, scope_to_tenants
+from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.models import Tenant
 
 from . import services
@@ -19,8 +20,23 @@ from .models import CapacityRequest
 from .selectors import answers_for, plan_answers
 
 
+class FilableTenantField(serializers.SlugRelatedField):
+    """A tenant the caller may file for (platform admins: any, for previews in review).
+    Another tenant's slug gets the same answer as one that does not exist."""
+
+    default_error_messages = {"does_not_exist": "No such tenant.",
+                              "invalid": "No such tenant."}
+
+    def get_queryset(self):
+        request = self.context.get("request")
+        roles = roles_for(request.user if request else None)
+        if roles.platform_admin and self.context.get("preview"):
+            return Tenant.objects.all()
+        return Tenant.objects.filter(pk__in=roles.lead_of)
+
+
 class CapacityRequestSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", queryset=Tenant.objects.all())
+    tenant = FilableTenantField(slug_field="slug")
     requester = serializers.CharField(source="requester.username", read_only=True)
     pool = serializers.CharField(source="pool.slug", read_only=True, default=None)
     mig_profile = serializers.ChoiceField(
@@ -87,6 +103,11 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
 
+    def create(self, request, *args, **kwargs):
+        if not roles_for(request.user).is_lead:
+            raise PermissionDenied("Only team leads file capacity requests.")
+        return super().create(request, *args, **kwargs)
+
     def perform_create(self, serializer):
         data = dict(serializer.validated_data)
         tenant = data.pop("tenant")
@@ -100,10 +121,23 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def _respond(self, obj):
         return Response(self.get_serializer(obj).data)
 
+    def _lead_object(self):
+        """A request of the caller's tenants (else 404) that the caller leads (else 403)."""
+        obj = self.get_object()
+        if not roles_for(self.request.user).can_file_for(obj.tenant_id):
+            raise PermissionDenied("Only a team lead of this tenant may do that.")
+        return obj
+
+    def _admin_object(self):
+        """Review actions: the role first (403 for anyone else, whatever the object)."""
+        require_platform_admin(self.request.user)
+        return self.get_object()
+
     @extend_schema(request=None)
     @action(detail=True, methods=["post"])
     def submit(self, request, pk=None):
-        return self._respond(services.request_submit(request=self.get_object(), by=request.user))
+        return self._respond(services.request_submit(request=self._lead_object(),
+                                                     by=request.user))
 
     @extend_schema(request=ApproveSerializer)
     @action(detail=True, methods=["post"])
@@ -111,7 +145,7 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         body = ApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._respond(services.request_approve(
-            request=self.get_object(), by=request.user, reason=body.validated_data["reason"],
+            request=self._admin_object(), by=request.user, reason=body.validated_data["reason"],
             override_route=body.validated_data.get("override_route", ""),
             override_reason=body.validated_data.get("override_reason", "")))
 
@@ -121,7 +155,7 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._respond(services.request_deny(
-            request=self.get_object(), by=request.user, reason=body.validated_data["reason"]))
+            request=self._admin_object(), by=request.user, reason=body.validated_data["reason"]))
 
     @extend_schema(request=ReasonSerializer)
     @action(detail=True, methods=["post"], url_path="request-changes")
@@ -129,12 +163,18 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return self._respond(services.request_request_changes(
-            request=self.get_object(), by=request.user, reason=body.validated_data["reason"]))
+            request=self._admin_object(), by=request.user, reason=body.validated_data["reason"]))
 
     @action(detail=False, methods=["post"])
     def preview(self, request):
-        """Route and price answers without saving anything."""
-        serializer = self.get_serializer(data=request.data)
+        """Route and price answers without saving anything (team leads for their tenants,
+        platform admins for any)."""
+        roles = roles_for(request.user)
+        if not (roles.is_lead or roles.platform_admin):
+            raise PermissionDenied("Only team leads and platform admins preview requests.")
+        serializer = self.get_serializer(data=request.data,
+                                         context={**self.get_serializer_context(),
+                                                  "preview": True})
         serializer.is_valid(raise_exception=True)
         d = serializer.validated_data
         obj = CapacityRequest(**{k: v for k, v in d.items() if k != "tenant"})

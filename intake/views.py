@@ -116,6 +116,12 @@ def request_new(request):
                   {"form": form, "editing": None, **_preview_context(form)}, status=status)
 
 
+def _require_lead_of(user, obj: CapacityRequest) -> None:
+    """Acting on a request is for the tenant's leads: anyone else who may see it gets 403."""
+    if not roles_for(user).can_file_for(obj.tenant_id):
+        raise PermissionDenied("Only a team lead of this tenant may do that.")
+
+
 def _attach(form, exc: services.IntakeError) -> None:
     for name, message in exc.fields.items():
         if name in form.fields:
@@ -155,7 +161,12 @@ def request_preview(request):
     """The live preview: route, reason, devices, price and fit for a half-filled form."""
     if not roles_for(request.user).is_lead and not roles_for(request.user).platform_admin:
         raise PermissionDenied("Only team leads and admins preview requests.")
-    form = CapacityRequestForm(request.POST, tenants=Tenant.objects.all())
+    # Only tenants the caller may file for (admins: any, for the review): another tenant's
+    # slug is refused exactly like one that does not exist.
+    roles = roles_for(request.user)
+    tenants = Tenant.objects.all() if roles.platform_admin else \
+        Tenant.objects.filter(pk__in=roles.lead_of)
+    form = CapacityRequestForm(request.POST, tenants=tenants)
     return render(request, "intake/request_form.html#preview", _preview_context(form))
 
 
@@ -180,6 +191,7 @@ def request_detail(request, pk: int):
 @require_POST
 def request_submit(request, pk: int):
     obj = get_request_for(request.user, pk)
+    _require_lead_of(request.user, obj)
     try:
         services.request_submit(request=obj, by=request.user)
         messages.success(request, f"Request #{obj.pk} submitted for review.")
@@ -321,6 +333,7 @@ def allocation_retry(request, pk: int):
 def request_renew(request, pk: int):
     """Start a renewal: a draft with the same answers and the window moved on."""
     obj = get_request_for(request.user, pk)
+    _require_lead_of(request.user, obj)
     try:
         renewal = services.request_create_renewal(request=obj, by=request.user)
     except services.IntakeError as exc:

@@ -50,7 +50,7 @@ def test_create_submit_approve_round_trip(api, tenant, lead, admin_user, pools):
     submitted = api.post(f"/api/requests/{rid}/submit/")
     assert submitted.json()["status"] == "submitted"
     assert submitted.json()["route"] == "shared_pool"
-    assert api.post(f"/api/requests/{rid}/approve/", {"reason": "me"}).status_code == 400
+    assert api.post(f"/api/requests/{rid}/approve/", {"reason": "me"}).status_code == 403
     api.force_authenticate(admin_user)
     approved = api.post(f"/api/requests/{rid}/approve/", {"reason": "ok"}, format="json")
     assert approved.status_code == 200 and approved.json()["status"] == "approved"
@@ -87,7 +87,7 @@ def test_cannot_create_for_a_tenant_you_do_not_lead(api, tenant, other_tenant, l
     assert response.json()["extra"]["fields"]["tenant"] == ["No such tenant."]
     api.force_authenticate(member)
     response = api.post("/api/requests/", payload(tenant), format="json")
-    assert response.status_code == 400 and "team lead" in response.json()["message"]
+    assert response.status_code == 403 and "team lead" in response.json()["message"]
     assert not CapacityRequest.objects.exists()
 
 
@@ -95,7 +95,7 @@ def test_finance_reads_but_cannot_act(api, tenant, lead, finance_user, pools):
     req = make_request(tenant, lead, submit=True)
     api.force_authenticate(finance_user)
     assert api.get(f"/api/requests/{req.pk}/").status_code == 200
-    assert api.post(f"/api/requests/{req.pk}/approve/", {"reason": "x"}).status_code == 400
+    assert api.post(f"/api/requests/{req.pk}/approve/", {"reason": "x"}).status_code == 403
     req.refresh_from_db()
     assert req.status == "submitted"
 

@@ -165,8 +165,8 @@ def test_edit_then_submit(client, tenant, lead, draft):
 
 
 @pytest.mark.parametrize(("who", "status", "after"), [
-    ("lead", 302, "submitted"), ("other_lead", 404, "draft"), ("member", 302, "draft"),
-    ("admin", 302, "draft")])
+    ("lead", 302, "submitted"), ("other_lead", 404, "draft"), ("member", 403, "draft"),
+    ("admin", 403, "draft")])
 def test_submit_button(client, users, draft, who, status, after):
     client.force_login(users[who])
     response = client.post(reverse("intake:submit", args=[draft.pk]))
