@@ -73,6 +73,9 @@ class KubeBackend(Protocol):
 
     def get_path(self, path: str) -> dict | None: ...
 
+    def list_path(self, path: str, *, label_selector: str = "", page: int = 500
+                  ) -> list[dict]: ...
+
 
 def _error_from_api(exc: Exception, what: str) -> KubeError:
     status = getattr(exc, "status", None)
@@ -203,6 +206,34 @@ class KubernetesBackend:
                             namespace=namespace or None, label_selector=label_selector or None)
         return list(result.to_dict().get("items", []))
 
+    def list_path(self, path: str, *, label_selector: str = "", page: int = 500
+                  ) -> list[dict]:
+        """Every item of a collection path, fetched in pages of `page` (each answer bounded)
+        and parsed straight from JSON: the dynamic client's object conversion costs about a
+        millisecond per object, which is seconds at thousands of Workloads."""
+        items: list[dict] = []
+        token = ""
+        while True:
+            query = [("limit", str(page))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if token:
+                query.append(("continue", token))
+            response = self._call(f"Listing {path}", self.api_client.call_api, path, "GET",
+                                  query_params=query,
+                                  header_params={"Accept": "application/json"},
+                                  auth_settings=["BearerToken"], _preload_content=False,
+                                  _return_http_data_only=True)
+            try:
+                data = json.loads(response.data)
+            except ValueError as exc:
+                raise KubeError(f"Listing {path}: the answer is not JSON",
+                                retriable=True) from exc
+            items.extend(data.get("items") or [])
+            token = (data.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
     def get_path(self, path: str) -> dict | None:
         """A raw GET of an API path, e.g. of an aggregated API such as Kueue's visibility
         server; None when the path is not served (404) or its backend is away (503)."""
@@ -268,6 +299,10 @@ class DryRunBackend:
 
     def get_path(self, path: str) -> dict | None:
         return None  # nothing is served behind a dry run
+
+    def list_path(self, path: str, *, label_selector: str = "", page: int = 500
+                  ) -> list[dict]:
+        return []
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         key = ObjectKey(api_version, kind, namespace, name)

@@ -234,10 +234,11 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
         return report
     started = time.monotonic()
     selector = f"{MANAGED_BY}={MANAGER}"
-    cq_objs = backend.list(KUEUE, "ClusterQueue", label_selector=selector)
-    lq_objs = backend.list(KUEUE, "LocalQueue", label_selector=selector)
-    report.cohorts = len(backend.list(KUEUE, "Cohort"))
-    wl_objs = backend.list(KUEUE, "Workload")
+    base = f"/apis/{KUEUE}"
+    cq_objs = backend.list_path(f"{base}/clusterqueues", label_selector=selector)
+    lq_objs = backend.list_path(f"{base}/localqueues", label_selector=selector)
+    report.cohorts = len(backend.list_path(f"{base}/cohorts"))
+    wl_objs = backend.list_path(f"{base}/workloads")
     report.timings["list"] = time.monotonic() - started
     now = now or timezone.now()
 
@@ -275,18 +276,19 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
 def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
                   allocations: dict[str, Allocation], now: dt.datetime) -> None:
     create, update = [], []
+    fields = ["allocation_id", "cohort", "resource", "nominal", "borrowing_limit", "usage",
+              "borrowed", "pending", "admitted", "active", "inactive_reason"]
     for name, q in queues.items():
         alloc = allocations.get(name)  # an allocation's ClusterQueue is named as its namespace
         values = {"allocation_id": alloc.pk if alloc else None, "cohort": q.cohort,
                   "resource": q.resource, "nominal": q.nominal,
                   "borrowing_limit": q.borrowing_limit, "usage": q.usage,
                   "borrowed": q.borrowed, "pending": q.pending, "admitted": q.admitted,
-                  "active": q.active, "inactive_reason": q.inactive_reason[:120],
-                  "observed_at": now}
+                  "active": q.active, "inactive_reason": q.inactive_reason[:120]}
         state = states.get(name)
         if state is None:
-            create.append(ClusterQueueState(name=name, **values))
-        else:
+            create.append(ClusterQueueState(name=name, observed_at=now, **values))
+        elif any(getattr(state, k) != v for k, v in values.items()):
             for k, v in values.items():
                 setattr(state, k, v)
             update.append(state)
@@ -294,10 +296,9 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
         # A queue that is no longer followed keeps no allocation link (it may be reused).
         ClusterQueueState.objects.exclude(name__in=list(queues)).update(allocation=None)
     ClusterQueueState.objects.bulk_create(create)
-    ClusterQueueState.objects.bulk_update(update, ["allocation_id", "cohort", "resource",
-                                                   "nominal", "borrowing_limit", "usage",
-                                                   "borrowed", "pending", "admitted", "active",
-                                                   "inactive_reason", "observed_at"])
+    ClusterQueueState.objects.bulk_update(update, fields, batch_size=200)
+    # Every queue read now (the queue-hours integrate from this moment on).
+    ClusterQueueState.objects.filter(name__in=list(queues)).update(observed_at=now)
 
 
 def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
