@@ -170,8 +170,10 @@ def allocations_due(now: dt.datetime, notice: dt.timedelta):
     """(to mark expiring, to retire), by their end date."""
     ending = Allocation.objects.filter(ends_at__isnull=False)
     expiring = ending.filter(status=S.ACTIVE, ends_at__lte=now + notice, ends_at__gt=now)
-    retire = ending.filter(status__in=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED),
-                           ends_at__lte=now)
+    # Provisioning too: one stuck there (its worker died) must not outlive its end. Should a
+    # worker still be applying, its late objects are leftovers the reconcile prunes.
+    retire = ending.filter(status__in=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
+                                       S.PROVISIONING), ends_at__lte=now)
     return list(expiring.values_list("pk", flat=True)), list(retire.values_list("pk", flat=True))
 
 

@@ -278,3 +278,26 @@ def test_only_live_allocations_can_be_renewed(tenant, lead, pools):
     req = make_request(tenant, lead, submit=True)
     with pytest.raises(services.IntakeError, match="active or expiring"):
         services.request_create_renewal(request=req, by=lead)
+
+
+def test_an_allocation_stuck_in_provisioning_is_retired_at_its_end(
+        tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    """Its worker died mid-provision and nothing finished it: at its end it is retired like
+    any other, not left holding capacity forever."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from fleet.tasks import expire_allocations
+
+    req = make_request(tenant, lead, submit=True, whole_devices=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        req = services.request_approve(request=req, by=admin_user, reason="ok")
+    alloc = Allocation.objects.get(pk=req.allocation_id)
+    Allocation.objects.filter(pk=alloc.pk).update(
+        status="provisioning", ends_at=timezone.now() - dt.timedelta(minutes=5))
+    with django_capture_on_commit_callbacks(execute=True):
+        expire_allocations()
+    alloc.refresh_from_db()
+    assert alloc.status == "retired"
+    assert "Retired" in audit_for(alloc).filter(to_state="retired").get().reason
