@@ -188,6 +188,25 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
     report.created = len(to_create)
     report.nodes = len(nodes)
     report.flagged_allocations = flag_allocations_on(lost, by=by)
+    clear_recovered_flags(by=by)
+
+
+def clear_recovered_flags(*, by=None) -> list[int]:
+    """Lift the flag of allocations whose reserved nodes are all promisable again: a flag
+    that outlives its cause tells the tenant and the admins something untrue."""
+    cleared = []
+    for alloc in (Allocation.objects.exclude(flagged_reason="")
+                  .select_related("tenant").prefetch_related("nodes")):
+        if any(n.state != "schedulable" for n in alloc.nodes.all()):
+            continue
+        alloc.flagged_reason, alloc.flagged_at = "", None
+        alloc.save(update_fields=["flagged_reason", "flagged_at"])
+        audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.unflagged",
+                     reason="Capacity restored: every reserved node is validated, healthy and "
+                            "schedulable again.")
+        cleared.append(alloc.pk)
+    return cleared
 
 
 def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
@@ -233,4 +252,5 @@ def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuN
         flag_allocations_on([node], by=by)
     else:
         NodeOutage.objects.filter(node=node, ended_at__isnull=True).update(ended_at=now)
+        clear_recovered_flags(by=by)
     return node

@@ -93,3 +93,29 @@ def test_lead_sees_pool_capacity_but_no_node_names(client, lead, fleet):
     body = client.get(reverse("home")).content.decode()
     assert "Pool capacity" in body and "validated fleet: 48 schedulable" in body.lower()
     assert "h100-shared" not in body
+
+
+def test_a_flag_is_lifted_when_its_cause_is_undone(client, admin_user, tenant, pools, fleet):
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.models import Allocation
+    from tenants.audit import audit_for
+
+    node = GpuNode.objects.get(name="h100-cc-01")
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.CONFIDENTIAL_POOL], route=Route.CONFIDENTIAL_POOL,
+        whole_devices=1, device_equivalents=Decimal(1), namespace="acme-r1", status="active",
+        starts_at=timezone.now() - dt.timedelta(days=1))
+    alloc.nodes.add(node)
+    client.force_login(admin_user)
+    url = reverse("fleet:node_retire", args=[node.name])
+    client.post(url, {"retiring": "true", "reason": "End of warranty"})
+    alloc.refresh_from_db()
+    assert "h100-cc-01" in alloc.flagged_reason
+    client.post(url, {"retiring": "false", "reason": "Warranty extended"})
+    alloc.refresh_from_db()
+    assert alloc.flagged_reason == "" and alloc.flagged_at is None
+    assert audit_for(alloc).filter(action="allocation.unflagged").exists()
