@@ -13,6 +13,7 @@ from fleet.selectors import free_dedicated_nodes, mig_weights, pool_capacity, po
 from fleet.services import namespace_for
 
 from .domain import (
+    Fill,
     IntakeAnswers,
     PoolFacts,
     RequestPlan,
@@ -89,6 +90,57 @@ def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilis
     plan = plan_request(decision, pool_facts(pool), expected_utilisation=expected_utilisation,
                         window_hours=window_hours(starts_on, ends_on))
     return decision, plan
+
+
+@dataclass(frozen=True)
+class SmallCellComparison:
+    """A small answer that became whole devices (no MIG slice holds its memory): the cell it
+    was answered in next to the cell it lands in, each with its price when it has one."""
+
+    asked_route: Route  # the small cell's route
+    asked_price: Decimal | None  # None: that cell cannot hold it at all
+    asked_why: str
+    landed_route: Route
+    landed_price: Decimal
+
+    @property
+    def text(self) -> str:
+        landed = f"{self.landed_route.label} at {self.landed_price:,.2f} a month"
+        if self.asked_price is None:
+            return (f"Answered as a fraction of a device, but no MIG slice here holds the "
+                    f"memory: it is planned as {landed}. {self.asked_why}")
+        return (f"Answered as a fraction of a device, but no MIG slice here holds the memory, "
+                f"so each replica is a whole device and the request lands in {landed}, "
+                f"instead of {self.asked_route.label} at {self.asked_price:,.2f} a month. "
+                f"{self.asked_why}")
+
+
+def small_cell_comparison(answers: IntakeAnswers, decision: RouteDecision,
+                          plan: RequestPlan | None, *, gpu_model: str = "",
+                          expected_utilisation: int = 100, starts_on=None, ends_on=None
+                          ) -> SmallCellComparison | None:
+    """Both prices before submit, so nobody lands in a block of nodes by surprise."""
+    if plan is None or decision.route is None or answers.fill is not Fill.SMALL or \
+            decision.fill is not Fill.FULL:
+        return None
+    landed = Route(decision.route)
+    if landed is Route.DEDICATED_BLOCK:
+        asked = Route.CONFIDENTIAL_POOL
+        alternative = RouteDecision(asked, "", isolation=decision.isolation, fill=Fill.SMALL,
+                                    whole_devices=answers.replicas,
+                                    mig_weights=decision.mig_weights)
+        _, asked_plan = plan_answers(answers, gpu_model=gpu_model,
+                                     expected_utilisation=expected_utilisation,
+                                     starts_on=starts_on, ends_on=ends_on,
+                                     decision=alternative)
+        why = ("A binding boundary with whole devices is a dedicated block of whole nodes; "
+               "choose a MIG profile or less memory per replica to stay in the confidential "
+               "pool.")
+        return SmallCellComparison(asked, asked_plan.monthly_price if asked_plan else None,
+                                   why, landed, plan.monthly_price)
+    return SmallCellComparison(Route.MIG_VCLUSTER, None, "MIG under vCluster cannot hold it: "
+                               "the shared pool gives each replica a whole device.", landed,
+                               plan.monthly_price)
 
 
 def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None = None

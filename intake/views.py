@@ -24,7 +24,14 @@ from . import services
 from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
 from .forms import CapacityRequestForm, DecisionForm
 from .models import CapacityRequest
-from .selectors import plan_answers, plan_for_request, pool_facts, request_events, why_not_yet
+from .selectors import (
+    plan_answers,
+    plan_for_request,
+    pool_facts,
+    request_events,
+    small_cell_comparison,
+    why_not_yet,
+)
 
 
 def get_request_for(user, pk: int) -> CapacityRequest:
@@ -56,11 +63,13 @@ def _preview_context(form: CapacityRequestForm) -> dict:
     form.is_valid()  # fills cleaned_data where it can; errors are shown by the form itself
     data = getattr(form, "cleaned_data", {})
     answers = form.answers()
-    decision, plan = plan_answers(
-        answers, gpu_model=data.get("gpu_model") or "",
-        expected_utilisation=data.get("expected_utilisation") or 0,
-        starts_on=data.get("starts_on"), ends_on=data.get("ends_on"))
-    return {"decision": decision, "plan": plan, **matrix_context(decision.cell)}
+    options = {"gpu_model": data.get("gpu_model") or "",
+               "expected_utilisation": data.get("expected_utilisation") or 0,
+               "starts_on": data.get("starts_on"), "ends_on": data.get("ends_on")}
+    decision, plan = plan_answers(answers, **options)
+    return {"decision": decision, "plan": plan,
+            "comparison": small_cell_comparison(answers, decision, plan, **options),
+            **matrix_context(decision.cell)}
 
 
 @login_required

@@ -132,6 +132,23 @@ def test_preview_shows_route_price_and_fit(client, tenant, lead, pools):
     assert 'class="active"' in body
 
 
+def test_small_answers_that_become_whole_nodes_show_both_prices(client, tenant, lead, pools):
+    """70 GB per replica fits no MIG slice of an 80 GB device: behind a contractual boundary
+    that is a dedicated block of whole nodes. The preview says so before submit, with the
+    price of the confidential pool the answers were given for, and the reason does not
+    pretend the tenant asked for whole devices."""
+    client.force_login(lead)
+    data = form_data(tenant, isolation_origin="contractual", isolation_reference="MSA-77 §4",
+                     device_fill="small", whole_devices=0, replicas=2, memory_gb=70)
+    body = client.post(reverse("intake:preview"), data, HTTP_HX_REQUEST="true"
+                       ).content.decode()
+    assert "Dedicated block" in body and "Whole devices, not slices" in body
+    assert "11,680.00" in body  # one 8-device node × 730 h × 2.00
+    assert "4,380.00" in body  # the confidential pool: 2 devices × 730 h × 3.00
+    assert "2 whole device(s) fill whole nodes" not in body
+    assert "no MIG slice holds them" in body
+
+
 def test_preview_changes_with_the_answers(client, tenant, lead, pools):
     client.force_login(lead)
     body = client.post(reverse("intake:preview"), form_data(
