@@ -122,3 +122,19 @@ def test_memory_beyond_the_pools_device_is_refused_clearly(tenant, lead, pools):
                        memory_gb=120)
     with pytest.raises(services.IntakeError, match="more than one device holds"):
         services.request_submit(request=req, by=lead)
+
+
+def test_json_nested_thousands_deep_is_a_400(client, lead, pools):
+    client.force_login(lead)
+    body = "[" * 50000 + "]" * 50000
+    response = client.post("/api/requests/preview/", body, content_type="application/json")
+    assert response.status_code == 400 and "nested too deeply" in response.json()["message"]
+
+
+@pytest.mark.parametrize("query", ["offset=99999999999999999999999", "limit=99999999999",
+                                   "offset=-5", "limit=٣", "offset=x"])
+def test_odd_pagination_is_not_a_server_error(client, lead, pools, query):
+    client.force_login(lead)
+    for path in ("/api/requests/", "/api/allocations/"):
+        response = client.get(f"{path}?{query}")
+        assert response.status_code == 200, (path, query)
