@@ -149,7 +149,7 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_queryset(self):
         qs = Allocation.objects.select_related("tenant", "pool").order_by("-created_at")
         status = self.request.query_params.get("status")
-        if status:
+        if status in Allocation.Status.values:
             qs = qs.filter(status=status)
         return scope_to_tenants(self.request.user, qs)
 
@@ -170,7 +170,8 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         return Response(QueueSerializer({**view.as_dict(), "history": view.history}).data)
 
     @extend_schema(responses=CohortSerializer(many=True))
-    @action(detail=False, methods=["get"], serializer_class=CohortSerializer)
+    @action(detail=False, methods=["get"], serializer_class=CohortSerializer,
+            pagination_class=None)
     def cohorts(self, request):
         """Platform admins: every cohort's queues, with quota, use, borrowing, lending, pending
         work, the oldest wait and who is blocked by whom."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema
@@ -15,9 +17,11 @@ from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.models import Tenant
 
 from . import services
-from .domain import ALL_MIG_PROFILES, validate_answers, validate_request_fields
+from .domain import ALL_MIG_PROFILES, Status, validate_answers, validate_request_fields
 from .models import CapacityRequest
 from .selectors import answers_for, plan_answers
+
+SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
 
 class FilableTenantField(serializers.SlugRelatedField):
@@ -26,6 +30,12 @@ class FilableTenantField(serializers.SlugRelatedField):
 
     default_error_messages = {"does_not_exist": "No such tenant.",
                               "invalid": "No such tenant."}
+
+    def to_internal_value(self, data):
+        # A slug, or no tenant: anything else (NUL bytes, other types) never reaches the DB.
+        if not isinstance(data, str) or not SLUG.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
+        return super().to_internal_value(data)
 
     def get_queryset(self):
         request = self.context.get("request")
@@ -38,7 +48,10 @@ class FilableTenantField(serializers.SlugRelatedField):
 class CapacityRequestSerializer(serializers.ModelSerializer):
     tenant = FilableTenantField(slug_field="slug")
     requester = serializers.CharField(source="requester.username", read_only=True)
-    pool = serializers.CharField(source="pool.slug", read_only=True, default=None)
+    pool = serializers.CharField(source="pool.slug", read_only=True, default=None,
+                                 allow_null=True, help_text="set when submitted")
+    route = serializers.ChoiceField(choices=Route.choices, allow_blank=True, read_only=True,
+                                    help_text="empty until the request is routed")
     mig_profile = serializers.ChoiceField(
         choices=[""] + [p for p, v in ALL_MIG_PROFILES.items() if v.is_fraction],
         required=False, allow_blank=True)
@@ -76,6 +89,20 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
         return attrs
 
 
+class PreviewSerializer(serializers.Serializer):
+    """What approval would do with these answers: route, reason, pool, size, price, fit."""
+
+    route = serializers.ChoiceField(choices=Route.choices, allow_null=True)
+    reason = serializers.CharField()
+    pool = serializers.CharField(allow_null=True)
+    held_devices = serializers.DecimalField(max_digits=12, decimal_places=4, allow_null=True,
+                                            coerce_to_string=True)
+    monthly_price = serializers.DecimalField(max_digits=14, decimal_places=2, allow_null=True,
+                                             coerce_to_string=True)
+    fit = serializers.ChoiceField(choices=["fits_now", "fits_later", "never"], allow_null=True)
+    fit_reason = serializers.CharField(allow_null=True)
+
+
 class ReasonSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=2000, allow_blank=False, trim_whitespace=True)
 
@@ -96,7 +123,7 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_queryset(self):
         qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
         status = self.request.query_params.get("status")
-        if status:
+        if status in Status._value2member_map_:
             qs = qs.filter(status=status)
         return scope_to_tenants(self.request.user, qs)
 
@@ -165,6 +192,7 @@ class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         return self._respond(services.request_request_changes(
             request=self._admin_object(), by=request.user, reason=body.validated_data["reason"]))
 
+    @extend_schema(request=CapacityRequestSerializer, responses=PreviewSerializer)
     @action(detail=False, methods=["post"])
     def preview(self, request):
         """Route and price answers without saving anything (team leads for their tenants,

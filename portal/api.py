@@ -45,3 +45,34 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
 
     def get_offset(self, request):
         return min(super().get_offset(request), self.max_offset)
+
+
+REFUSALS = {
+    "400": "Not valid: `message` says what, `extra.fields` which field and why.",
+    "401": "Not signed in: no session and no valid bearer token.",
+    "403": "Signed in, but outside the caller's role.",
+    "404": "No such object among the tenants the caller may see.",
+}
+
+
+def document_refusals(result, generator, request, public):
+    """drf-spectacular post-processing: every operation documents the refusals it can
+    answer, in the one shape the exception handler gives them ({message, extra})."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Refusal"] = {
+        "type": "object", "required": ["message", "extra"],
+        "properties": {"message": {"type": "string"},
+                       "extra": {"type": "object", "additionalProperties": True}}}
+    ref = {"$ref": "#/components/schemas/Refusal"}
+    for path, operations in (result.get("paths") or {}).items():
+        for method, op in operations.items():
+            responses = op.setdefault("responses", {})
+            codes = ["401", "403"]
+            if "{" in path:
+                codes.append("404")
+            if method in ("post", "put", "patch") or op.get("parameters"):
+                codes.append("400")
+            for code in codes:
+                responses.setdefault(code, {"description": REFUSALS[code], "content": {
+                    "application/json": {"schema": ref}}})
+    return result

@@ -192,6 +192,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"RouteEnum": "fleet.domain.Route"},
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "portal.api.document_refusals"],
 }
 
 # --- Celery: eager in the embedded run, Redis when CELERY_BROKER_URL is set.
