@@ -81,6 +81,8 @@ class Allocation(models.Model):
     flagged_at = models.DateTimeField(null=True, blank=True)
     # Provisioning progress, shown live on the request page.
     progress_done = models.PositiveIntegerField(default=0)
+    # Last sign of provisioning work (start, each object applied): a stall is told by its age.
+    progress_at = models.DateTimeField(null=True, blank=True)
     progress_total = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     # What the last reconcile found changed or deleted outside the portal.

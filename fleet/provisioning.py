@@ -129,7 +129,22 @@ def allocation_transition(allocation_id: int, *, from_states, to: str, reason: s
 
 
 def _progress(allocation_id: int, done: int, total: int) -> None:
-    Allocation.objects.filter(pk=allocation_id).update(progress_done=done, progress_total=total)
+    Allocation.objects.filter(pk=allocation_id).update(progress_done=done, progress_total=total,
+                                                       progress_at=timezone.now())
+
+
+def stalled_provisioning(now: dt.datetime, stall: dt.timedelta) -> list[int]:
+    """Allocations whose provisioning task is lost: approved but never started (the task
+    queue was away at approval), or started and silent for longer than `stall` (its worker
+    died). Queuing them again is safe: provisioning is idempotent, and the status changes
+    are conditional, so a late duplicate changes nothing."""
+    from django.db.models import Q
+
+    waiting = Allocation.objects.filter(status=S.PENDING, created_at__lt=now - stall)
+    silent = Allocation.objects.filter(status=S.PROVISIONING).filter(
+        Q(progress_at__lt=now - stall) | Q(progress_at__isnull=True, created_at__lt=now - stall))
+    return sorted(set(waiting.values_list("pk", flat=True)) |
+                  set(silent.values_list("pk", flat=True)))
 
 
 def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from decimal import Decimal
 
 from django.db import transaction
@@ -15,6 +16,8 @@ from .models import Allocation, GpuNode, Pool, Route
 from .provisioning import allocation_transition
 from .tasks import provision_allocation
 
+log = logging.getLogger(__name__)
+
 
 def namespace_for(tenant: Tenant, suffix: str) -> str:
     """A DNS-1123 namespace name for a tenant's allocation, at most 63 characters."""
@@ -23,8 +26,23 @@ def namespace_for(tenant: Tenant, suffix: str) -> str:
 
 
 def _queue_provisioning(allocation_id: int) -> None:
-    """Provision after commit: a rolled-back approval or retry never starts a task."""
-    transaction.on_commit(lambda: provision_allocation.delay(allocation_id))
+    """Provision after commit: a rolled-back approval or retry never starts a task. If the
+    task queue is away, the approval still stands: the allocation waits, says so, and the
+    stall check queues it once the queue is back (fleet.tasks.requeue_stalled)."""
+
+    def send() -> None:
+        try:
+            provision_allocation.delay(allocation_id)
+        except Exception as exc:  # kombu's OperationalError and kin: the broker is down
+            log.warning("could not queue provisioning of allocation %s: %s", allocation_id,
+                        exc)
+            Allocation.objects.filter(pk=allocation_id, status=Allocation.Status.PENDING
+                                      ).update(status_message=(
+                                          "Approved; waiting for the task queue, which is "
+                                          "unreachable right now. Provisioning starts when "
+                                          "it is back."))
+
+    transaction.on_commit(send)
 
 
 @transaction.atomic

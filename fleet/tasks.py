@@ -50,6 +50,28 @@ def provision_allocation(self, allocation_id: int) -> str:
         return "failed"
 
 
+@shared_task(name="fleet.tasks.requeue_stalled")
+def requeue_stalled() -> str:
+    """Queue provisioning again where its task was lost (beat, every minute)."""
+    from django.conf import settings
+
+    from tenants.audit import audit_record
+
+    from .models import Allocation
+    from .provisioning import stalled_provisioning
+
+    stall = timezone.timedelta(seconds=settings.PORTAL_PROVISION_STALL_SECONDS)
+    pks = stalled_provisioning(timezone.now(), stall)
+    for alloc in Allocation.objects.filter(pk__in=pks).select_related("tenant"):
+        audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.requeued",
+                     reason=f"Provisioning queued again: no progress for "
+                            f"{settings.PORTAL_PROVISION_STALL_SECONDS} s "
+                            f"(status {alloc.status}).")
+        provision_allocation.delay(alloc.pk)
+    return f"{len(pks)} stalled allocation(s) queued again"
+
+
 @shared_task(name="fleet.tasks.expire_allocations")
 def expire_allocations() -> str:
     from django.conf import settings

@@ -238,6 +238,10 @@ PORTAL_CONFIDENTIAL_RUNTIME_CLASS = env_str("PORTAL_CONFIDENTIAL_RUNTIME_CLASS",
 PORTAL_EXPIRY_NOTICE_DAYS = env_int("PORTAL_EXPIRY_NOTICE_DAYS", 7, minimum=0)
 PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 8, minimum=0)
 PORTAL_PROVISION_RETRY_SECONDS = env_int("PORTAL_PROVISION_RETRY_SECONDS", 5, minimum=1)
+# Provisioning without a sign of progress for this long is queued again (lost task).
+PORTAL_PROVISION_STALL_SECONDS = env_int("PORTAL_PROVISION_STALL_SECONDS", 180, minimum=30)
+CELERY_BEAT_SCHEDULE["requeue-stalled"] = {"task": "fleet.tasks.requeue_stalled",
+                                           "schedule": 60.0, "options": {"expires": 60.0}}
 CELERY_BEAT_SCHEDULE["expire-allocations"] = {"task": "fleet.tasks.expire_allocations",
                                               "schedule": 300.0}
 CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {

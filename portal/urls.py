@@ -17,3 +17,6 @@ urlpatterns = [
     path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
     path("django-admin/", admin.site.urls),
 ]
+
+# A database that cannot be reached is a 503 with Retry-After, not a 500.
+handler500 = "portal.views.server_error"

@@ -116,3 +116,31 @@ def metrics(request):
                      f'status="{r["status"]}"}} {r["n"]}')
     return HttpResponse("\n".join(lines) + "\n",
                         content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def server_error(request):
+    """Django's 500 handler. A database that cannot be reached (restarting, failing over) is
+    a 503 with Retry-After, said plainly (JSON on the API): the request can be sent again,
+    and nothing was half-written — each write is one transaction."""
+    import sys
+
+    from django.db import InterfaceError, OperationalError
+
+    exc = sys.exc_info()[1]
+    unavailable = isinstance(exc, OperationalError | InterfaceError)
+    status = 503 if unavailable else 500
+    message = ("The portal's database is unavailable for a moment; nothing was saved. "
+               "Try again shortly." if unavailable else
+               "Something went wrong on our side; it has been logged.")
+    if request.path.startswith("/api/"):
+        response = JsonResponse({"message": message, "extra": {}}, status=status)
+    else:
+        response = HttpResponse(
+            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
+            f"{'Unavailable' if unavailable else 'Server error'} · AI Factory Portal</title>"
+            "</head><body><main><h1>"
+            f"{'Back in a moment' if unavailable else 'Server error'}</h1><p>{message}</p>"
+            "</main></body></html>", status=status)
+    if unavailable:
+        response["Retry-After"] = "5"
+    return response

@@ -76,9 +76,10 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> RedisServer:
+    def start(self, port: int | None = None) -> RedisServer:
+        """Start on a free port, or on `port` (the same one again, after a stop)."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = port or free_port()
         self.proc = ManagedProcess(
             "redis",
             [shutil.which("redis-server") or "redis-server", "--port", str(self.port),
