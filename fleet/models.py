@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from tenants.models import Tenant, slug_validator
+from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .domain import Route
 
@@ -171,14 +171,6 @@ class NodeOutage(models.Model):
         return f"{self.node} from {self.started_at:%Y-%m-%d %H:%M}"
 
 
-class AppendOnlyQuerySet(models.QuerySet):
-    def update(self, **kwargs):
-        raise TypeError("queue history is append-only")
-
-    def delete(self):
-        raise TypeError("queue history is append-only")
-
-
 class QueueWorkload(models.Model):
     """A Kueue Workload in an allocation's namespace, as the portal last read it."""
 
@@ -225,7 +217,7 @@ class QueueWorkload(models.Model):
         return f"{self.namespace}/{self.job or self.name} ({self.state})"
 
 
-class QueueEvent(models.Model):
+class QueueEvent(AppendOnlyModel):
     """One transition of a workload (submitted, admitted, preempted, …), with the reason in
     the tenant's words and Kueue's own message for platform admins. Append-only: the queue
     history and the start-time estimates' track record are read from it."""
@@ -252,7 +244,7 @@ class QueueEvent(models.Model):
     reason = models.TextField()
     detail = models.TextField(blank=True)
 
-    objects = AppendOnlyQuerySet.as_manager()
+    APPEND_ONLY = "queue history is append-only"
 
     class Meta:
         ordering = ["at", "id"]
@@ -260,14 +252,6 @@ class QueueEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.workload} {self.kind}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise TypeError("queue history is append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError("queue history is append-only")
 
 
 class ClusterQueueState(models.Model):

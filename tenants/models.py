@@ -69,15 +69,35 @@ class PlatformRole(models.Model):
         return f"{self.user} {self.get_role_display()}"
 
 
-class AuditQuerySet(models.QuerySet):
+class AppendOnlyQuerySet(models.QuerySet):
     def update(self, **kwargs):
-        raise TypeError("the audit trail is append-only")
+        raise TypeError(self.model.APPEND_ONLY)
 
     def delete(self):
-        raise TypeError("the audit trail is append-only")
+        raise TypeError(self.model.APPEND_ONLY)
 
 
-class AuditEvent(models.Model):
+class AppendOnlyModel(models.Model):
+    """Rows written once and never edited or deleted through the ORM (the database refuses
+    it too: see the append-only triggers in the migrations)."""
+
+    APPEND_ONLY = "this record is append-only"
+
+    objects = AppendOnlyQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise TypeError(self.APPEND_ONLY)
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise TypeError(self.APPEND_ONLY)
+
+
+class AuditEvent(AppendOnlyModel):
     """One row per change, written in the same transaction as the change. Never edited."""
 
     at = models.DateTimeField(auto_now_add=True, db_index=True)
@@ -94,7 +114,7 @@ class AuditEvent(models.Model):
     reason = models.TextField()
     data = models.JSONField(default=dict, blank=True)
 
-    objects = AuditQuerySet.as_manager()
+    APPEND_ONLY = "the audit trail is append-only"
 
     class Meta:
         ordering = ["at", "id"]
@@ -102,14 +122,6 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.actor_name} {self.action} {self.subject_type}"
-
-    def save(self, *args, **kwargs):
-        if self.pk is not None:
-            raise TypeError("the audit trail is append-only")
-        super().save(*args, **kwargs)
-
-    def delete(self, *args, **kwargs):
-        raise TypeError("the audit trail is append-only")
 
 
 class WorkerHeartbeat(models.Model):
