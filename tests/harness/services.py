@@ -19,8 +19,11 @@ def _as_postgres() -> str | None:
 
 
 class PostgresServer:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, durable: bool = False) -> None:
+        """`durable`: fsync and synchronous commit on, as in production (the test run's own
+        server trades them for speed; a restart test must not)."""
         self.root = root
+        self.durable = durable
         self.port = 0
         self.proc: ManagedProcess | None = None
 
@@ -44,12 +47,18 @@ class PostgresServer:
         self.proc = ManagedProcess(
             "postgres",
             [str(PG_BIN / "postgres"), "-D", str(data), "-p", str(self.port),
-             "-k", str(sock), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-             "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-             "-c", "max_connections=200"],
+             "-k", str(sock), "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200",
+             *([] if self.durable else ["-c", "fsync=off", "-c", "synchronous_commit=off",
+                                        "-c", "full_page_writes=off"])],
             log_path=self.root / "postgres.log", user=user,
         ).start()
 
+        self._wait_ready()
+        subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
+                        "-U", "postgres", "portal"], check=True)
+        return self
+
+    def _wait_ready(self) -> None:
         def ready() -> bool:
             self.proc.raise_if_dead()
             return subprocess.run(
@@ -57,8 +66,11 @@ class PostgresServer:
                 capture_output=True).returncode == 0
 
         wait_until(ready, timeout=60, what="PostgreSQL")
-        subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(self.port),
-                        "-U", "postgres", "portal"], check=True)
+
+    def start_again(self) -> PostgresServer:
+        """After a stop: the same data, the same port (a restart, as in an outage)."""
+        self.proc.start()
+        self._wait_ready()
         return self
 
     def stop(self) -> None:

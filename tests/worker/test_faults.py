@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -152,3 +154,115 @@ def test_an_unreachable_database_is_a_503_that_says_so(lead, tenant, pools):
     assert b"database is unavailable" in page.content
     assert api.status_code == 503 and "unavailable" in api.json()["message"]
     assert client.get("/requests/").status_code == 200  # and back
+
+
+SETUP = """
+from django.test import Client
+from tests.factories import TenantFactory, make_lead, make_pools
+make_pools()
+lead = make_lead(TenantFactory(slug="burst", name="Burst"), "burst-lead")
+client = Client()
+client.force_login(lead)
+print("SESSION", client.cookies["sessionid"].value)
+"""
+CHECK = """
+from intake.models import CapacityRequest
+from tenants.models import AuditEvent
+created = set(AuditEvent.objects.filter(action="request.created").values_list("subject_id",
+                                                                               flat=True))
+print("IDS", sorted(CapacityRequest.objects.values_list("id", flat=True)))
+print("AUDITED", sorted(created))
+"""
+
+
+def test_postgresql_restarted_during_a_burst_of_filings(tmp_path):
+    """gunicorn on a PostgreSQL of its own; eight clients file requests while the database
+    goes down for a few seconds and comes back. While it is down: 503s that say so, never a
+    500; after: filings succeed again; and every filing answered 201 is stored with its
+    audit row, and nothing else is (no half-written request)."""
+    import threading
+
+    import requests
+
+    from tests.factories import request_fields
+    from tests.harness.procs import free_port, wait_until
+    from tests.harness.services import PostgresServer, make_run_dir
+
+    run_dir = make_run_dir()  # readable by the postgres user, unlike pytest's tmp_path
+    pg = PostgresServer(run_dir / "pg", durable=True).start()
+    env = {**os.environ, "DATABASE_URL": pg.url, "CELERY_TASK_ALWAYS_EAGER": "true",
+           "DEBUG": "false", "ALLOWED_HOSTS": "127.0.0.1"}
+
+    def manage(*argv: str) -> str:
+        out = subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return out.stdout
+
+    manage("migrate", "--noinput", "-v0")
+    session = next(line.split()[1] for line in manage("shell", "-c", SETUP).splitlines()
+                   if line.startswith("SESSION"))
+    port = free_port()
+    server = ManagedProcess(
+        "gunicorn", [sys.executable, "-m", "gunicorn", "portal.wsgi:application", "--bind",
+                     f"127.0.0.1:{port}", "--workers", "2", "--threads", "4"],
+        log_path=tmp_path / "gunicorn.log", env=env, cwd=ROOT).start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(base), timeout=60, what="gunicorn")
+        body = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
+                for k, v in request_fields().items()} | {"tenant": "burst"}
+        results: list[tuple[int, object]] = []
+        stop = time.monotonic() + 14
+        lock = threading.Lock()
+
+        def client():
+            s = requests.Session()
+            s.cookies.set("sessionid", session)
+            s.cookies.set("csrftoken", "b" * 32)
+            s.headers.update({"X-CSRFToken": "b" * 32})
+            while time.monotonic() < stop:
+                try:
+                    r = s.post(f"{base}/api/requests/", json=body, timeout=30)
+                    answer = (r.status_code, r.json().get("id") if r.status_code == 201
+                              else r.text[:200])
+                except requests.RequestException as exc:
+                    answer = (0, str(exc))
+                with lock:
+                    results.append(answer)
+                time.sleep(0.05)
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        pg.stop()  # the outage
+        time.sleep(4)
+        pg.start_again()
+        for t in threads:
+            t.join()
+    finally:
+        server.stop()
+    statuses = [code for code, _ in results]
+    answered = {value for code, value in results if code == 201}
+    assert 500 not in statuses and 0 not in statuses, [r for r in results if r[0] in (0, 500)]
+    assert statuses.count(503) > 0, "the outage was not noticed"
+    unavailable = next(v for c, v in results if c == 503)
+    assert "database is unavailable" in unavailable
+    after_outage = statuses[max(i for i, c in enumerate(statuses) if c == 503) + 1:]
+    assert 201 in after_outage, "filing did not recover after the restart"
+    out = manage("shell", "-c", CHECK).splitlines()
+    stored = eval(next(x for x in out if x.startswith("IDS")).split(" ", 1)[1])  # noqa: S307
+    audited = eval(next(x for x in out if x.startswith("AUDITED")).split(" ", 1)[1])  # noqa: S307
+    assert set(stored) == answered == set(audited)
+    pg.stop()
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _answers(base: str) -> bool:
+    import requests
+
+    try:
+        return requests.get(f"{base}/healthz", timeout=2).status_code in (200, 503)
+    except requests.RequestException:
+        return False
