@@ -180,9 +180,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "portal.api.BoundedLimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.drf.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 50,
-    "DEFAULT_PARSER_CLASSES": ["portal.api.SafeJSONParser",
+    "DEFAULT_PARSER_CLASSES": ["portal.drf.SafeJSONParser",
                                "rest_framework.parsers.FormParser",
                                "rest_framework.parsers.MultiPartParser"],
 }
