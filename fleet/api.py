@@ -139,6 +139,18 @@ class CohortSerializer(serializers.Serializer):
     queues = CohortRowSerializer(many=True)
 
 
+class ConnectSerializer(serializers.Serializer):
+    server = serializers.CharField(help_text="the API server URL (empty: not configured)")
+    ca_configured = serializers.BooleanField()
+    namespace = serializers.CharField()
+    local_queue = serializers.CharField()
+    route = serializers.CharField()
+    steps = serializers.ListField(child=serializers.CharField())
+    kubeconfig = serializers.CharField(help_text="YAML; OIDC through the portal's realm, "
+                                                 "no secrets")
+    example = serializers.CharField(help_text="YAML: a Job for the allocation's LocalQueue")
+
+
 class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
     """Allocations of the tenants you may see: where, how much, until when, and their state."""
@@ -168,6 +180,18 @@ class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         query.is_valid(raise_exception=True)
         view = allocation_queue(alloc, **query.validated_data)
         return Response(QueueSerializer({**view.as_dict(), "history": view.history}).data)
+
+    @extend_schema(responses=ConnectSerializer)
+    @action(detail=True, methods=["get"], serializer_class=ConnectSerializer)
+    def connect(self, request, pk=None):
+        """How to use an active allocation: the cluster, a kubeconfig (OIDC, no secrets),
+        the LocalQueue and an example workload for its route."""
+        from .selectors import connect_info
+
+        alloc = get_object_or_404(self.get_queryset(), pk=pk,
+                                  status__in=(Allocation.Status.ACTIVE,
+                                              Allocation.Status.EXPIRING))
+        return Response(ConnectSerializer(connect_info(alloc)).data)
 
     @extend_schema(responses=CohortSerializer(many=True))
     @action(detail=False, methods=["get"], serializer_class=CohortSerializer,

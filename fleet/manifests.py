@@ -333,18 +333,21 @@ def _vcluster(spec: AllocationSpec) -> list[dict]:
 
 
 def render_manifests(spec: AllocationSpec) -> list[dict]:
-    """Every object of the allocation, in the order they must be applied."""
-    out = [_namespace(spec), _quota(spec), _limit_range(spec), *_role_bindings(spec),
-           *_network_policies(spec)]
+    """Every object of the allocation, in the order they must be applied: guard rails
+    first (the API server takes a moment to load an admission policy), the tenant's access
+    last (nobody can act in the namespace before its quota, policies and queue exist)."""
+    out: list[dict] = []
     if spec.route == Route.DEDICATED_BLOCK:
-        out += _dedicated_nodes(spec)
         out += _dedicated_guard(spec)
     if spec.route == Route.CONFIDENTIAL_POOL:
         out += _confidential_guard(spec)
+    out += [_namespace(spec), _quota(spec), _limit_range(spec), *_network_policies(spec)]
+    if spec.route == Route.DEDICATED_BLOCK:
+        out += _dedicated_nodes(spec)
     if spec.route == Route.MIG_VCLUSTER:
         out += [_mig_device_class(spec), _claim_template(spec)]
         out += _vcluster(spec)
-    out += [_flavor(spec), _cluster_queue(spec), _local_queue(spec)]
+    out += [_flavor(spec), _cluster_queue(spec), _local_queue(spec), *_role_bindings(spec)]
     return out
 
 

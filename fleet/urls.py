@@ -10,6 +10,11 @@ urlpatterns = [
     path("fleet/sync/", views.fleet_sync_now, name="fleet_sync"),
     path("fleet/cohorts/", views.cohorts, name="cohorts"),
     path("allocations/<int:pk>/queue/", views.allocation_queue_panel, name="queue"),
+    path("allocations/<int:pk>/connect/", views.allocation_connect_panel, name="connect"),
+    path("allocations/<int:pk>/kubeconfig.yaml", views.allocation_connect_file,
+         {"what": "kubeconfig"}, name="kubeconfig"),
+    path("allocations/<int:pk>/example.yaml", views.allocation_connect_file,
+         {"what": "example"}, name="example"),
     path("fleet/nodes/<str:name>/", views.node_detail, name="node"),
     path("fleet/nodes/<str:name>/retire/", views.node_retire, name="node_retire"),
 ]

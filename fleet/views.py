@@ -174,3 +174,37 @@ def cohorts(request):
          "blocked_by": [f"{g.tenants.get(b, '?')} ({b})" for b in r.blocked_by]}
         for r in g.rows]} for g in cohort_views()]
     return render(request, "fleet/cohorts.html", {"groups": groups})
+
+
+def _usable_allocation(request, pk: int) -> Allocation:
+    """An active allocation of the caller's tenants (else 404: another tenant's, or one that
+    cannot be used yet)."""
+    from tenants.access import scope_to_tenants
+
+    return get_object_or_404(scope_to_tenants(
+        request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk,
+        status__in=(Allocation.Status.ACTIVE, Allocation.Status.EXPIRING))
+
+
+@login_required
+def allocation_connect_panel(request, pk: int):
+    """"Use it": the cluster, a kubeconfig, the queue and an example workload."""
+    from .selectors import connect_info
+
+    alloc = _usable_allocation(request, pk)
+    return render(request, "partials/connect.html", {"alloc": alloc,
+                                                     "info": connect_info(alloc)})
+
+
+@login_required
+def allocation_connect_file(request, pk: int, what: str):
+    """The kubeconfig or the example workload, as a YAML download."""
+    from django.http import HttpResponse
+
+    from .selectors import connect_info
+
+    alloc = _usable_allocation(request, pk)
+    info = connect_info(alloc)
+    response = HttpResponse(info[what], content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{alloc.namespace}-{what}.yaml"'
+    return response

@@ -223,6 +223,13 @@ PORTAL_GPU_CONDITION_TYPES = env_list(
 PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
 CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "fleet.tasks.sync_fleet",
                                       "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}
+# How tenants reach the cluster (shown on active allocations; no secrets): the API server
+# URL and CA, the OIDC client kubectl signs in with, and the example workload's image.
+PORTAL_CLUSTER_API_URL = env_str("PORTAL_CLUSTER_API_URL")
+PORTAL_CLUSTER_CA_FILE = env_str("PORTAL_CLUSTER_CA_FILE")
+PORTAL_KUBECTL_CLIENT_ID = env_str("PORTAL_KUBECTL_CLIENT_ID", "kubectl")
+PORTAL_EXAMPLE_IMAGE = env_str("PORTAL_EXAMPLE_IMAGE",
+                               "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04")
 # Queue truth: how often Kueue's Workloads and queues are read back (a bounded list), and
 # the longest gap between two reads that is still integrated into queue-hours for billing.
 PORTAL_QUEUE_SYNC_SECONDS = env_int("PORTAL_QUEUE_SYNC_SECONDS", 15, minimum=2)

@@ -79,6 +79,9 @@ MATRIX: dict[str, Row] = {
     "fleet:node": Row("get", "node", page(admin=200, **ADMIN_ONLY)),
     "fleet:node_retire": Row("post", "node", page(admin=302, **ADMIN_ONLY)),
     "fleet:queue": Row("get", "allocation", page(**TENANT_OWN)),
+    "fleet:connect": Row("get", "allocation", page(**TENANT_OWN)),
+    "fleet:kubeconfig": Row("get", "allocation", page(**TENANT_OWN)),
+    "fleet:example": Row("get", "allocation", page(**TENANT_OWN)),
     "billing:overview": Row("get", "", everyone(200)),
     "billing:rates": Row("get", "", page(member=403, lead=403, other_lead=403, admin=200,
                                          finance=200)),
@@ -109,6 +112,7 @@ MATRIX: dict[str, Row] = {
     "allocation-list": Row("get", "", everyone(200, anonymous=API_ANON)),
     "allocation-detail": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-queue": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
+    "allocation-connect": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-cohorts": Row("get", "", {"anonymous": API_ANON, "admin": 200,
                                           **ADMIN_ONLY}),
 }
