@@ -81,3 +81,14 @@ def duration(seconds) -> str:
         return words(float(seconds))
     except (TypeError, ValueError, OverflowError):
         return "—"
+
+
+@register.filter(needs_autoescape=True)
+def backticks(text, autoescape=True):
+    """Plain text with `commands` in backticks: escaped, the commands set as <code>."""
+    from django.utils.html import conditional_escape
+    from django.utils.safestring import mark_safe
+
+    parts = str(conditional_escape(text) if autoescape else text).split("`")
+    return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p  # noqa: S308 - escaped
+                             for i, p in enumerate(parts)))

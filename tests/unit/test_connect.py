@@ -67,3 +67,11 @@ def test_the_mig_route_says_how_to_reach_its_virtual_cluster():
     steps = " ".join(how_to_connect(spec(Route.MIG_VCLUSTER)))
     assert "vcluster connect vcluster -n acme-r7" in steps and "vcluster-kubeconfig" in steps
     assert "synced to the host namespace" in steps
+
+
+def test_commands_in_steps_are_code_and_nothing_else_is_markup():
+    from portal.templatetags.portal_extras import backticks
+
+    html = backticks("Run `kubectl get pods` then <script>alert(1)</script> `a<b`")
+    assert "<code>kubectl get pods</code>" in html and "<code>a&lt;b</code>" in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
