@@ -149,13 +149,20 @@ def _limit_range(spec: AllocationSpec) -> dict:
                                  "defaultRequest": {"cpu": "500m", "memory": "2Gi"}}]}}
 
 
+# Members run workloads and nothing else: the built-in `edit` role would also let them change
+# NetworkPolicies (open what the platform closed). This ClusterRole ships with the portal
+# (deploy/rbac.yaml) and is bound per namespace. The binding's name changed with its role
+# (a roleRef cannot change); reconcile prunes the old `tenant-members` binding.
+MEMBER_ROLE = "aifactory-tenant-member"
+
+
 def _role_bindings(spec: AllocationSpec) -> list[dict]:
     out = []
-    for who, role, pattern in (("leads", "admin", spec.lead_group),
-                               ("members", "edit", spec.member_group)):
+    for name, role, pattern in (("tenant-leads", "admin", spec.lead_group),
+                                ("tenant-members-workloads", MEMBER_ROLE, spec.member_group)):
         out.append({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": _meta(spec, f"tenant-{who}"),
+            "metadata": _meta(spec, name),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                         "name": role},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",

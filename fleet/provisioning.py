@@ -253,6 +253,13 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
             if paths:
                 found.append(f"{key} changed at {', '.join(paths)}")
         backend.apply(manifest, force=manifest["kind"] != "Node")
+    # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
+    # another role) are removed; the namespace itself is always among the desired.
+    desired = {ObjectKey.of(m) for m in allocation_manifests(alloc)}
+    for key in prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                     kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
+                     keep=desired):
+        found.append(f"{key} is no longer part of it and was removed")
     report = "; ".join(found)
     with transaction.atomic():  # the report and its audit row together, after the API calls
         Allocation.objects.filter(pk=alloc.pk).update(drift_report=report,

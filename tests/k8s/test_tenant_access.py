@@ -111,6 +111,39 @@ def test_members_run_workloads_and_nobody_raises_a_quota_or_grants_access(
     with pytest.raises(KubeError) as refused:
         member.apply(binding, dry_run=True)
     assert refused.value.status == 403  # members grant nothing
+    open_door = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                 "metadata": {"name": "allow-all", "namespace": alloc.namespace},
+                 "spec": {"podSelector": {}, "ingress": [{}], "egress": [{}],
+                          "policyTypes": ["Ingress", "Egress"]}}
+    with pytest.raises(KubeError) as refused:
+        member.apply(open_door, dry_run=True)
+    assert refused.value.status == 403  # nor open what the platform closed
+
+
+def test_reconcile_replaces_the_old_member_binding(
+        kube, fleet, admin_user, django_capture_on_commit_callbacks):  # noqa: F811
+    """Allocations provisioned before members got their own role carry `tenant-members`
+    bound to `edit`; a roleRef cannot change, so the new binding has a new name and the
+    reconcile removes the old one (and says so)."""
+    from fleet.kube import LABEL_ALLOCATION, MANAGED_BY, MANAGER
+    from fleet.provisioning import allocation_reconcile
+
+    tenant, alloc = _provision(Route.SHARED_POOL, admin_user,
+                               django_capture_on_commit_callbacks)
+    fleet.apply({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": "tenant-members", "namespace": alloc.namespace,
+                              "labels": {MANAGED_BY: MANAGER,
+                                         LABEL_ALLOCATION: str(alloc.pk)}},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                             "name": "edit"},
+                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                               "name": f"oidc:/tenants/{tenant.slug}/members"}]}, force=True)
+    found = allocation_reconcile(alloc.pk, backend=kube)
+    assert any("tenant-members is no longer part of it" in f for f in found), found
+    assert fleet.get("rbac.authorization.k8s.io/v1", "RoleBinding", "tenant-members",
+                     alloc.namespace) is None
+    assert fleet.get("rbac.authorization.k8s.io/v1", "RoleBinding",
+                     "tenant-members-workloads", alloc.namespace) is not None
 
 
 def test_the_guard_rails_refuse_what_they_must(
