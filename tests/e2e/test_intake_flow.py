@@ -75,3 +75,37 @@ def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_u
     shot(page, "manifests")
     req.refresh_from_db()
     assert req.status == "active" and req.allocation.mig_count == 7
+
+
+def test_the_lead_downloads_what_runs_the_first_job(live_server, page, shot, tenant, lead,
+                                                    admin_user, pools, tmp_path):
+    """After approval the lead opens the allocation and downloads the kubeconfig and the
+    example; the example is exactly what the k8s tier applies as the tenant
+    (fleet.connect.example_workload for this allocation)."""
+    import yaml
+    from django.conf import settings
+
+    from fleet.connect import example_workload
+    from fleet.provisioning import allocation_spec
+    from intake import services
+    from tests.factories import make_request
+
+    req = make_request(tenant, lead, submit=True, whole_devices=2)
+    services.request_approve(request=req, by=admin_user, reason="ok")  # eager: provisioned
+    req.refresh_from_db()
+    base = live_server.url
+    sign_in(page, base, "lead")
+    page.goto(f"{base}/requests/{req.pk}/")
+    section = page.locator("#connect")
+    expect(section).to_contain_text("LocalQueue gpu")
+    shot(page, "use-it")
+    files = {}
+    for label in ("Download kubeconfig", "Download example.yaml"):
+        with page.expect_download() as download:
+            section.get_by_text(label).click()
+        path = tmp_path / download.value.suggested_filename
+        download.value.save_as(path)
+        files[label] = yaml.safe_load(path.read_text())
+    assert files["Download kubeconfig"]["current-context"] == req.allocation.namespace
+    assert files["Download example.yaml"] == example_workload(
+        allocation_spec(req.allocation), image=settings.PORTAL_EXAMPLE_IMAGE)
