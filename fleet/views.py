@@ -165,15 +165,19 @@ def allocation_queue_panel(request, pk: int):
 @login_required
 def cohorts(request):
     """Platform admins: every cohort at a glance, and who is blocked by whom."""
-    from .queue_explain import cohort_views, oldest_wait_text
+    from .models import ClusterQueueState
+    from .queue_explain import cohort_views, history_chart, oldest_wait_text, queue_history
 
     require_platform_admin(request.user)
+    followed = Allocation.objects.filter(pk__in=ClusterQueueState.objects.filter(
+        allocation__isnull=False).values("allocation_id"))
+    chart = history_chart(queue_history(followed))
     groups = [{"name": g.name, "rows": [
         {"r": r, "tenant": g.tenants.get(r.queue, ""),
          "oldest": oldest_wait_text(r.oldest_wait_seconds),
          "blocked_by": [f"{g.tenants.get(b, '?')} ({b})" for b in r.blocked_by]}
         for r in g.rows]} for g in cohort_views()]
-    return render(request, "fleet/cohorts.html", {"groups": groups})
+    return render(request, "fleet/cohorts.html", {"groups": groups, "chart": chart})
 
 
 def _usable_allocation(request, pk: int) -> Allocation:

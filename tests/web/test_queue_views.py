@@ -161,3 +161,9 @@ def test_history_narrows_to_a_queue_and_priority_and_refuses_nonsense(client, le
         response = client.get(url, {"priority": bad})
         assert response.status_code == 400, bad
         assert "priority" in response.json()["extra"]["fields"]
+
+
+def test_admins_see_the_history_of_every_queue(client, admin_user, queues):
+    client.force_login(admin_user)
+    page = client.get("/fleet/cohorts/").content.decode()
+    assert "Every queue, last 14 days" in page and "Borrowed device-h" in page
