@@ -105,13 +105,17 @@ class SmallCellComparison:
 
     @property
     def text(self) -> str:
-        landed = f"{self.landed_route.label} at {self.landed_price:,.2f} a month"
+        from django.conf import settings
+
+        cur = settings.PORTAL_CURRENCY
+        landed = f"{self.landed_route.label} at {cur} {self.landed_price:,.2f} a month"
         if self.asked_price is None:
             return (f"Answered as a fraction of a device, but no MIG slice here holds the "
                     f"memory: it is planned as {landed}. {self.asked_why}")
         return (f"Answered as a fraction of a device, but no MIG slice here holds the memory, "
                 f"so each replica is a whole device and the request lands in {landed}, "
-                f"instead of {self.asked_route.label} at {self.asked_price:,.2f} a month. "
+                f"instead of {self.asked_route.label} at {cur} {self.asked_price:,.2f} a "
+                f"month. "
                 f"{self.asked_why}")
 
 

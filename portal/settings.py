@@ -8,6 +8,7 @@ are required and the secure-cookie/HSTS settings are on.
 
 from __future__ import annotations
 
+import re
 import secrets
 from pathlib import Path
 
@@ -230,6 +231,10 @@ PORTAL_CLUSTER_CA_FILE = env_str("PORTAL_CLUSTER_CA_FILE")
 PORTAL_KUBECTL_CLIENT_ID = env_str("PORTAL_KUBECTL_CLIENT_ID", "kubectl")
 PORTAL_EXAMPLE_IMAGE = env_str("PORTAL_EXAMPLE_IMAGE",
                                "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04")
+# Money is shown in this ISO 4217 currency (rate cards and charges carry no other).
+PORTAL_CURRENCY = env_str("PORTAL_CURRENCY", "EUR").upper()
+if not re.fullmatch(r"[A-Z]{3}", PORTAL_CURRENCY):
+    raise ImproperlyConfigured("PORTAL_CURRENCY must be an ISO 4217 code such as EUR or USD")
 # Queue truth: how often Kueue's Workloads and queues are read back (a bounded list), and
 # the longest gap between two reads that is still integrated into queue-hours for billing.
 PORTAL_QUEUE_SYNC_SECONDS = env_int("PORTAL_QUEUE_SYNC_SECONDS", 15, minimum=2)

@@ -33,8 +33,14 @@ def home(request):
     # Allocations about to end: the notice a lead needs to renew in time.
     expiring = scope_to_tenants(request.user, Allocation.objects.filter(
         status=Allocation.Status.EXPIRING).select_related("tenant", "request"))
+    held = dict(scope_to_tenants(request.user, Allocation.objects.filter(
+        status__in=(Allocation.Status.ACTIVE, Allocation.Status.EXPIRING)))
+        .values_list("status").annotate(n=Count("id")))
     return render(request, "dashboard.html", {
         "expiring": expiring,
+        # What matters at a glance: what runs, what waits for review, what ends soon.
+        "active_allocations": sum(held.values()),
+        "expiring_soon": held.get(Allocation.Status.EXPIRING, 0),
         "counts": counts, "recent": recent, "pools": pools,
         "tenants": visible_tenants(request.user),
         "queue": counts.get(Status.SUBMITTED.value, 0) if roles.platform_admin else None,

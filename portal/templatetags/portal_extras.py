@@ -28,8 +28,11 @@ def percent(part, whole) -> str:
 
 @register.filter
 def money(value) -> str:
+    """An amount in the portal's currency: 'EUR 1,234.50'."""
+    from django.conf import settings
+
     try:
-        return f"{Decimal(value):,.2f}"
+        return f"{settings.PORTAL_CURRENCY}\u00a0{Decimal(value):,.2f}"
     except (InvalidOperation, TypeError, ValueError):
         return "—"
 

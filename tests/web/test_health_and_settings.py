@@ -73,3 +73,23 @@ def test_production_refuses_to_start_without_required_settings(drop, message):
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_money_carries_the_portals_currency(settings):
+    from portal.templatetags.portal_extras import money
+
+    settings.PORTAL_CURRENCY = "CHF"
+    assert money("1234.5") == "CHF\u00a01,234.50"
+    assert money("-120") == "CHF\u00a0-120.00"
+    assert money("not a number") == "—"
+
+
+def test_a_currency_that_is_no_iso_code_stops_the_start():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PORTAL_CURRENCY": "euros"}
+    out = subprocess.run([sys.executable, "-c", "import portal.settings"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "ISO 4217" in out.stderr

@@ -418,3 +418,32 @@ def test_why_not_yet_names_the_day_capacity_frees_up(client, lead, admin_user, t
     body = client.get(reverse("intake:detail", args=[waiting.pk])).content.decode()
     assert "Does not fit now" in body
     assert f"frees up on {ends + dt.timedelta(days=1):%Y-%m-%d}" in body
+
+
+def test_the_overview_counts_what_matters(client, tenant, lead, other_lead, admin_user, pools,
+                                          django_capture_on_commit_callbacks):
+    """Active allocations, pending review, expiring soon — each tenant its own."""
+    import re
+
+    from fleet.models import Allocation
+    from intake import services
+
+    for _ in range(2):
+        req = make_request(tenant, lead, submit=True, whole_devices=1)
+        with django_capture_on_commit_callbacks(execute=True):
+            services.request_approve(request=req, by=admin_user, reason="ok")
+    make_request(tenant, lead, submit=True, whole_devices=1)  # waiting for review
+    Allocation.objects.filter(pk=Allocation.objects.first().pk).update(status="expiring")
+
+    def stat(body: str, label: str) -> int:
+        found = re.search(r'<span class="num">(\d+)</span><span class="lbl">' + label, body)
+        assert found, label
+        return int(found[1])
+
+    client.force_login(lead)
+    body = client.get(reverse("home")).content.decode()
+    assert (stat(body, "Active allocations"), stat(body, "Pending review"),
+            stat(body, "Expiring soon")) == (2, 1, 1)
+    client.force_login(other_lead)
+    body = client.get(reverse("home")).content.decode()
+    assert (stat(body, "Active allocations"), stat(body, "Pending review")) == (0, 0)
