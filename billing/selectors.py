@@ -9,7 +9,7 @@ from decimal import Decimal
 from django.db.models import Sum
 
 from .domain import SECONDS_PER_HOUR, month_start, utilisation
-from .models import UsageMonth
+from .models import UsageHour, UsageMonth
 
 
 @dataclass
@@ -71,3 +71,48 @@ def overview(tenant_ids, months: list[dt.date], *, route: str = "") -> tuple[lis
         t["amount"] += amt
     return list(rows.values()), [totals[m] for m in months]
 
+
+
+def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
+                tenant_slugs: set[str] | None = None):
+    """FOCUS charge periods: per allocation, day and rate, the hours' sums (one query)."""
+    from django.db.models.functions import TruncDay
+
+    from fleet.domain import Route
+    from fleet.models import Allocation
+
+    from .domain import POLICIES, month_bounds, month_start
+    from .focus import ChargeDay
+
+    if not months:
+        return []
+    start, _ = month_bounds(min(months))
+    _, end = month_bounds(max(months))
+    qs = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
+    if tenant_ids is not None:
+        qs = qs.filter(tenant_id__in=tenant_ids)
+    if route:
+        qs = qs.filter(allocation__route=route)
+    if tenant_slugs is not None:
+        qs = qs.filter(tenant__slug__in=tenant_slugs)
+    days = (qs.annotate(day=TruncDay("hour", tzinfo=dt.UTC))
+            .values("allocation_id", "day", "rate")
+            .annotate(used=Sum("used_s"), charged=Sum("charged_s"), amount=Sum("amount"))
+            .order_by("allocation_id", "day", "rate"))
+    allocations = {a.pk: a for a in Allocation.objects.filter(
+        pk__in={d["allocation_id"] for d in days}).select_related("tenant", "pool")}
+    out = []
+    for d in days:
+        a = allocations[d["allocation_id"]]
+        billing_start, billing_end = month_bounds(month_start(d["day"]))
+        out.append(ChargeDay(
+            tenant_slug=a.tenant.slug, tenant_name=a.tenant.name,
+            cost_centre=a.tenant.cost_centre, allocation_id=a.pk, namespace=a.namespace,
+            route=a.route, route_label=Route(a.route).label,
+            policy=POLICIES.get(a.route, "allocated hours"), pool_slug=a.pool.slug,
+            pool_name=a.pool.name, gpu_model=a.pool.gpu_model, period_start=d["day"],
+            period_end=d["day"] + dt.timedelta(days=1), billing_start=billing_start,
+            billing_end=billing_end, used_seconds=d["used"] or Decimal(0),
+            charged_seconds=d["charged"] or Decimal(0), rate=d["rate"],
+            amount=d["amount"] or Decimal(0)))
+    return out

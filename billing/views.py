@@ -71,6 +71,8 @@ def finance_overview(request):
         rows = [r for r in rows if q in r.name.lower() or q in r.slug]
     if request.GET.get("format") == "csv":
         return _csv(rows, months)
+    if request.GET.get("format") == "focus":
+        return _focus(tenant_ids, months, route, {r.slug for r in rows} if q else None)
     from django.core.paginator import Paginator
 
     page = Paginator(rows, 50).get_page(request.GET.get("page"))
@@ -103,6 +105,24 @@ def _csv(rows, months) -> HttpResponse:
                 idle = max(Decimal(0), cell["allocated_h"] - cell["used_h"])
                 out.writerow([r.slug, f"{m:%Y-%m}", f"{cell['allocated_h']:.4f}",
                               f"{cell['used_h']:.4f}", f"{idle:.4f}", f"{cell['amount']:.2f}"])
+    return response
+
+
+def _focus(tenant_ids, months, route: str, slugs) -> HttpResponse:
+    """The same view's charges in the FinOps FOCUS format: one row per allocation and
+    charge period (a day at one price)."""
+    from django.conf import settings
+
+    from .focus import FOCUS_COLUMNS, focus_row
+    from .selectors import charge_days
+
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="focus-charges.csv"'
+    out = csv.DictWriter(response, fieldnames=[name for name, _ in FOCUS_COLUMNS])
+    out.writeheader()
+    for charge in charge_days(tenant_ids, months, route=route, tenant_slugs=slugs):
+        out.writerow(focus_row(charge, currency=settings.PORTAL_CURRENCY,
+                               provider=settings.PORTAL_PROVIDER_NAME))
     return response
 
 

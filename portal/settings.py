@@ -235,6 +235,8 @@ PORTAL_EXAMPLE_IMAGE = env_str("PORTAL_EXAMPLE_IMAGE",
 PORTAL_CURRENCY = env_str("PORTAL_CURRENCY", "EUR").upper()
 if not re.fullmatch(r"[A-Z]{3}", PORTAL_CURRENCY):
     raise ImproperlyConfigured("PORTAL_CURRENCY must be an ISO 4217 code such as EUR or USD")
+# The provider named in FOCUS exports (ProviderName, PublisherName, InvoiceIssuerName).
+PORTAL_PROVIDER_NAME = env_str("PORTAL_PROVIDER_NAME", "AI Factory")
 # Queue truth: how often Kueue's Workloads and queues are read back (a bounded list), and
 # the longest gap between two reads that is still integrated into queue-hours for billing.
 PORTAL_QUEUE_SYNC_SECONDS = env_int("PORTAL_QUEUE_SYNC_SECONDS", 15, minimum=2)

@@ -135,3 +135,57 @@ def test_metrics_endpoint(client, billed, settings):
     settings.PORTAL_METRICS_TOKEN = "s3cret"
     assert client.get("/metrics").status_code == 401
     assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret").status_code == 200
+
+
+def test_focus_export_has_the_specifications_columns_and_types(client, users, billed):
+    """FinOps FOCUS 1.0: every column, in its data type; the cost adds up to the view."""
+    import csv
+    import io
+    import json
+
+    from billing.focus import FOCUS_COLUMNS
+
+    client.force_login(users["finance"])
+    response = client.get(reverse("billing:overview"), {"months": 3, "format": "focus"})
+    assert response["Content-Disposition"] == 'attachment; filename="focus-charges.csv"'
+    reader = csv.DictReader(io.StringIO(response.content.decode()))
+    assert reader.fieldnames == [name for name, _ in FOCUS_COLUMNS]
+    rows = list(reader)
+    assert {r["SubAccountId"] for r in rows} == {"acme", "globex"}
+    required = ("BilledCost", "EffectiveCost", "ListCost", "ContractedCost",
+                "BillingAccountId", "BillingCurrency", "BillingPeriodStart",
+                "BillingPeriodEnd", "ChargeCategory", "ChargePeriodStart", "ChargePeriodEnd",
+                "ConsumedQuantity", "ConsumedUnit", "PricingQuantity", "PricingUnit",
+                "InvoiceIssuerName", "ProviderName", "PublisherName", "ServiceCategory",
+                "ServiceName", "SkuId", "SkuPriceId", "ResourceId", "ChargeDescription")
+    for row in rows:
+        for name, kind in FOCUS_COLUMNS:
+            value = row[name]
+            if name in required:
+                assert value, f"{name} is required"
+            if not value:
+                continue
+            if kind == "Decimal":
+                assert Decimal(value).is_finite()
+            elif kind == "DateTime":
+                assert dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+            elif kind == "JSON":
+                assert json.loads(value)["tenant"] == row["SubAccountId"]
+        assert row["ChargeCategory"] == "Usage" and row["BillingCurrency"] == "EUR"
+        assert row["ChargePeriodStart"] < row["ChargePeriodEnd"]
+        assert row["BillingPeriodStart"] <= row["ChargePeriodStart"]
+        assert row["ChargePeriodEnd"] <= row["BillingPeriodEnd"]
+    acme = sum(Decimal(r["BilledCost"]) for r in rows if r["SubAccountId"] == "acme")
+    assert acme == Decimal("10.0000")  # the hour billed in the fixture: 4 devices × 2.50
+    hours = sum(Decimal(r["PricingQuantity"]) for r in rows if r["SubAccountId"] == "acme")
+    assert hours == 4  # GPU-hours charged
+
+
+def test_a_lead_exports_only_the_own_tenant(client, users, billed):
+    import csv
+    import io
+
+    client.force_login(users["lead"])
+    response = client.get(reverse("billing:overview"), {"format": "focus"})
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert rows and {r["SubAccountId"] for r in rows} == {"acme"}

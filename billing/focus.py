@@ -1,0 +1,101 @@
+"""FinOps FOCUS export, the pure part: one row per allocation and charge period (a day, at
+one price), in the columns the FOCUS specification (1.0) defines for usage-based charges.
+
+The portal is the provider and invoice issuer; a tenant is the billing account (its cost
+centre) and sub-account; an allocation is the resource; a pool at its rate is the SKU price.
+Quantities are GPU-hours (a MIG slice counts as its share of a device, as everywhere).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+
+# The columns, in the specification's order of mention, with their FOCUS data types.
+FOCUS_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("AvailabilityZone", "String"), ("BilledCost", "Decimal"),
+    ("BillingAccountId", "String"), ("BillingAccountName", "String"),
+    ("BillingCurrency", "String"), ("BillingPeriodEnd", "DateTime"),
+    ("BillingPeriodStart", "DateTime"), ("ChargeCategory", "String"),
+    ("ChargeClass", "String"), ("ChargeDescription", "String"),
+    ("ChargeFrequency", "String"), ("ChargePeriodEnd", "DateTime"),
+    ("ChargePeriodStart", "DateTime"), ("CommitmentDiscountCategory", "String"),
+    ("CommitmentDiscountId", "String"), ("CommitmentDiscountName", "String"),
+    ("CommitmentDiscountStatus", "String"), ("CommitmentDiscountType", "String"),
+    ("ConsumedQuantity", "Decimal"), ("ConsumedUnit", "String"),
+    ("ContractedCost", "Decimal"), ("ContractedUnitPrice", "Decimal"),
+    ("EffectiveCost", "Decimal"), ("InvoiceIssuerName", "String"),
+    ("ListCost", "Decimal"), ("ListUnitPrice", "Decimal"),
+    ("PricingCategory", "String"), ("PricingQuantity", "Decimal"),
+    ("PricingUnit", "String"), ("ProviderName", "String"), ("PublisherName", "String"),
+    ("RegionId", "String"), ("RegionName", "String"), ("ResourceId", "String"),
+    ("ResourceName", "String"), ("ResourceType", "String"),
+    ("ServiceCategory", "String"), ("ServiceName", "String"), ("SkuId", "String"),
+    ("SkuPriceId", "String"), ("SubAccountId", "String"), ("SubAccountName", "String"),
+    ("Tags", "JSON"),
+)
+UNIT = "GPU-Hours"
+
+
+@dataclass(frozen=True)
+class ChargeDay:
+    """One allocation's charges over one charge period at one rate, as plain values."""
+
+    tenant_slug: str
+    tenant_name: str
+    cost_centre: str
+    allocation_id: int
+    namespace: str
+    route: str
+    route_label: str
+    policy: str
+    pool_slug: str
+    pool_name: str
+    gpu_model: str
+    period_start: dt.datetime
+    period_end: dt.datetime
+    billing_start: dt.datetime
+    billing_end: dt.datetime
+    used_seconds: Decimal
+    charged_seconds: Decimal
+    rate: Decimal
+    amount: Decimal
+
+
+def _time(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _hours(seconds: Decimal) -> str:
+    return f"{(Decimal(seconds) / 3600).quantize(Decimal('0.000001')):f}"
+
+
+def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
+    cost = f"{Decimal(c.amount).quantize(Decimal('0.0001')):f}"
+    rate = f"{Decimal(c.rate):f}"
+    row = {name: "" for name, _ in FOCUS_COLUMNS}
+    row.update({
+        "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
+        "BillingAccountId": c.cost_centre or c.tenant_slug, "BillingAccountName": c.tenant_name,
+        "SubAccountId": c.tenant_slug, "SubAccountName": c.tenant_name,
+        "BillingCurrency": currency,
+        "BillingPeriodStart": _time(c.billing_start), "BillingPeriodEnd": _time(c.billing_end),
+        "ChargePeriodStart": _time(c.period_start), "ChargePeriodEnd": _time(c.period_end),
+        "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
+        "ChargeDescription": f"{c.route_label} in {c.pool_name}: {c.policy}",
+        "ConsumedQuantity": _hours(c.used_seconds), "ConsumedUnit": UNIT,
+        "PricingQuantity": _hours(c.charged_seconds), "PricingUnit": UNIT,
+        "ListUnitPrice": rate, "ContractedUnitPrice": rate, "PricingCategory": "Standard",
+        "ProviderName": provider, "PublisherName": provider, "InvoiceIssuerName": provider,
+        "ResourceId": f"allocation/{c.allocation_id}", "ResourceName": c.namespace,
+        "ResourceType": f"GPU allocation ({c.route_label})",
+        "ServiceCategory": "AI and Machine Learning",
+        "ServiceName": f"GPU capacity: {c.pool_name}",
+        "SkuId": f"{c.pool_slug}:{c.gpu_model}",
+        "SkuPriceId": f"{c.pool_slug}:{c.gpu_model}@{rate}",
+        "Tags": json.dumps({"tenant": c.tenant_slug, "route": c.route, "pool": c.pool_slug},
+                           sort_keys=True),
+    })
+    return row
