@@ -189,3 +189,11 @@ def test_a_lead_exports_only_the_own_tenant(client, users, billed):
     response = client.get(reverse("billing:overview"), {"format": "focus"})
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     assert rows and {r["SubAccountId"] for r in rows} == {"acme"}
+
+
+def test_the_tenant_filter_applies_to_the_cards_and_the_chart(client, users, billed):
+    client.force_login(users["finance"])
+    everyone = client.get(reverse("billing:overview"), {"months": 3}).context["grand"]
+    acme = client.get(reverse("billing:overview"), {"months": 3, "q": "acme"}).context["grand"]
+    assert everyone["amount"] == Decimal("15.0") and acme["amount"] == Decimal("10.0")
+    assert acme["allocated_h"] == 4
