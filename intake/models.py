@@ -93,6 +93,18 @@ class CapacityRequest(models.Model):
     def status_enum(self) -> Status:
         return Status(self.status)
 
+    @property
+    def size_label(self) -> str:
+        """What the request holds, in the route's own unit: '2 devices' on whole-device
+        routes (a binding small answer is a whole device per replica), '3 × 1g.10gb' on the
+        MIG route (or before routing, as answered)."""
+        small = self.device_fill == "small"
+        if self.route == Route.MIG_VCLUSTER or (small and not self.route):
+            what = self.mig_profile or f"{self.memory_gb} GB"
+            return f"{self.replicas} × {what}"
+        n = self.replicas if small else self.whole_devices
+        return f"{n} device{'' if n == 1 else 's'}"
+
     def answers(self) -> IntakeAnswers:
         return IntakeAnswers(
             isolation=Isolation(self.isolation_origin) if self.isolation_origin else None,

@@ -244,3 +244,18 @@ def test_decisions_need_a_reason():
     check = check_transition(action="deny", status=Status.SUBMITTED, is_admin=True,
                              is_lead=False, reason=" ")
     assert not check.allowed and "reason" in check.reason
+
+
+@pytest.mark.parametrize(("fields", "route", "label"), [
+    ({"device_fill": "full", "whole_devices": 2}, "shared_pool", "2 devices"),
+    ({"device_fill": "full", "whole_devices": 1}, "dedicated_block", "1 device"),
+    ({"device_fill": "small", "replicas": 3, "mig_profile": "1g.10gb"}, "confidential_pool",
+     "3 devices"),
+    ({"device_fill": "small", "replicas": 3, "mig_profile": "1g.10gb"}, "mig_vcluster",
+     "3 × 1g.10gb"),
+    ({"device_fill": "small", "replicas": 2, "memory_gb": 18}, "", "2 × 18 GB"),
+])
+def test_lists_speak_in_the_routes_unit(fields, route, label):
+    from intake.models import CapacityRequest
+
+    assert CapacityRequest(route=route, **fields).size_label == label
