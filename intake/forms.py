@@ -15,9 +15,14 @@ from .services import EDITABLE_FIELDS
 
 
 def _mig_choices() -> list[tuple[str, str]]:
+    """The MIG profiles the active MIG pools offer (all fractional profiles when none is
+    configured yet): the form offers only what the platform can give."""
+    offered = {name for profiles in Pool.objects.filter(
+        active=True, route=Route.MIG_VCLUSTER).values_list("mig_profiles", flat=True)
+        for name in (profiles or [])}
     rows = [("", "— or give the memory per replica —")]
     for p in ALL_MIG_PROFILES.values():
-        if p.is_fraction:
+        if p.is_fraction and (not offered or p.name in offered):
             rows.append((p.name, f"{p.name} ({p.compute_slices}/7 of a device, {p.memory_gb} GB)"))
     return rows
 

@@ -447,3 +447,13 @@ def test_the_overview_counts_what_matters(client, tenant, lead, other_lead, admi
     client.force_login(other_lead)
     body = client.get(reverse("home")).content.decode()
     assert (stat(body, "Active allocations"), stat(body, "Pending review")) == (0, 0)
+
+
+def test_the_form_offers_only_the_profiles_the_mig_pools_offer(client, lead, pools):
+    from fleet.models import Pool, Route
+
+    Pool.objects.filter(route=Route.MIG_VCLUSTER).update(mig_profiles=["2g.20gb"])
+    client.force_login(lead)
+    body = client.get(reverse("intake:new")).content.decode()
+    assert 'value="2g.20gb"' in body
+    assert 'value="1g.10gb"' not in body and 'value="3g.40gb"' not in body
