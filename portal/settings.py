@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "allauth.socialaccount.providers.openid_connect",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Redoc from the portal's own static files, not a CDN
     "django_htmx",
     "template_partials",
     "tenants",
@@ -193,6 +194,9 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"RouteEnum": "fleet.domain.Route"},
+    "REDOC_DIST": "SIDECAR",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "portal.api.document_refusals"],
 }

@@ -93,3 +93,13 @@ def test_a_currency_that_is_no_iso_code_stops_the_start():
     out = subprocess.run([sys.executable, "-c", "import portal.settings"], env=env,
                          capture_output=True, text=True)
     assert out.returncode != 0 and "ISO 4217" in out.stderr
+
+
+def test_the_api_docs_load_nothing_from_outside(client, db):
+    """The portal runs on networks without internet: Redoc comes from its own static files."""
+    import re
+
+    body = client.get("/api/docs/").content.decode()
+    sources = re.findall(r'(?:src|href)="([^"]+)"', body)
+    assert any("redoc" in s for s in sources), sources
+    assert not [s for s in sources if s.startswith(("http://", "https://", "//"))], sources
