@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Sum
+from django.db.models import Q, Sum
 
 from .domain import SECONDS_PER_HOUR, month_start, utilisation
 from .models import UsageHour, UsageMonth
@@ -40,14 +40,18 @@ def last_months(n: int, today: dt.date) -> list[dt.date]:
     return list(reversed(out))
 
 
-def overview(tenant_ids, months: list[dt.date], *, route: str = "") -> tuple[list[TenantRow],
-                                                                            list[dict]]:
-    """Tenants × months, and per-month totals for the chart. One aggregate query."""
+def overview(tenant_ids, months: list[dt.date], *, route: str = "", q: str = ""
+             ) -> tuple[list[TenantRow], list[dict]]:
+    """Tenants × months, and per-month totals for the cards and the chart, of the tenants
+    the filters leave (`q`: part of a name or slug). One aggregate query."""
     qs = UsageMonth.objects.filter(month__in=months)
     if tenant_ids is not None:
         qs = qs.filter(tenant_id__in=tenant_ids)
     if route:
         qs = qs.filter(allocation__route=route)
+    q = q.replace("\x00", "")  # PostgreSQL text holds no NUL: such a filter matches nothing
+    if q:
+        qs = qs.filter(Q(tenant__name__icontains=q) | Q(tenant__slug__icontains=q))
     data = (qs.values("tenant_id", "tenant__slug", "tenant__name", "month")
             .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"), amount=Sum("amount"),
                       pending=Sum("pending_hours")))

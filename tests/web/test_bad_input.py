@@ -138,3 +138,8 @@ def test_odd_pagination_is_not_a_server_error(client, lead, pools, query):
     for path in ("/api/requests/", "/api/allocations/"):
         response = client.get(f"{path}?{query}")
         assert response.status_code == 200, (path, query)
+
+
+def test_a_nul_byte_in_the_tenant_filter_is_no_server_error(client, finance_user, billed):  # noqa: F811
+    client.force_login(finance_user)
+    assert client.get(reverse("billing:overview"), {"q": "ac\x00me"}).status_code == 200
