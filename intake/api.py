@@ -19,7 +19,7 @@ from tenants.models import Tenant
 from . import services
 from .domain import ALL_MIG_PROFILES, Status, validate_answers, validate_request_fields
 from .models import CapacityRequest
-from .selectors import answers_for, plan_answers
+from .selectors import answers_for, offered_mig_profiles, plan_answers
 
 SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
@@ -54,7 +54,8 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
                                     help_text="empty until the request is routed")
     mig_profile = serializers.ChoiceField(
         choices=[""] + [p for p, v in ALL_MIG_PROFILES.items() if v.is_fraction],
-        required=False, allow_blank=True)
+        required=False, allow_blank=True,
+        help_text="one of the profiles the active MIG pools offer")
 
     class Meta:
         model = CapacityRequest
@@ -69,6 +70,14 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
             "status", "route", "route_reason", "route_overridden", "override_reason",
             "decision_reason", "decided_at", "allocation", "created_at",
         ]
+
+    def validate_mig_profile(self, value: str) -> str:
+        # The same profiles the form offers: those of the active MIG pools.
+        offered = [p.name for p in offered_mig_profiles()]
+        if value and value not in offered:
+            raise serializers.ValidationError(
+                f"{value} is not offered here; choose one of {', '.join(offered)}.")
+        return value
 
     def validate(self, attrs):
         merged = {f: getattr(self.instance, f) for f in services.EDITABLE_FIELDS} \

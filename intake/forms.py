@@ -8,23 +8,19 @@ from django.utils import timezone
 from fleet.models import Pool, Route
 from tenants.models import Tenant
 
-from .domain import ALL_MIG_PROFILES, IntakeAnswers, validate_answers, validate_request_fields
+from .domain import IntakeAnswers, validate_answers, validate_request_fields
 from .models import CapacityRequest
 from .selectors import answers_for
 from .services import EDITABLE_FIELDS
 
 
 def _mig_choices() -> list[tuple[str, str]]:
-    """The MIG profiles the active MIG pools offer (all fractional profiles when none is
-    configured yet): the form offers only what the platform can give."""
-    offered = {name for profiles in Pool.objects.filter(
-        active=True, route=Route.MIG_VCLUSTER).values_list("mig_profiles", flat=True)
-        for name in (profiles or [])}
-    rows = [("", "— or give the memory per replica —")]
-    for p in ALL_MIG_PROFILES.values():
-        if p.is_fraction and (not offered or p.name in offered):
-            rows.append((p.name, f"{p.name} ({p.compute_slices}/7 of a device, {p.memory_gb} GB)"))
-    return rows
+    """Only what the platform can give (intake.selectors.offered_mig_profiles)."""
+    from .selectors import offered_mig_profiles
+
+    return [("", "— or give the memory per replica —")] + [
+        (p.name, f"{p.name} ({p.compute_slices}/7 of a device, {p.memory_gb} GB)")
+        for p in offered_mig_profiles()]
 
 
 class CapacityRequestForm(forms.ModelForm):

@@ -244,3 +244,15 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
     return ApprovalPlan(decision, plan, pool, namespace=namespace_for(request.tenant,
                                                                       f"r{request.pk}"),
                         whole_devices=whole, nodes=nodes)
+
+
+def offered_mig_profiles() -> list:
+    """The fractional MIG profiles the active MIG pools offer (every fractional profile
+    while none is configured): what the form and the API accept alike."""
+    from .domain import ALL_MIG_PROFILES
+
+    offered = {name for profiles in Pool.objects.filter(
+        active=True, route=Route.MIG_VCLUSTER).values_list("mig_profiles", flat=True)
+        for name in (profiles or [])}
+    return [p for p in ALL_MIG_PROFILES.values()
+            if p.is_fraction and (not offered or p.name in offered)]

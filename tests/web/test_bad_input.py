@@ -143,3 +143,19 @@ def test_odd_pagination_is_not_a_server_error(client, lead, pools, query):
 def test_a_nul_byte_in_the_tenant_filter_is_no_server_error(client, finance_user, billed):  # noqa: F811
     client.force_login(finance_user)
     assert client.get(reverse("billing:overview"), {"q": "ac\x00me"}).status_code == 200
+
+
+def test_the_api_accepts_only_the_mig_profiles_the_form_offers(client, tenant, lead, pools):
+    from rest_framework.test import APIClient
+
+    from fleet.models import Pool
+
+    Pool.objects.filter(route=Route.MIG_VCLUSTER).update(mig_profiles=["2g.20gb"])
+    api = APIClient()
+    api.force_authenticate(lead)
+    body = _api_payload(tenant, device_fill="small", replicas=1, whole_devices=0,
+                        mig_profile="1g.10gb")
+    refused = api.post("/api/requests/", body, format="json")
+    assert refused.status_code == 400 and "mig_profile" in refused.json()["extra"]["fields"]
+    assert api.post("/api/requests/", {**body, "mig_profile": "2g.20gb"},
+                    format="json").status_code == 201
