@@ -98,6 +98,21 @@ def request_fields(**overrides) -> dict:
     return fields
 
 
+def request_body(tenant_slug: str, **overrides) -> dict:
+    """The same answers as an API request body (JSON: dates as ISO strings)."""
+    return {k: (v.isoformat() if hasattr(v, "isoformat") else v)
+            for k, v in request_fields(**overrides).items()} | {"tenant": tenant_slug}
+
+
+def session_cookie(user) -> str:
+    """A signed-in session for `user`, for clients outside Django's test client."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
 def make_request(tenant: Tenant, lead, *, submit: bool = False, **overrides):
     from intake import services
 

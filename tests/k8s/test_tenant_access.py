@@ -24,7 +24,7 @@ from tests.factories import TenantFactory, make_lead
 from tests.harness.controlplane import _kubeconfig
 
 from .conftest import eventually
-from .test_kueue_admission import wait_workload
+from .test_kueue_admission import _quota_known, wait_workload
 from .test_provisioning import approve, fleet, kube  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.django_db]
@@ -200,8 +200,3 @@ def test_the_guard_rails_refuse_what_they_must(
                  "deviceClassName": "gpu.nvidia.com", "count": 1}}]}}}
     with pytest.raises(KubeError, match="exceeded quota"):
         mig_lead.apply(claim)
-
-
-def _quota_known(backend, namespace: str) -> None:
-    quota = backend.get("v1", "ResourceQuota", "gpu-quota", namespace)
-    assert (quota.get("status") or {}).get("hard"), "quota status not computed yet"

@@ -11,7 +11,6 @@ import os
 
 import pytest
 import schemathesis
-from django.test import Client
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -21,7 +20,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.factories import make_request
+from tests.factories import make_request, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 EXAMPLES = int(os.environ.get("PORTAL_FUZZ_EXAMPLES", "25"))
@@ -38,9 +37,7 @@ def seeded(tenant, other_tenant, lead, other_lead, admin_user, pools):
 
 
 def _signed_in(user) -> dict[str, str]:
-    client = Client()
-    client.force_login(user)
-    return {"Cookie": f"sessionid={client.cookies['sessionid'].value}; csrftoken={CSRF}",
+    return {"Cookie": f"sessionid={session_cookie(user)}; csrftoken={CSRF}",
             "X-CSRFToken": CSRF}
 
 

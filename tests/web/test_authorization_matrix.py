@@ -183,11 +183,9 @@ def _args(kind: str, world) -> list:
 
 def _body(kind: str) -> dict:
     if kind == "preview":  # a whole, valid request for acme
-        from tests.factories import request_fields
+        from tests.factories import request_body
 
-        fields = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
-                  for k, v in request_fields().items()}
-        return {**fields, "tenant": "acme"}
+        return request_body("acme")
     return {"reason": "matrix", "amount": "1"}
 
 

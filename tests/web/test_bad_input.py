@@ -75,11 +75,9 @@ def test_a_rate_starting_out_of_any_sane_window_is_refused(client, admin_user, p
 # -- requests: the API, the form and the service share one set of limits ------------------
 
 def _api_payload(tenant, **kw):
-    from tests.factories import request_fields
+    from tests.factories import request_body
 
-    data = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
-            for k, v in request_fields(**kw).items()}
-    return {**data, "tenant": tenant.slug}
+    return request_body(tenant.slug, **kw)
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [

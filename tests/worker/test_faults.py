@@ -157,13 +157,10 @@ def test_an_unreachable_database_is_a_503_that_says_so(lead, tenant, pools):
 
 
 SETUP = """
-from django.test import Client
-from tests.factories import TenantFactory, make_lead, make_pools
+from tests.factories import TenantFactory, make_lead, make_pools, session_cookie
 make_pools()
-lead = make_lead(TenantFactory(slug="burst", name="Burst"), "burst-lead")
-client = Client()
-client.force_login(lead)
-print("SESSION", client.cookies["sessionid"].value)
+print("SESSION", session_cookie(make_lead(TenantFactory(slug="burst", name="Burst"),
+                                          "burst-lead")))
 """
 CHECK = """
 from intake.models import CapacityRequest
@@ -184,7 +181,7 @@ def test_postgresql_restarted_during_a_burst_of_filings(tmp_path):
 
     import requests
 
-    from tests.factories import request_fields
+    from tests.factories import request_body
     from tests.harness.procs import free_port, wait_until
     from tests.harness.services import PostgresServer, make_run_dir
 
@@ -210,8 +207,7 @@ def test_postgresql_restarted_during_a_burst_of_filings(tmp_path):
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _answers(base), timeout=60, what="gunicorn")
-        body = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
-                for k, v in request_fields().items()} | {"tenant": "burst"}
+        body = request_body("burst")
         results: list[tuple[int, object]] = []
         stop = time.monotonic() + 14
         lock = threading.Lock()

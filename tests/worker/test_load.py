@@ -22,10 +22,15 @@ import pytest
 import requests
 from django.conf import settings
 from django.db.models import Sum
-from django.test import Client
 
 from fleet.models import Allocation, Pool, Route
-from tests.factories import TenantFactory, make_lead, make_platform_user, request_fields
+from tests.factories import (
+    TenantFactory,
+    make_lead,
+    make_platform_user,
+    request_body,
+    session_cookie,
+)
 from tests.harness.procs import ManagedProcess, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,10 +69,8 @@ def gunicorn(tmp_path):
 
 
 def _session(user, base: str) -> requests.Session:
-    client = Client()
-    client.force_login(user)
     s = requests.Session()
-    s.cookies.set("sessionid", client.cookies["sessionid"].value)
+    s.cookies.set("sessionid", session_cookie(user))
     s.cookies.set("csrftoken", CSRF)
     s.headers.update({"X-CSRFToken": CSRF, "Referer": base})
     return s
@@ -97,21 +100,17 @@ def test_fifty_leads_and_five_admins(gunicorn, pools, capsys):
                 errors.append(f"{method} {path} → {r.status_code}: {r.text[:300]}")
         return r
 
-    def lead_loop(tenant, user, seed: int):
+    def lead_loop(tenant, s: requests.Session, seed: int):
         rng = random.Random(seed)
-        s = _session(user, gunicorn)
         while time.monotonic() < stop_at:
-            fields = request_fields(whole_devices=rng.choice([1, 2, 4]))
-            body = {k: (v.isoformat() if hasattr(v, "isoformat") else v)
-                    for k, v in fields.items()} | {"tenant": tenant.slug}
+            body = request_body(tenant.slug, whole_devices=rng.choice([1, 2, 4]))
             r = call(s, "file", "POST", "/api/requests/", json=body)
             if r.status_code == 201:
                 call(s, "submit", "POST", f"/api/requests/{r.json()['id']}/submit/")
             call(s, "list", "GET", "/api/requests/?limit=20")
 
-    def admin_loop(user, seed: int):
+    def admin_loop(s: requests.Session, seed: int):
         rng = random.Random(seed)
-        s = _session(user, gunicorn)
         while time.monotonic() < stop_at:
             r = call(s, "queue", "GET", "/api/requests/?status=submitted&limit=20")
             if r.status_code != 200:
@@ -121,9 +120,11 @@ def test_fifty_leads_and_five_admins(gunicorn, pools, capsys):
                      json={"reason": "load"})
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=lead_loop, args=(t, u, i))
+    # Sessions are made here, on this thread's database connection: a Django connection
+    # opened in each client thread would outlive it.
+    threads = [threading.Thread(target=lead_loop, args=(t, _session(u, gunicorn), i))
                for i, (t, u) in enumerate(leads)]
-    threads += [threading.Thread(target=admin_loop, args=(u, 1000 + i))
+    threads += [threading.Thread(target=admin_loop, args=(_session(u, gunicorn), 1000 + i))
                 for i, u in enumerate(admins)]
     started = time.monotonic()
     for t in threads:
