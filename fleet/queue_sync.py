@@ -4,9 +4,8 @@ queue's use per hour.
 
 A bounded periodic list (every PORTAL_QUEUE_SYNC_SECONDS), not a watch: listing every kind
 took about 1 s at 5,000 workloads, a re-read about 2 s (tests/k8s/test_queue_benchmark.py),
-restarts
-need no resourceVersion bookkeeping, and a missed event cannot leave the portal wrong for
-longer than one period. Pending positions come from Kueue's visibility API when it is
+restarts need no resourceVersion bookkeeping, and a missed event cannot leave the portal wrong
+for longer than one period. Pending positions come from Kueue's visibility API when it is
 registered, else from Kueue's own ordering (priority, then time queued).
 """
 
