@@ -183,3 +183,75 @@ def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime 
     return AllocationHour(allocated, used, credit, charge.charged, rate,
                           amount(charge.charged, rate),
                           borrowed if route == Route.SHARED_POOL else Decimal(0))
+
+
+# ---------------------------------------------------------------------------------------
+# Budgets
+
+BUDGET_THRESHOLDS = (50, 75, 90, 100)  # percent of the monthly budget that notify
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    month: dt.date
+    budget: Decimal
+    spent: Decimal
+    forecast: Decimal  # the month's spend at the run rate so far
+
+    @property
+    def amount(self) -> Decimal:
+        return self.budget
+
+    @property
+    def percent(self) -> Decimal:
+        return (self.spent * 100 / self.budget).quantize(Decimal("0.1")) if self.budget else \
+            Decimal(0)
+
+    @property
+    def forecast_percent(self) -> Decimal:
+        return (self.forecast * 100 / self.budget).quantize(Decimal("0.1")) if self.budget \
+            else Decimal(0)
+
+    @property
+    def crossed(self) -> list[int]:
+        return thresholds_crossed(self.spent, self.budget)
+
+    @property
+    def level(self) -> str:
+        """ok / watch (forecast over) / warn (≥ 90 % spent) / over (≥ 100 %)."""
+        if self.percent >= 100:
+            return "over"
+        if self.percent >= 90:
+            return "warn"
+        return "watch" if self.forecast_percent > 100 else "ok"
+
+    @property
+    def summary(self) -> str:
+        word = {"over": "over budget", "warn": "close to the budget",
+                "watch": "on course to exceed the budget", "ok": "within budget"}[self.level]
+        return (f"{self.percent}% of the monthly budget spent; at this rate the month ends at "
+                f"{self.forecast_percent}% ({word}).")
+
+
+def thresholds_crossed(spent: Decimal, budget: Decimal) -> list[int]:
+    if budget <= 0:
+        return []
+    return [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget * t]
+
+
+def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime) -> Decimal:
+    """Spend so far, extended to the whole month at the same rate. Before the month's first
+    full day the rate is too noisy to extend: the forecast is the spend itself."""
+    start, end = month_bounds(month)
+    if now >= end:
+        return money(spent)
+    elapsed = (now - start).total_seconds()
+    if elapsed < 86400:
+        return money(spent)
+    return money(spent * Decimal((end - start).total_seconds()) / Decimal(elapsed))
+
+
+def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime
+                  ) -> BudgetStatus:
+    return BudgetStatus(month=month, budget=money(budget), spent=money(spent),
+                        forecast=run_rate_forecast(spent, month, now))

@@ -137,3 +137,34 @@ class Adjustment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.amount} on {self.statement}"
+
+
+class Budget(models.Model):
+    """Finance's monthly spending budget for a tenant (in PORTAL_CURRENCY)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="budget")
+    monthly_amount = models.DecimalField(max_digits=14, decimal_places=2)
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                               related_name="+")
+    set_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.monthly_amount}/month"
+
+
+class BudgetAlert(models.Model):
+    """A threshold crossed in a month: the unique key makes each one notify once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField()
+    threshold = models.PositiveSmallIntegerField()
+    spent = models.DecimalField(max_digits=14, decimal_places=2)
+    budget = models.DecimalField(max_digits=14, decimal_places=2)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "month", "threshold"],
+                                               name="one_alert_per_month_and_threshold")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.threshold}% of {self.month:%Y-%m}"

@@ -4,7 +4,12 @@ from celery import shared_task
 @shared_task(name="billing.tasks.rollup_recent_usage")
 def rollup_recent_usage() -> str:
     """Hourly usage rollup (beat): the last hours plus any hour still pending."""
+    from django.utils import timezone
+
+    from .budgets import check_budgets
     from .services import rollup_recent, sync_pool_rates
 
     sync_pool_rates()  # a rate card that came into force updates the intake estimate
-    return rollup_recent().summary()
+    summary = rollup_recent().summary()
+    alerts = check_budgets(timezone.now())  # spend changed: thresholds may be crossed
+    return summary + (f"; {len(alerts)} budget threshold(s) notified" if alerts else "")

@@ -6,6 +6,7 @@ app_name = "billing"
 urlpatterns = [
     path("billing/", views.finance_overview, name="overview"),
     path("billing/rates/", views.rates, name="rates"),
+    path("billing/budgets/", views.budgets, name="budgets"),
     path("billing/<slug:slug>/<str:month>/", views.statement, name="statement"),
     path("billing/<slug:slug>/<str:month>/close/", views.statement_close, name="close"),
     path("billing/<slug:slug>/<str:month>/adjust/", views.statement_adjust, name="adjust"),

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleet.models import Allocation, Route
+from fleet.models import Allocation
 from tenants.access import roles_for, visible_tenants
 from tenants.models import Tenant
 
@@ -56,38 +56,63 @@ def _month(value: str) -> dt.date:
 
 @login_required
 def finance_overview(request):
+    from .forms import OverviewFilters
+
     tenant_ids = _billing_reader(request.user)
-    wanted = request.GET.get("months", "6")
-    count = min(12, max(1, int(wanted))) if wanted.isascii() and wanted.isdigit() and \
-        len(wanted) < 4 else 6
-    months = last_months(count, timezone.localdate())
-    route = request.GET.get("route", "")
-    route = route if route in Route.values else ""
-    q = request.GET.get("q", "").strip().lower()
-    rows, totals = overview(tenant_ids, months, route=route, q=q)
-    sort = request.GET.get("sort", "amount")
-    rows.sort(key=SORTS.get(sort, SORTS["amount"]))
+    filters = OverviewFilters(request.GET)
+    f = filters.values()
+    months = last_months(f["months"], timezone.localdate())
+    rows, totals = overview(tenant_ids, months, route=f["route"], q=f["q"])
+    rows.sort(key=SORTS[f["sort"]])
     if request.GET.get("format") == "csv":
         return _csv(rows, months)
     if request.GET.get("format") == "focus":
-        return _focus(tenant_ids, months, route, {r.slug for r in rows} if q else None)
+        return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
     from django.core.paginator import Paginator
 
     page = Paginator(rows, 50).get_page(request.GET.get("page"))
-    peak = max([max(t["allocated_h"], t["used_h"]) for t in totals] + [Decimal(1)])
-    bars = [{"month": t["month"], "x": i * 100 + 8, "allocated_h": t["allocated_h"],
-             "used_h": t["used_h"], "ha": float(t["allocated_h"] / peak * 110),
-             "hu": float(t["used_h"] / peak * 110)} for i, t in enumerate(totals)]
-    template = "billing/overview.html" + ("#table" if request.htmx else "")
+    grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
+             "used_h": sum(t["used_h"] for t in totals),
+             "amount": sum(t["amount"] for t in totals)}
+    budget = budget_view(tenant_ids, f["q"], rows)
+    # htmx swaps the whole report (cards, chart, table, export links): filters apply to all.
+    template = "billing/overview.html" + ("#report" if request.htmx else "")
     return render(request, template, {
-        "rows": page, "page": page, "months": months, "totals": totals, "bars": bars,
-        "sort": sort,
-        "chart_width": len(months) * 100,
-        "route": route, "routes": Route.choices, "q": q, "n_months": len(months),
-        "grand": {"allocated_h": sum(t["allocated_h"] for t in totals),
-                  "used_h": sum(t["used_h"] for t in totals),
-                  "amount": sum(t["amount"] for t in totals)},
+        "filters": filters, "query": filters.query(), "rows": page, "page": page,
+        "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
+        "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
+        "chart": month_chart(totals, budget=budget),
     })
+
+
+def month_chart(totals: list[dict], *, budget=None) -> dict:
+    """Chart.js data for the months: hours as bars on the left axis, charges as a line on
+    the right (plain numbers; the page's script formats them with the units)."""
+    from django.conf import settings
+
+    data = {
+        "labels": [f"{t['month']:%b %Y}" for t in totals],
+        "allocated_h": [round(float(t["allocated_h"]), 1) for t in totals],
+        "used_h": [round(float(t["used_h"]), 1) for t in totals],
+        "amount": [round(float(t["amount"]), 2) for t in totals],
+        "currency": settings.PORTAL_CURRENCY,
+    }
+    if budget is not None:
+        data["budget"] = round(float(budget.amount), 2)
+    return data
+
+
+def budget_view(tenant_ids, q: str, rows):
+    """The monthly budget to show beside the figures: when the page covers one tenant (a
+    lead's own, or finance filtered down to one)."""
+    from . import budgets
+
+    ids = {r.tenant_id for r in rows}
+    if tenant_ids is not None and len(tenant_ids) == 1:
+        ids = set(tenant_ids)
+    if len(ids) != 1:
+        return None
+    return budgets.status_for(Tenant.objects.get(pk=ids.pop()), timezone.now())
 
 
 def _csv(rows, months) -> HttpResponse:
@@ -137,7 +162,11 @@ def statement(request, slug: str, month: str):
     total = sum((line.amount for line in lines), Decimal(0))
     adjustments = list(stmt.adjustments.select_related("by")) if stmt else []
     roles = roles_for(request.user)
+    from .budgets import status_for
+
     return render(request, "billing/statement.html", {
+        "budget": status_for(tenant, timezone.now(), m) if m <= month_start(timezone.now())
+        else None,
         "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
         "adjustments": adjustments,
         "final": total + sum((a.amount for a in adjustments), Decimal(0)),
@@ -191,6 +220,27 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
         "hour")
     return render(request, "billing/hours.html", {"tenant": tenant, "month": _month(month),
                                                   "alloc": alloc, "hours": hours})
+
+
+@login_required
+def budgets(request):
+    """Monthly budgets: finance and admins set them; spend and run-rate forecast beside."""
+    from . import budgets as budget_service
+
+    services.require_billing_role(request.user)
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        tenant = get_object_or_404(Tenant, slug=request.POST.get("tenant", ""))
+        try:
+            budget_service.budget_set(tenant=tenant, amount_value=request.POST.get("amount", ""),
+                                      by=request.user)
+            messages.success(request, f"Budget for {tenant.name} saved.")
+            return redirect("billing:budgets")
+        except services.BillingError as exc:
+            errors[tenant.slug] = exc.message
+    return render(request, "billing/budgets.html", {
+        "rows": budget_service.budgets_overview(timezone.now()), "errors": errors,
+        "posted": request.POST if errors else {}}, status=400 if errors else 200)
 
 
 @login_required

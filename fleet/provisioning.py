@@ -124,7 +124,7 @@ def allocation_transition(allocation_id: int, *, from_states, to: str, reason: s
                      action=action or f"allocation.{to}", from_state=old, to_state=to,
                      reason=reason)
         transaction.on_commit(lambda: allocation_status_changed.send(
-            sender=Allocation, allocation_id=allocation_id, old=old, new=to))
+            sender=Allocation, allocation_id=allocation_id, old=old, new=to, reason=reason))
     return alloc
 
 

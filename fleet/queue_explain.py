@@ -337,4 +337,11 @@ def history_chart(days: list[DayFigures], *, height: int = 100, step: int = 40) 
                      "borrowed_h": d.borrowed_device_hours})
     return {"bars": bars, "width": len(days) * step + 8, "height": height + 10,
             "top": duration(top) if top > 1.0 else "—",
-            "any": any(d.admissions or d.preemptions for d in days)}
+            "any": any(d.admissions or d.preemptions for d in days),
+            # What the page's Chart.js draws (minutes; a missing day is a gap, not zero).
+            "series": {"labels": [f"{d.day:%-d %b}" for d in days],
+                       "p50_min": [None if d.p50 is None else round(d.p50 / 60, 1)
+                                   for d in days],
+                       "p95_min": [None if d.p95 is None else round(d.p95 / 60, 1)
+                                   for d in days],
+                       "admitted": [d.admissions for d in days]}}

@@ -239,6 +239,7 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
                  data={"allocation": allocation.pk, "pool": pool.slug,
                        "held_devices": str(plan.held_devices), "fit": plan.fit_reason})
     request.refresh_from_db()
+    _tell_requester(request, "approved", reason)
     return request
 
 
@@ -259,7 +260,21 @@ def _approve_renewal(request: CapacityRequest, by, reason: str, to_state) -> Cap
                  from_state=Status.SUBMITTED.value, to_state=to_state.value,
                  reason=f"{reason.strip()} (renews {alloc.namespace} until {until})")
     request.refresh_from_db()
+    _tell_requester(request, "approved", f"{reason.strip()} (renews {alloc.namespace} until "
+                                         f"{until})")
     return request
+
+
+def _tell_requester(request: CapacityRequest, outcome: str, reason: str) -> None:
+    """Whoever filed the request (and the tenant's other leads) hear the decision."""
+    from tenants.notifications import Kind, notify, tenant_leads
+
+    kind = Kind.CHANGES_REQUESTED if outcome == "changes requested" else Kind.REQUEST_DECIDED
+    notify([request.requester, *tenant_leads(request.tenant)], kind,
+           f"Request #{request.pk} {outcome}: {request.title}",
+           f"{request.tenant.name}, request #{request.pk} ({request.title}) was {outcome} by "
+           f"{request.decided_by.get_full_name() or request.decided_by.get_username()}.\n\n"
+           f"Reason: {reason.strip()}", link=f"/requests/{request.pk}/")
 
 
 def _decide(request: CapacityRequest, by, reason: str, action: str) -> CapacityRequest:
@@ -273,6 +288,8 @@ def _decide(request: CapacityRequest, by, reason: str, action: str) -> CapacityR
     audit_record(actor=by, subject=request, tenant=request.tenant, action=f"request.{action}",
                  from_state=request.status, to_state=to_state.value, reason=reason)
     request.refresh_from_db()
+    _tell_requester(request, "changes requested" if action == "request_changes" else "rejected",
+                    reason)
     return request
 
 

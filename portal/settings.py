@@ -216,6 +216,24 @@ CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {"task": "portal.tasks.record_worker_heartbeat", "schedule": 60.0},
 }
 
+CELERY_BEAT_SCHEDULE["resend-notifications"] = {"task": "tenants.tasks.resend_unsent",
+                                                "schedule": 300.0}
+
+# --- E-mail notifications: printed to the console in the embedded run; SMTP when
+# EMAIL_HOST is set. Links in e-mails start with PORTAL_BASE_URL.
+EMAIL_HOST = env_str("EMAIL_HOST")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend"
+                        if EMAIL_HOST else "django.core.mail.backends.console.EmailBackend")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10, minimum=1)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "AI Factory Portal <portal@localhost>")
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
+PORTAL_BASE_URL = env_str("PORTAL_BASE_URL", "http://127.0.0.1:8000")
+
 # --- Kubernetes: a dry-run backend by default that records what it would apply.
 PORTAL_KUBE_BACKEND = env_str("PORTAL_KUBE_BACKEND", "dry-run")
 if PORTAL_KUBE_BACKEND not in {"dry-run", "kubeconfig", "in-cluster"}:
@@ -278,10 +296,13 @@ CELERY_BEAT_SCHEDULE["rollup-usage"] = {"task": "billing.tasks.rollup_recent_usa
 
 # --- Static files
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# build/vendor holds the pinned npm libraries scripts/assets.sh copies (Chart.js).
+VENDOR_STATIC_DIR = BASE_DIR / "build" / "vendor"
+STATICFILES_DIRS = [BASE_DIR / "static", VENDOR_STATIC_DIR]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
 if not PRODUCTION:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing one
+    VENDOR_STATIC_DIR.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": (

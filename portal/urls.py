@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include("allauth.urls")),
+    path("", include("tenants.urls")),
     path("", include("intake.urls")),
     path("", include("fleet.urls")),
     path("", include("billing.urls")),

@@ -29,6 +29,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 
 bash scripts/venv.sh test
+bash scripts/assets.sh test
 set +e
 .venv/bin/python -m tests.harness "$@"
 rc=$?

@@ -16,5 +16,6 @@ def portal_roles(request):
     return {
         "roles": roles_for(getattr(request, "user", None)),
         "local_login": local,
+        "currency": settings.PORTAL_CURRENCY,
         "demo_users": DEMO_USERS if (local and not settings.PRODUCTION) else [],
     }

@@ -132,3 +132,51 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class NotificationKind(models.TextChoices):
+    """What the portal e-mails people about; each can be turned off per user."""
+
+    REQUEST_DECIDED = "request_decided", "A request of mine was approved or rejected"
+    CHANGES_REQUESTED = "changes_requested", "An admin asked for changes to a request"
+    PROVISIONING_DONE = "provisioning_done", "Provisioning finished"
+    PROVISIONING_FAILED = "provisioning_failed", "Provisioning failed"
+    ALLOCATION_EXPIRING = "allocation_expiring", "An allocation is about to expire"
+    BUDGET_THRESHOLD = "budget_threshold", "A tenant's spend crossed a budget threshold"
+
+
+class NotificationOptOut(models.Model):
+    """A kind this user turned off; everything else is on by default."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="notification_opt_outs")
+    kind = models.CharField(max_length=30, choices=NotificationKind.choices)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "kind"],
+                                               name="one_opt_out_per_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.user} turned off {self.kind}"
+
+
+class Notification(models.Model):
+    """One e-mail to one person: written in the transaction of the event, sent after commit
+    by a task that retries, so a mail server outage delays it and loses nothing."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="notifications")
+    kind = models.CharField(max_length=30, choices=NotificationKind.choices)
+    subject = models.CharField(max_length=200)
+    body = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["sent_at", "created_at"], name="notification_unsent")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} to {self.user}: {self.subject}"

@@ -126,3 +126,60 @@ def page(browser):
     context.close()
 
 
+
+
+# --- A real SMTP server (aiosmtpd) on loopback: notifications are asserted where they land.
+class _Inbox:
+    def __init__(self):
+        import threading
+
+        self.messages: list = []
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server, session, envelope):  # aiosmtpd's handler hook
+        from email import message_from_bytes, policy
+
+        msg = message_from_bytes(envelope.content, policy=policy.default)
+        with self.lock:
+            self.messages.append({"to": list(envelope.rcpt_tos), "subject": msg["subject"],
+                                  "body": msg.get_body().get_content()})
+        return "250 Message accepted for delivery"
+
+    def to(self, address: str) -> list[dict]:
+        with self.lock:
+            return [m for m in self.messages if address in m["to"]]
+
+    def wait_for(self, predicate, timeout: float = 10.0) -> list[dict]:
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                found = [m for m in self.messages if predicate(m)]
+            if found:
+                return found
+            time.sleep(0.05)
+        return []
+
+
+@pytest.fixture
+def smtp_server(settings):
+    """Start aiosmtpd on a free port and point Django's SMTP backend at it."""
+    import socket
+
+    from aiosmtpd.controller import Controller
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    inbox = _Inbox()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST = "127.0.0.1"
+    settings.EMAIL_PORT = port
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    inbox.port = settings.EMAIL_PORT
+    inbox.controller = controller
+    yield inbox
+    controller.stop()

@@ -20,6 +20,7 @@ class UserFactory(factory.django.DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     first_name = factory.Faker("first_name")
+    email = factory.LazyAttribute(lambda o: f"{o.username}@example.test")
     password = factory.django.Password("pw-for-tests")
 
 

@@ -95,3 +95,19 @@ def backticks(text, autoescape=True):
     parts = str(conditional_escape(text) if autoescape else text).split("`")
     return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p  # noqa: S308 - escaped
                              for i, p in enumerate(parts)))
+
+
+@register.filter
+def hours(value) -> str:
+    """Hours as people read them: '1,234 h', '12.5 h', '0.75 h' (device-seconds are for the
+    drill-down only)."""
+    try:
+        d = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        return "—"
+    if not d.is_finite():
+        return "—"
+    if d == 0:
+        return "0\u00a0h"
+    places = 0 if abs(d) >= 100 else 1 if abs(d) >= 10 else 2
+    return f"{d:,.{places}f}\u00a0h"

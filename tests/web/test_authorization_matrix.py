@@ -54,6 +54,7 @@ MATRIX: dict[str, Row] = {
     "healthz": Row("get", "", everyone(200, anonymous=200)),
     "metrics": Row("get", "", everyone(200, anonymous=200)),  # token only in production
     "intake:list": Row("get", "", everyone(200)),
+    "tenants:notifications": Row("get", "", everyone(200)),  # one's own settings
     "intake:new": Row("get", "", page(member=403, lead=200, other_lead=200, admin=403,
                                       finance=403)),
     "intake:preview": Row("post", "", page(member=403, lead=200, other_lead=200, admin=200,
@@ -85,6 +86,8 @@ MATRIX: dict[str, Row] = {
     "billing:overview": Row("get", "", everyone(200)),
     "billing:rates": Row("get", "", page(member=403, lead=403, other_lead=403, admin=200,
                                          finance=200)),
+    "billing:budgets": Row("get", "", page(member=403, lead=403, other_lead=403, admin=200,
+                                           finance=200)),
     "billing:statement": Row("get", "month", page(**TENANT_OWN)),
     "billing:hours": Row("get", "hours", page(**TENANT_OWN)),
     "billing:close": Row("post", "month", page(member=403, lead=403, other_lead=403,

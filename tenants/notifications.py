@@ -1,0 +1,73 @@
+"""E-mail notifications: who hears about what, and the one way they are sent.
+
+`notify` is called inside the transaction of the event it reports; the e-mail leaves after
+commit (a task that retries), so a rolled-back decision never mails and a mail outage never
+undoes a decision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from .models import (
+    Membership,
+    Notification,
+    NotificationKind,
+    NotificationOptOut,
+    PlatformRole,
+    Tenant,
+)
+from .tasks import send_notifications
+
+Kind = NotificationKind
+
+
+def tenant_leads(tenant: Tenant) -> list:
+    return list(get_user_model().objects.filter(
+        memberships__tenant=tenant, memberships__role=Membership.Role.LEAD, is_active=True))
+
+
+def finance_people() -> list:
+    return list(get_user_model().objects.filter(
+        platform_roles__role=PlatformRole.Role.FINANCE, is_active=True).distinct())
+
+
+def absolute_url(path: str) -> str:
+    return settings.PORTAL_BASE_URL.rstrip("/") + path
+
+
+def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "") -> list:
+    """Queue one e-mail per person who has an address and has not turned `kind` off."""
+    wanted = {u.pk: u for u in users if u is not None and u.pk and u.email and u.is_active}
+    if not wanted:
+        return []
+    off = set(NotificationOptOut.objects.filter(user_id__in=wanted, kind=kind)
+              .values_list("user_id", flat=True))
+    text = body.strip() + (f"\n\n{absolute_url(link)}" if link else "") + (
+        "\n\n-- \nAI Factory Portal. Choose what you hear about: "
+        + absolute_url("/settings/notifications/"))
+    rows = Notification.objects.bulk_create([
+        Notification(user=u, kind=kind, subject=subject[:200], body=text)
+        for pk, u in wanted.items() if pk not in off])
+    ids = [n.pk for n in rows]
+    if ids:
+        transaction.on_commit(lambda: send_notifications.delay(ids))
+    return rows
+
+
+def set_preferences(user, enabled: set[str]) -> None:
+    """The kinds this user hears about; the rest are turned off."""
+    with transaction.atomic():
+        NotificationOptOut.objects.filter(user=user).exclude(
+            kind__in=set(Kind.values) - enabled).delete()
+        NotificationOptOut.objects.bulk_create(
+            [NotificationOptOut(user=user, kind=k) for k in Kind.values if k not in enabled],
+            ignore_conflicts=True)
+
+
+def enabled_kinds(user) -> set[str]:
+    return set(Kind.values) - set(NotificationOptOut.objects.filter(user=user)
+                                  .values_list("kind", flat=True))

@@ -1,0 +1,53 @@
+from celery import shared_task
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from .models import Notification
+
+
+def deliver(notification_id: int) -> bool | None:
+    """Send one stored notification under its row lock: two workers never send it twice,
+    and a sent one is not sent again. True sent, False failed (error kept), None skipped."""
+    with transaction.atomic():
+        n = (Notification.objects.select_for_update(skip_locked=True).select_related("user")
+             .filter(pk=notification_id, sent_at__isnull=True).first())
+        if n is None:
+            return None
+        n.attempts += 1
+        try:
+            send_mail(f"[AI Factory] {n.subject}", n.body, settings.DEFAULT_FROM_EMAIL,
+                      [n.user.email])
+        except Exception as exc:  # any transport error: keep it, the task retries
+            n.last_error = f"{exc.__class__.__name__}: {exc}"[:2000]
+            n.save(update_fields=["attempts", "last_error"])
+            return False
+        n.sent_at, n.last_error = timezone.now(), ""
+        n.save(update_fields=["attempts", "last_error", "sent_at"])
+        return True
+
+
+@shared_task(name="tenants.tasks.send_notifications", bind=True, max_retries=8,
+             acks_late=True)
+def send_notifications(self, ids: list[int]) -> int:
+    """Send queued e-mails; on a mail server error retry with backoff (the rows keep the
+    error; the beat's sweep picks up whatever outlives the retries). Returns how many left."""
+    results = {pk: deliver(pk) for pk in ids}
+    failed = [pk for pk, ok in results.items() if ok is False]
+    if failed and not settings.CELERY_TASK_ALWAYS_EAGER:  # eager: no broker to retry through
+        raise self.retry(args=[failed], countdown=min(600, 10 * 2 ** self.request.retries))
+    return sum(1 for ok in results.values() if ok)
+
+
+@shared_task(name="tenants.tasks.resend_unsent")
+def resend_unsent() -> int:
+    """Beat: anything still unsent after its retries (or queued while no worker ran)."""
+    import datetime as dt
+
+    stale = timezone.now() - dt.timedelta(minutes=5)
+    ids = list(Notification.objects.filter(sent_at__isnull=True, created_at__lt=stale,
+                                           attempts__lt=20).values_list("pk", flat=True)[:500])
+    if ids:
+        send_notifications.delay(ids)
+    return len(ids)

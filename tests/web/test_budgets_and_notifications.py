@@ -1,0 +1,173 @@
+"""Budgets (set, shown, thresholds notified once) and e-mail notifications, delivered to a
+real SMTP server (aiosmtpd on loopback)."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from billing.budgets import check_budgets
+from billing.domain import month_start
+from billing.models import Budget, BudgetAlert, UsageMonth
+from fleet.models import Allocation, Route
+from intake import services as intake
+from tenants.models import AuditEvent, Notification, NotificationKind
+from tests.factories import make_request
+
+pytestmark = [pytest.mark.django_db, pytest.mark.web]
+
+
+@pytest.fixture
+def spend(tenant, pools):
+    """Set this month's charges of the tenant to an amount."""
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=2, device_equivalents=Decimal(2), namespace="acme-b1", status="active",
+        starts_at=timezone.now() - dt.timedelta(days=3))
+
+    def set_to(amount):
+        UsageMonth.objects.update_or_create(
+            allocation=alloc, month=month_start(timezone.now()), defaults={
+                "tenant": tenant, "pool": alloc.pool, "allocated_s": 0, "used_s": 0,
+                "credit_s": 0, "charged_s": 0, "amount": Decimal(amount), "hours": 1,
+                "pending_hours": 0})
+    return set_to
+
+
+@pytest.mark.parametrize("bad", ["ten", "-5", "0", "1e400", "NaN", "١٠٠", "9" * 20])
+def test_a_bad_budget_is_refused_with_a_reason_and_nothing_saved(client, finance_user, tenant,
+                                                                 bad):
+    client.force_login(finance_user)
+    response = client.post(reverse("billing:budgets"), {"tenant": tenant.slug, "amount": bad})
+    assert response.status_code == 400
+    assert "monthly budget" in response.content.decode().lower()
+    assert not Budget.objects.exists()
+
+
+def test_only_finance_and_admins_set_budgets(client, lead, member, tenant):
+    for who in (lead, member):
+        client.force_login(who)
+        assert client.get(reverse("billing:budgets")).status_code == 403
+        assert client.post(reverse("billing:budgets"),
+                           {"tenant": tenant.slug, "amount": "100"}).status_code == 403
+    assert not Budget.objects.exists()
+
+
+def test_finance_sets_a_budget_the_lead_sees_it_with_a_forecast(client, finance_user, lead,
+                                                                tenant, spend,
+                                                                django_capture_on_commit_callbacks):
+    spend("40")
+    client.force_login(finance_user)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("billing:budgets"),
+                               {"tenant": tenant.slug, "amount": "1000"})
+    assert response.status_code == 302
+    assert Budget.objects.get(tenant=tenant).monthly_amount == Decimal("1000.00")
+    assert AuditEvent.objects.filter(action="budget.set", tenant=tenant).exists()
+    client.force_login(lead)
+    body = client.get(reverse("billing:overview")).content.decode()
+    assert "Budget for" in body and "EUR\u00a01,000.00" in body and "4.0% spent" in body
+    stmt = client.get(reverse("billing:statement", args=[
+        tenant.slug, f"{month_start(timezone.now()):%Y-%m}"])).content.decode()
+    assert "forecast for the month" in stmt
+    # Removing it: an empty amount.
+    client.force_login(finance_user)
+    client.post(reverse("billing:budgets"), {"tenant": tenant.slug, "amount": ""})
+    assert not Budget.objects.exists()
+    assert AuditEvent.objects.filter(action="budget.removed").exists()
+
+
+def test_each_threshold_notifies_leads_and_finance_once_per_month(
+        tenant, lead, member, finance_user, spend, smtp_server,
+        django_capture_on_commit_callbacks):
+    Budget.objects.create(tenant=tenant, monthly_amount=Decimal(200))
+    spend("155")  # 77.5 %: 50 and 75 crossed
+    with django_capture_on_commit_callbacks(execute=True):
+        alerts = check_budgets(timezone.now())
+    assert sorted(a.threshold for a in alerts) == [50, 75]
+    lead_mail = smtp_server.wait_for(lambda m: lead.email in m["to"])
+    fin_mail = smtp_server.wait_for(lambda m: finance_user.email in m["to"])
+    assert len(lead_mail) == 2 and len(fin_mail) == 2
+    assert any("75% of the" in m["subject"] for m in lead_mail)
+    assert "EUR 155.00 of its EUR 200.00" in lead_mail[0]["body"]
+    assert not smtp_server.to(member.email)  # members are not told about money
+    with django_capture_on_commit_callbacks(execute=True):
+        assert check_budgets(timezone.now()) == []  # nothing twice
+    spend("230")
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sorted(a.threshold for a in check_budgets(timezone.now())) == [90, 100]
+    assert len(smtp_server.wait_for(lambda m: lead.email in m["to"] and "100%" in m["subject"])
+               ) == 1
+    assert BudgetAlert.objects.count() == 4
+    assert AuditEvent.objects.filter(action="budget.threshold").count() == 4
+
+
+def test_a_turned_off_kind_is_not_sent(client, tenant, lead, finance_user, spend, smtp_server,
+                                       django_capture_on_commit_callbacks):
+    client.force_login(lead)
+    page = client.get(reverse("tenants:notifications")).content.decode()
+    assert "budget threshold" in page.lower()
+    keep = [k for k in NotificationKind.values if k != NotificationKind.BUDGET_THRESHOLD]
+    assert client.post(reverse("tenants:notifications"), {"kinds": keep}).status_code == 302
+    Budget.objects.create(tenant=tenant, monthly_amount=Decimal(100))
+    spend("60")
+    with django_capture_on_commit_callbacks(execute=True):
+        check_budgets(timezone.now())
+    assert smtp_server.wait_for(lambda m: finance_user.email in m["to"])
+    assert not smtp_server.to(lead.email)
+    # An unknown kind changes nothing.
+    client.post(reverse("tenants:notifications"), {"kinds": ["request_decided", "nope"]})
+    assert NotificationKind.REQUEST_DECIDED in keep and Notification.objects.filter(
+        user=lead).count() == 0
+
+
+@pytest.mark.parametrize(("decide", "kind", "word"), [
+    ("deny", NotificationKind.REQUEST_DECIDED, "rejected"),
+    ("request_changes", NotificationKind.CHANGES_REQUESTED, "changes requested")])
+def test_a_decision_reaches_the_lead_by_mail(tenant, lead, admin_user, pools, smtp_server,
+                                             django_capture_on_commit_callbacks, decide, kind,
+                                             word):
+    request = make_request(tenant, lead, submit=True)
+    fn = intake.request_deny if decide == "deny" else intake.request_request_changes
+    with django_capture_on_commit_callbacks(execute=True):
+        fn(request=request, by=admin_user, reason="Use the shared pool for this size.")
+    mail = smtp_server.wait_for(lambda m: lead.email in m["to"])
+    assert len(mail) == 1
+    assert word in mail[0]["subject"] and "Use the shared pool" in mail[0]["body"]
+    assert f"/requests/{request.pk}/" in mail[0]["body"]
+    assert Notification.objects.get(user=lead, kind=kind).sent_at is not None
+
+
+def test_approval_and_provisioning_mail_the_lead(tenant, lead, admin_user, pools, smtp_server,
+                                                django_capture_on_commit_callbacks):
+    request = make_request(tenant, lead, submit=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        intake.request_approve(request=request, by=admin_user, reason="Fits now.")
+    subjects = [m["subject"] for m in smtp_server.wait_for(
+        lambda m: lead.email in m["to"] and "is ready" in m["subject"])]
+    assert subjects, [m["subject"] for m in smtp_server.to(lead.email)]
+    assert any("approved" in m["subject"] for m in smtp_server.to(lead.email))
+
+
+def test_a_mail_outage_loses_nothing(settings, tenant, lead, admin_user, pools, smtp_server,
+                                     django_capture_on_commit_callbacks):
+    from tenants.tasks import resend_unsent, send_notifications
+
+    settings.EMAIL_PORT = 1  # nothing listens: every send fails
+    request = make_request(tenant, lead, submit=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        intake.request_deny(request=request, by=admin_user, reason="Too big for now.")
+    request.refresh_from_db()
+    assert request.status == "denied"  # the decision stands although no mail left
+    note = Notification.objects.get(user=lead)
+    assert note.sent_at is None and note.attempts == 1 and note.last_error
+    settings.EMAIL_PORT = smtp_server.port
+    Notification.objects.filter(pk=note.pk).update(
+        created_at=timezone.now() - dt.timedelta(minutes=10))
+    assert resend_unsent() == 1
+    assert smtp_server.wait_for(lambda m: lead.email in m["to"])
+    note.refresh_from_db()
+    assert note.sent_at is not None and note.attempts == 2
+    assert send_notifications([note.pk]) == 0  # never sent twice
