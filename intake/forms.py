@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django import forms
 from django.utils import timezone
 
 from fleet.models import Pool, Route
-from tenants.models import Tenant
+from tenants.models import Tenant, slug_validator
 
-from .domain import IntakeAnswers, validate_answers, validate_request_fields
-from .models import CapacityRequest
-from .selectors import answers_for
+from .domain import IntakeAnswers, Status, validate_answers, validate_request_fields
+from .models import STATUS_CHOICES, CapacityRequest
+from .selectors import ReviewQueueFilter, answers_for
 from .services import EDITABLE_FIELDS
 
 
@@ -145,3 +147,68 @@ class DecisionForm(forms.Form):
         if data.get("override_route") and not (data.get("override_reason") or "").strip():
             self.add_error("override_reason", "Overriding the route needs a written reason.")
         return data
+
+
+class TenantBySlugField(forms.ModelChoiceField):
+    """A tenant named by its slug; what cannot be a slug is refused before any lookup."""
+
+    def to_python(self, value):
+        if value not in self.empty_values and not slug_validator.regex.match(str(value)):
+            raise forms.ValidationError(self.error_messages["invalid_choice"],
+                                        code="invalid_choice", params={"value": value})
+        return super().to_python(value)
+
+
+class ReviewQueueFilterForm(forms.Form):
+    """The review queue's filters, read from the query string: the one validation path for
+    the queue page, the review page's "Next in queue" and the redirect after a decision.
+
+    Every field is optional; what is left out takes the default (submitted, every route and
+    tenant, any age, oldest first, page 1)."""
+
+    AGES = [("", "Any age"), ("1", "Over 1 day"), ("3", "Over 3 days"), ("7", "Over 7 days"),
+            ("14", "Over 14 days"), ("30", "Over 30 days")]
+    SORTS = [("oldest", "Oldest first"), ("newest", "Newest first")]
+    DEFAULTS = {"status": Status.SUBMITTED.value, "sort": "oldest"}
+
+    status = forms.ChoiceField(
+        required=False,
+        choices=[c for c in STATUS_CHOICES if c[0] == Status.SUBMITTED.value]
+        + [c for c in STATUS_CHOICES if c[0] != Status.SUBMITTED.value]
+        + [("all", "All statuses")])
+    route = forms.ChoiceField(choices=[("", "All routes"), *Route.choices], required=False)
+    tenant = TenantBySlugField(
+        queryset=Tenant.objects.order_by("name"), to_field_name="slug", required=False,
+        empty_label="All tenants",
+        error_messages={"invalid_choice": "No tenant has the slug “%(value)s”."})
+    older_than = forms.TypedChoiceField(choices=AGES, coerce=int, empty_value=None,
+                                        required=False, label="Waiting")
+    sort = forms.ChoiceField(choices=SORTS, required=False, label="Order")
+    page = forms.IntegerField(min_value=1, required=False)
+
+    def filters(self) -> ReviewQueueFilter:
+        """The validated filter (call after is_valid())."""
+        data = self.cleaned_data
+        status = data.get("status") or self.DEFAULTS["status"]
+        tenant = data.get("tenant")
+        return ReviewQueueFilter(
+            status="" if status == "all" else status, route=data.get("route") or "",
+            tenant_id=tenant.pk if tenant else None,
+            older_than_days=data.get("older_than"),
+            newest_first=data.get("sort") == "newest")
+
+    def query_string(self, **extra) -> str:
+        """The validated filter as a query string, defaults left out (page too, unless
+        given): what links to the queue, into a review and back carry."""
+        data = self.cleaned_data
+        pairs = {"status": data.get("status"), "route": data.get("route"),
+                 "tenant": data["tenant"].slug if data.get("tenant") else "",
+                 "older_than": data.get("older_than"), "sort": data.get("sort"), **extra}
+        return urlencode({k: v for k, v in pairs.items()
+                          if v not in (None, "") and self.DEFAULTS.get(k) != v})
+
+    def error_list(self) -> list[tuple[str, str, str]]:
+        """(field id, label, messages) per refused field, for the message the page shows;
+        the id names the element a select's aria-describedby points at (`<id>_error`)."""
+        return [(self[name].auto_id, self[name].label, " ".join(errors))
+                for name, errors in self.errors.items() if name in self.fields]

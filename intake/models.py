@@ -80,7 +80,10 @@ class CapacityRequest(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["tenant", "status"])]
+        indexes = [models.Index(fields=["tenant", "status"]),
+                   # The review queue: a status, in the order requests entered it.
+                   models.Index(fields=["status", "updated_at", "id"],
+                                name="intake_review_queue_idx")]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.title}"

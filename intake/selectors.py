@@ -6,6 +6,8 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
+from django.db.models import Q, QuerySet
+
 from fleet.manifests import AllocationSpec
 from fleet.models import Pool, Route
 from fleet.provisioning import spec_for
@@ -18,6 +20,7 @@ from .domain import (
     PoolFacts,
     RequestPlan,
     RouteDecision,
+    Status,
     plan_request,
     route_request,
 )
@@ -256,3 +259,61 @@ def offered_mig_profiles() -> list:
         for name in (profiles or [])}
     return [p for p in ALL_MIG_PROFILES.values()
             if p.is_fraction and (not offered or p.name in offered)]
+
+
+# --- The admins' review queue ---------------------------------------------------------------
+# A request's place in the queue is when it entered its status: `updated_at`, which nothing
+# moves while a request waits (request_submit sets it; the next write is the decision). The
+# id breaks ties, so the order is total and "the next one" is well defined.
+REVIEW_PAGE_SIZE = 25
+
+
+@dataclass(frozen=True)
+class ReviewQueueFilter:
+    """What the admin narrowed the queue to (built by intake.forms.ReviewQueueFilterForm)."""
+
+    status: str = Status.SUBMITTED.value  # "" for every status
+    route: str = ""
+    tenant_id: int | None = None
+    older_than_days: int | None = None  # waiting at least this many days
+    newest_first: bool = False
+
+    def waiting(self) -> ReviewQueueFilter:
+        """The same queue, only what still waits for a decision."""
+        return replace(self, status=Status.SUBMITTED.value)
+
+
+def _queue_order(f: ReviewQueueFilter) -> tuple[str, str]:
+    return ("-updated_at", "-id") if f.newest_first else ("updated_at", "id")
+
+
+def queued_requests(f: ReviewQueueFilter, *, now: dt.datetime) -> QuerySet[CapacityRequest]:
+    """The filtered queue in its order; one query per page (tenant, requester and pool joined).
+
+    An index on (status, updated_at, id) serves the default filter and both orders."""
+    qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
+    if f.status:
+        qs = qs.filter(status=f.status)
+    if f.route:
+        qs = qs.filter(route=f.route)
+    if f.tenant_id is not None:
+        qs = qs.filter(tenant_id=f.tenant_id)
+    if f.older_than_days:
+        qs = qs.filter(updated_at__lte=now - dt.timedelta(days=f.older_than_days))
+    return qs.order_by(*_queue_order(f))
+
+
+def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
+                  now: dt.datetime) -> CapacityRequest | None:
+    """The next request still waiting in the same filtered queue, after the one at
+    (after_at, after_pk) in the queue's order; past the end, the first one still waiting
+    (requests skipped earlier come round again). None when nothing else waits.
+
+    Pass the position the request had *before* it was decided: a decision moves
+    `updated_at`."""
+    waiting = queued_requests(f.waiting(), now=now).exclude(pk=after_pk)
+    if f.newest_first:
+        later = Q(updated_at__lt=after_at) | Q(updated_at=after_at, id__lt=after_pk)
+    else:
+        later = Q(updated_at__gt=after_at) | Q(updated_at=after_at, id__gt=after_pk)
+    return waiting.filter(later).first() or waiting.first()

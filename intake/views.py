@@ -8,7 +8,11 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import Count
+from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.models import Pool, Route
@@ -22,12 +26,16 @@ from tenants.models import Tenant
 
 from . import services
 from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
-from .forms import CapacityRequestForm, DecisionForm
+from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
 from .selectors import (
+    REVIEW_PAGE_SIZE,
+    ReviewQueueFilter,
+    next_in_queue,
     plan_answers,
     plan_for_request,
     pool_facts,
+    queued_requests,
     request_events,
     small_cell_comparison,
     why_not_yet,
@@ -209,29 +217,57 @@ def request_submit(request, pk: int):
     return redirect("intake:detail", pk=obj.pk)
 
 
+def _with_query(url: str, query: str) -> str:
+    return f"{url}?{query}" if query else url
+
+
+def _queue_filter(request) -> tuple[ReviewQueueFilterForm, ReviewQueueFilter, str]:
+    """The queue filter the query string carries, through the one form: the form, the
+    filter and its canonical query string (the whole queue when the form refuses it)."""
+    form = ReviewQueueFilterForm(request.GET)
+    if form.is_valid():
+        return form, form.filters(), form.query_string()
+    return form, ReviewQueueFilter(), ""
+
+
 @login_required
 def review_queue(request):
     require_platform_admin(request.user)
-    qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
-    status = request.GET.get("status", Status.SUBMITTED.value)
-    if status in Status._value2member_map_:
-        qs = qs.filter(status=status)
-    route = request.GET.get("route", "")
-    if route in Route.values:
-        qs = qs.filter(route=route)
-    tenant = request.GET.get("tenant", "")
-    if tenant:
-        qs = qs.filter(tenant__slug=tenant)
-    qs = qs.order_by("created_at")  # oldest first: a queue is served in order
-    page = Paginator(qs, 25).get_page(request.GET.get("page"))
+    form, queue, query = _queue_filter(request)
+    context = {"filters": form, "queue_qs": query, "page": None}
+    if not form.errors:
+        # One count of the matching rows and one query for the page, whatever the page size.
+        page = Paginator(queued_requests(queue, now=timezone.now()), REVIEW_PAGE_SIZE
+                         ).get_page(form.cleaned_data["page"])
+        here = reverse("intake:review_queue")
+        context.update(page=page, newest_first=queue.newest_first, pages={
+            "previous": page.has_previous() and _with_query(
+                here, form.query_string(page=page.previous_page_number())),
+            "next": page.has_next() and _with_query(
+                here, form.query_string(page=page.next_page_number()))})
     template = "intake/review_queue.html"
     if request.htmx:
         template += "#rows"
-    return render(request, template, {
-        "page": page, "status": status, "route": route, "tenant": tenant,
-        "statuses": list(Status), "routes": Route.choices, "tenants": Tenant.objects.all(),
-        "pools": [(p, pool_facts(p)) for p in Pool.objects.filter(active=True)],
-    })
+    else:
+        context["pools"] = [(p, pool_facts(p)) for p in Pool.objects.filter(active=True)]
+    # A bad value is the client's error (400), said on the page; htmx swaps only a success,
+    # so its request gets the message with a 200.
+    status = 400 if form.errors and not request.htmx else 200
+    return render(request, template, context, status=status)
+
+
+def _after_decision(request, obj: CapacityRequest, action: str, queue: ReviewQueueFilter,
+                    query: str, was_at) -> HttpResponseRedirect:
+    """Next in queue: the next request waiting in the same filtered queue, or the queue."""
+    done = format_html('Request <a href="{}">#{}</a>: {} recorded.',
+                       _with_query(reverse("intake:review_detail", args=[obj.pk]), query),
+                       obj.pk, action.replace("_", " "))
+    following = next_in_queue(queue, after_pk=obj.pk, after_at=was_at, now=timezone.now())
+    if following is None:
+        messages.success(request, format_html("{} Nothing else waits in this queue.", done))
+        return redirect(_with_query(reverse("intake:review_queue"), query))
+    messages.success(request, format_html("{} Next in queue: #{}.", done, following.pk))
+    return redirect(_with_query(reverse("intake:review_detail", args=[following.pk]), query))
 
 
 @login_required
@@ -240,9 +276,11 @@ def review_detail(request, pk: int):
     require_platform_admin(request.user)
     obj = get_object_or_404(CapacityRequest.objects.select_related(
         "tenant", "requester", "pool", "decided_by", "allocation"), pk=pk)
+    queue_form, queue, query = _queue_filter(request)
     form = DecisionForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         action = form.cleaned_data["action"]
+        was_at = obj.updated_at  # its place in the queue: the decision moves updated_at
         try:
             if action == "approve":
                 services.request_approve(
@@ -252,12 +290,17 @@ def review_detail(request, pk: int):
             else:
                 services.ACTIONS[action](request=obj, by=request.user,
                                          reason=form.cleaned_data["reason"])
-            messages.success(request, f"Request #{obj.pk}: {action.replace('_', ' ')} recorded.")
-            return redirect("intake:review_detail", pk=obj.pk)
         except services.IntakeError as exc:
             _attach(form, exc)
             obj.refresh_from_db()
+        else:
+            if queue_form.errors:
+                messages.warning(request, "The queue filter in the address was not understood; "
+                                          "the next request comes from the whole queue.")
+            return _after_decision(request, obj, action, queue, query, was_at)
     decision, plan = plan_for_request(obj)
+    following = next_in_queue(queue, after_pk=obj.pk, after_at=obj.updated_at,
+                              now=timezone.now())
     return render(request, "intake/review_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "form": form,
         "why_not_yet": why_not_yet(plan) if obj.status == Status.SUBMITTED else "",
@@ -265,6 +308,11 @@ def review_detail(request, pk: int):
         "events": request_events(obj, show_fleet=True),
         "polling": obj.allocation is not None and obj.allocation.status in (
             "pending", "provisioning"),
+        "queue_qs": query, "queue_errors": queue_form.errors and queue_form.error_list(),
+        "queue_url": _with_query(reverse("intake:review_queue"), query),
+        "next_req": following,
+        "next_url": following and _with_query(
+            reverse("intake:review_detail", args=[following.pk]), query),
         **matrix_context(decision.cell),
     })
 

@@ -61,6 +61,9 @@ def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_u
     page.check("input[name=action][value=approve]")
     page.fill("textarea[name=reason]", "Fits the MIG pool.")
     page.click("text=Record decision")
+    # Next in queue: nothing else waits, so the queue opens and says what was recorded.
+    expect(page.locator(".messages")).to_contain_text("Nothing else waits in this queue.")
+    page.locator(".messages").get_by_role("link", name=f"#{req.pk}").click()
     # Tasks run eagerly here against the dry-run backend: provisioning finishes at once.
     expect(page.locator("h1 .status")).to_have_text(re.compile("Active"))
     expect(page.locator(".timeline")).to_contain_text("Fits the MIG pool.")
