@@ -61,6 +61,17 @@ def _rates(pools) -> dict[int, list[Rate]]:
     return out
 
 
+def usage_source():
+    """Where used device-seconds come from: Prometheus (DCGM), or what PORTAL_USAGE_SOURCE
+    names (the embedded run's synthetic use). Same signature either way."""
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    if settings.PORTAL_USAGE_SOURCE:
+        return import_string(settings.PORTAL_USAGE_SOURCE)
+    return prometheus.used_device_seconds
+
+
 def _billed_between(start: dt.datetime, end: dt.datetime):
     """Allocations that hold billable hours in [start, end)."""
     return Allocation.objects.filter(status__in=BILLED, starts_at__lt=end).filter(
@@ -83,8 +94,8 @@ def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | 
     for hour in hours_between(start, end):
         report.hours += 1
         try:
-            measured[hour] = prometheus.used_device_seconds(hour, base_url=prometheus_url,
-                                                            weights=mig_weights())
+            measured[hour] = usage_source()(hour, base_url=prometheus_url,
+                                            weights=mig_weights())
         except prometheus.PrometheusError:
             measured[hour] = None
             report.pending_hours.append(hour)

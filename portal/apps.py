@@ -6,3 +6,8 @@ class PortalConfig(AppConfig):
 
     name = "portal"
     verbose_name = "Portal"
+
+    def ready(self) -> None:
+        from .embedded_beat import start_if_wanted
+
+        start_if_wanted()

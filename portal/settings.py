@@ -39,7 +39,9 @@ SECRET_KEY = env_str("SECRET_KEY") or ("" if PRODUCTION else _embedded_secret_ke
 if PRODUCTION and len(SECRET_KEY) < 50:
     raise ImproperlyConfigured("SECRET_KEY must be set to 50+ random characters in production")
 
-DEBUG = env_bool("DEBUG", not PRODUCTION)
+# Off by default in every mode, so people see the portal's own error pages; DEBUG=true
+# is for a developer who wants Django's debug pages.
+DEBUG = env_bool("DEBUG", False)
 if PRODUCTION and DEBUG:
     # Debug pages show settings and tracebacks to anyone: never in production.
     raise ImproperlyConfigured("DEBUG must be off in production (unset DEBUG)")
@@ -291,6 +293,14 @@ PORTAL_MIG_WEIGHTS = {
     k.strip(): v.strip() for k, v in (item.split("=", 1) for item in env_list(
         "PORTAL_MIG_WEIGHTS", []) if "=" in item)}
 PORTAL_METRICS_TOKEN = env_str("PORTAL_METRICS_TOKEN")
+# Used device-seconds from somewhere other than Prometheus: a dotted path to a function like
+# billing.prometheus.used_device_seconds. `make run` sets portal.demo_usage.used_device_seconds.
+PORTAL_USAGE_SOURCE = env_str("PORTAL_USAGE_SOURCE")
+# Run the beat schedule inside `runserver` (the embedded run has no worker or beat process).
+PORTAL_EMBEDDED_BEAT = env_bool("PORTAL_EMBEDDED_BEAT", False)
+if PRODUCTION and (PORTAL_USAGE_SOURCE or PORTAL_EMBEDDED_BEAT):
+    raise ImproperlyConfigured("PORTAL_USAGE_SOURCE and PORTAL_EMBEDDED_BEAT are for the "
+                               "embedded run only")
 CELERY_BEAT_SCHEDULE["rollup-usage"] = {"task": "billing.tasks.rollup_recent_usage",
                                         "schedule": 900.0}
 
@@ -303,6 +313,9 @@ STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
 if not PRODUCTION:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing one
     VENDOR_STATIC_DIR.mkdir(parents=True, exist_ok=True)
+# The embedded run serves static files itself (WhiteNoise reads them where they are).
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = not PRODUCTION
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": (

@@ -141,12 +141,15 @@ def server_error(request):
     if request.path.startswith("/api/"):
         response = JsonResponse({"message": message, "extra": {}}, status=status)
     else:
-        response = HttpResponse(
-            "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>"
-            f"{'Unavailable' if unavailable else 'Server error'} · AI Factory Portal</title>"
-            "</head><body><main><h1>"
-            f"{'Back in a moment' if unavailable else 'Server error'}</h1><p>{message}</p>"
-            "</main></body></html>", status=status)
+        from django.template.loader import render_to_string
+
+        try:  # the portal's own page, in its layout; no request: no database reads
+            html = render_to_string("500.html", {
+                "heading": "Back in a moment" if unavailable else "Server error",
+                "message": message})
+        except Exception:  # a broken template must not hide the error page itself
+            html = f"<!doctype html><title>Server error</title><h1>Server error</h1><p>{message}"
+        response = HttpResponse(html, status=status)
     if unavailable:
         response["Retry-After"] = "5"
     return response

@@ -112,12 +112,11 @@ class Command(BaseCommand):
         rhythm around the request's expected utilisation); a real deployment rolls them up
         from DCGM metrics with billing.services.rollup_usage.
         """
-        import math
-
         from billing.domain import amount, hour_charge, month_start
         from billing.models import RateCard, UsageHour
         from billing.services import refresh_months
         from fleet.models import Allocation
+        from portal.demo_usage import demo_level
 
         now = timezone.now().replace(minute=0, second=0, microsecond=0)
         year_start = now.replace(month=1, day=1, hour=0)
@@ -130,12 +129,11 @@ class Command(BaseCommand):
                 "request", "pool"):
             start = now - dt.timedelta(days=60)
             Allocation.objects.filter(pk=alloc.pk).update(starts_at=start)
-            target = alloc.request.expected_utilisation / 100
             for h in range(60 * 24):
                 hour = start + dt.timedelta(hours=h)
-                level = max(0.0, min(1.0, target + 0.25 * math.sin(h / 24 * 2 * math.pi)))
                 allocated = alloc.device_equivalents * 3600
-                used = (allocated * Decimal(str(round(level, 3)))).quantize(Decimal("1"))
+                used = (allocated * demo_level(alloc.request.expected_utilisation, hour)
+                        ).quantize(Decimal("1"))
                 charge = hour_charge(alloc.route, allocated=allocated, used=used,
                                      credit=Decimal(0))
                 rate = alloc.pool.rate_per_device_hour
