@@ -25,7 +25,7 @@ from tenants.access import (
 from tenants.models import Tenant
 
 from . import services
-from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status
+from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Fit, Isolation, Status
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
 from .selectors import (
@@ -77,7 +77,19 @@ def _preview_context(form: CapacityRequestForm) -> dict:
     decision, plan = plan_answers(answers, **options)
     return {"decision": decision, "plan": plan,
             "comparison": small_cell_comparison(answers, decision, plan, **options),
+            "submit_blocked": submit_blocked(decision, plan, options["gpu_model"]),
             **matrix_context(decision.cell)}
+
+
+def submit_blocked(decision, plan, gpu_model: str) -> str:
+    """Why submitting these answers cannot pass (the service would refuse it), or ''. Only
+    what no edit of the dates or a wait can fix: the form disables its submit with it."""
+    if decision.route and plan is None:
+        return (f"No active pool serves {Route(decision.route).label}"
+                + (f" with {gpu_model}" if gpu_model else "") + ": change the answers.")
+    if plan is not None and plan.fit is Fit.NEVER:
+        return plan.fit_reason
+    return ""
 
 
 @login_required

@@ -1,5 +1,7 @@
 """Every page for every role: lead of the tenant, lead elsewhere, member, admin, finance."""
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -457,3 +459,22 @@ def test_the_form_offers_only_the_profiles_the_mig_pools_offer(client, lead, poo
     body = client.get(reverse("intake:new")).content.decode()
     assert 'value="2g.20gb"' in body
     assert 'value="1g.10gb"' not in body and 'value="3g.40gb"' not in body
+
+
+def test_a_submit_that_can_never_pass_is_disabled_with_its_reason(client, tenant, lead, pools):
+    """The preview that says "never" also disables Submit (out of band, beside the buttons);
+    a draft can still be saved, and the server refuses the submit all the same."""
+    client.force_login(lead)
+    never = client.post(reverse("intake:preview"), form_data(tenant, whole_devices=400),
+                        HTTP_HX_REQUEST="true").content.decode()
+    assert 'id="form-actions" hx-swap-oob="true"' in never
+    assert re.search(r'value="submit" class="button" disabled aria-describedby="submit-blocked"',
+                     never)
+    assert "Cannot be submitted as it is" in never and "save a draft" in never
+    fits = client.post(reverse("intake:preview"), form_data(tenant, whole_devices=2),
+                       HTTP_HX_REQUEST="true").content.decode()
+    assert 'hx-swap-oob="true"' in fits and "disabled" not in fits
+    response = client.post(reverse("intake:new"), {**form_data(tenant, whole_devices=400),
+                                                  "intent": "submit"})
+    assert not CapacityRequest.objects.exists()  # refused whole: no draft left behind either
+    assert "Cannot be submitted as it is" in response.content.decode()
