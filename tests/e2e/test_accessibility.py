@@ -1,0 +1,113 @@
+"""axe-core (npm, pinned) over every page of every role, in Chromium: zero serious or
+critical violations. The pages come from the authorization matrix (every named URL has a
+row there), so a new page is checked without anyone remembering to add it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.factories import session_cookie
+from tests.web.test_authorization_matrix import MATRIX, _args, world  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AXE = Path(__file__).resolve().parents[2] / "node_modules" / "axe-core" / "axe.min.js"
+# Not pages: JSON, files, metrics, and the htmx fragments (checked inside their pages).
+NOT_PAGES = ("api-", "request-", "allocation-", "healthz", "metrics", "fleet:kubeconfig",
+             "fleet:example", "fleet:queue", "fleet:connect", "intake:allocation")
+ROLES = ("anonymous", "member", "lead", "admin", "finance")
+
+
+def pages_for(role: str) -> list[str]:
+    return sorted(name for name, row in MATRIX.items()
+                  if row.method == "get" and row.expect[role] == 200
+                  and not name.startswith(NOT_PAGES))
+
+
+def serious_violations(page) -> list[str]:
+    page.add_script_tag(path=str(AXE))
+    result = page.evaluate("""async () => {
+        const r = await axe.run(document, {resultTypes: ["violations"]});
+        return r.violations.filter(v => v.impact === "serious" || v.impact === "critical")
+            .map(v => `${v.impact} ${v.id}: ${v.help} — ${v.nodes.slice(0, 3)
+                .map(n => n.target.join(" ")).join(", ")}`);
+    }""")
+    return result
+
+
+def test_axe_is_installed():
+    assert AXE.exists(), "scripts/assets.sh test installs axe-core from npm"
+
+
+@pytest.fixture
+def richer_world(world, tenant, lead):  # noqa: F811
+    """More states on the pages: a budget nearly spent (warning colours), a request waiting
+    for review, a draft, an e-mail in the lead's list."""
+    from decimal import Decimal
+
+    from billing.models import Budget
+    from tenants.models import Notification
+    from tests.factories import make_request
+
+    Budget.objects.create(tenant=tenant, monthly_amount=Decimal("2.6"))
+    make_request(tenant, lead, submit=True, title="Waiting")
+    make_request(tenant, lead, title="Draft")
+    Notification.objects.create(user=lead, kind="request_decided", subject="Request approved",
+                                body="ok")
+    return world
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_no_serious_accessibility_violations(browser, live_server, richer_world, role):
+    from django.urls import reverse
+
+    assert AXE.exists()
+    names = pages_for(role) + (["account_login"] if role == "anonymous" else [])
+    assert len(names) >= (2 if role == "anonymous" else 6), names
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    if role != "anonymous":
+        context.add_cookies([{"name": "sessionid", "url": live_server.url,
+                              "value": session_cookie(richer_world["users"][role])}])
+    page = context.new_page()
+    found: dict[str, list[str]] = {}
+    try:
+        for name in names:
+            url = live_server.url + reverse(name, args=_args(MATRIX[name].args, richer_world)
+                                            if name in MATRIX else [])
+            response = page.goto(url)
+            assert response.status == 200, f"{name} as {role}: {response.status}"
+            page.wait_for_load_state("networkidle")  # htmx panels loaded, charts drawn
+            problems = serious_violations(page)
+            if problems:
+                found[f"{name} ({url})"] = problems
+    finally:
+        context.close()
+    assert found == {}, "\n".join(f"{k}:\n  " + "\n  ".join(v) for k, v in found.items())
+
+
+def test_the_blocked_submit_and_a_filtered_report_pass_too(browser, live_server, richer_world):
+    """States reached by interaction: the request form after a "never fits" preview, and the
+    finance report after an htmx filter swap."""
+    lead = richer_world["users"]["lead"]
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_cookies([{"name": "sessionid", "url": live_server.url,
+                          "value": session_cookie(lead)}])
+    page = context.new_page()
+    try:
+        page.goto(f"{live_server.url}/requests/new/")
+        page.fill("input[name=title]", "Too big")
+        page.check("input[name=isolation_origin][value=habitual]")
+        page.check("input[name=device_fill][value=full]")
+        page.fill("input[name=whole_devices]", "400")
+        page.locator("#submit-blocked").wait_for()
+        assert page.locator("button[value=submit]").is_disabled()
+        assert serious_violations(page) == []
+        page.goto(f"{live_server.url}/billing/")
+        page.select_option("select[name=months]", "12")
+        page.wait_for_url("**months=12**")
+        page.wait_for_load_state("networkidle")
+        assert serious_violations(page) == []
+    finally:
+        context.close()
