@@ -1,0 +1,140 @@
+"""Finance in Chromium: filters reach the cards, the chart, the URL and both exports; the
+tenants table never clips at 1280 px; a budget set below the spend e-mails the lead and
+finance through a real SMTP server."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.domain import month_start
+from billing.models import UsageHour
+from billing.services import refresh_months
+from fleet.models import Allocation, Route
+from tests.factories import TenantFactory, make_lead
+
+from .conftest import sign_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def billed_world(tenant, other_tenant, lead, finance_user, pools):
+    """acme and globex with charges in each of the last 12 months (so 12 month columns),
+    plus ten more tenants to make the table wide and long."""
+    now = timezone.now()
+    allocs = []
+    for i, t in enumerate([tenant, other_tenant] + [TenantFactory(slug=f"team-{n:02d}")
+                                                    for n in range(10)]):
+        alloc = Allocation.objects.create(
+            tenant=t, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+            whole_devices=2, device_equivalents=Decimal(2), namespace=f"{t.slug}-a",
+            status="active", starts_at=now - dt.timedelta(days=400))
+        allocs.append(alloc)
+        m = month_start(now)
+        touched = set()
+        for _ in range(12):
+            hour = dt.datetime.combine(m, dt.time(0), tzinfo=dt.UTC)
+            UsageHour.objects.create(allocation=alloc, tenant=t, pool=alloc.pool, hour=hour,
+                                     allocated_s=Decimal(7200), used_s=Decimal(3600 + 100 * i),
+                                     credit_s=0, charged_s=Decimal(7200), rate=Decimal("2.5"),
+                                     amount=Decimal("1000.00") + i)
+            touched.add((alloc.pk, m))
+            m = month_start(m - dt.timedelta(days=1))
+        refresh_months(touched)
+    return allocs
+
+
+def test_filters_reach_cards_chart_url_and_exports(browser, live_server, billed_world,
+                                                   finance_user, shot):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    try:
+        sign_in(page, live_server.url, "fin")
+        page.goto(f"{live_server.url}/billing/?months=12")
+        page.locator("canvas[data-drawn=true]").wait_for()  # Chart.js drew from local files
+        charged_all = page.locator(".stat .num").nth(3).inner_text()
+        page.fill("input[name=q]", "globex")
+        page.wait_for_function("location.search.includes('q=globex')")  # hx-push-url
+        page.wait_for_function("document.querySelectorAll('#table tbody tr').length === 1")
+        assert "globex" in page.url and "months=12" in page.url  # bookmarkable
+        charged_globex = page.locator(".stat .num").nth(3).inner_text()
+        assert charged_globex != charged_all
+        assert "12,012.00" in charged_globex  # 12 months × 1,001.00 for globex
+        page.locator("canvas[data-drawn=true]").wait_for()  # redrawn after the swap
+        with page.expect_download() as download:
+            page.click("text=Export CSV")
+        rows = list(csv.DictReader(io.StringIO(open(download.value.path()).read())))
+        assert {r["tenant"] for r in rows} == {"globex"} and len(rows) == 12
+        with page.expect_download() as download:
+            page.click("text=Export FOCUS")
+        focus = list(csv.DictReader(io.StringIO(open(download.value.path()).read())))
+        assert focus and all("globex" in r["SubAccountId"] + r["SubAccountName"]
+                             for r in focus)
+        # A shared link opens the same view.
+        page.goto(page.url)
+        assert page.locator(".stat .num").nth(3).inner_text() == charged_globex
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_tenants_table_scrolls_never_clips(browser, live_server, billed_world, finance_user,
+                                               shot, width):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        sign_in(page, live_server.url, "fin")
+        page.goto(f"{live_server.url}/billing/?months=12")
+        page.locator("canvas[data-drawn=true]").wait_for()
+        shot(page, f"finance-overview-{width}")
+        box = page.evaluate("""() => {
+            const wrap = document.querySelector('#table');
+            const table = wrap.querySelector('table');
+            const style = getComputedStyle(wrap);
+            return {wrapRight: wrap.getBoundingClientRect().right, viewport: innerWidth,
+                    overflowX: style.overflowX, scrollW: wrap.scrollWidth,
+                    clientW: wrap.clientWidth, tableW: table.getBoundingClientRect().width};
+        }""")
+        assert box["wrapRight"] <= box["viewport"]  # the card itself stays on screen
+        # Either the whole table fits, or its card scrolls: never hidden.
+        assert box["scrollW"] <= box["clientW"] or box["overflowX"] in ("auto", "scroll"), box
+        last_header = page.locator("#table thead th").last
+        last_header.scroll_into_view_if_needed()
+        assert last_header.is_visible() and last_header.inner_text().lower() == "charged"
+    finally:
+        context.close()
+
+
+def test_a_budget_crossing_mails_the_lead_and_finance(browser, live_server, billed_world,
+                                                      tenant, lead, finance_user, smtp_server):
+    other = make_lead(tenant, "lead-two")
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        sign_in(page, live_server.url, "fin")
+        page.goto(f"{live_server.url}/billing/budgets/")
+        page.fill(f"#budget-{tenant.slug}", "abc")
+        page.locator(f"#budget-{tenant.slug} ~ button").click()
+        assert "must be a number" in page.locator(f"#budget-{tenant.slug}-error").inner_text()
+        page.fill(f"#budget-{tenant.slug}", "1100")  # this month's 1,000.00 is 90.9 %
+        page.locator(f"#budget-{tenant.slug} ~ button").click()
+        page.wait_for_url(f"{live_server.url}/billing/budgets/")
+        assert "Budget for Acme saved" in page.content()
+        mails = smtp_server.wait_for(lambda m: lead.email in m["to"] and "90%" in m["subject"])
+        assert mails and "1,000.00 of its EUR 1,100.00" in mails[0]["body"]
+        assert smtp_server.wait_for(lambda m: other.email in m["to"] and "90%" in m["subject"])
+        assert smtp_server.wait_for(lambda m: finance_user.email in m["to"])
+        assert len([m for m in smtp_server.to(lead.email) if "budget" in m["subject"]]) == 3
+        # The lead sees the budget beside the spend.
+        page.context.clear_cookies()
+        sign_in(page, live_server.url, "lead")
+        page.goto(f"{live_server.url}/billing/")
+        assert "90.9% spent" in page.locator(".budget").inner_text()
+    finally:
+        context.close()
