@@ -59,7 +59,10 @@ def finance_overview(request):
     from .forms import OverviewFilters
 
     tenant_ids = _billing_reader(request.user)
-    filters = OverviewFilters(request.GET)
+    data = request.GET.copy()  # unset filters show their defaults in the form
+    for name, value in OverviewFilters.DEFAULTS.items():
+        data.setdefault(name, str(value))
+    filters = OverviewFilters(data)
     f = filters.values()
     months = last_months(f["months"], timezone.localdate())
     rows, totals = overview(tenant_ids, months, route=f["route"], q=f["q"])
@@ -78,7 +81,10 @@ def finance_overview(request):
     # htmx swaps the whole report (cards, chart, table, export links): filters apply to all.
     template = "billing/overview.html" + ("#report" if request.htmx else "")
     return render(request, template, {
-        "filters": filters, "query": filters.query(), "rows": page, "page": page,
+        # The form shows what is in force: a value that was ignored shows its default.
+        "filters": OverviewFilters({k: str(v) for k, v in f.items()}) if filters.errors
+        else filters, "filter_errors": filters.errors, "query": filters.query(),
+        "rows": page, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
         "chart": month_chart(totals, budget=budget),

@@ -14,7 +14,7 @@
       var datasets = [
         {type: "bar", label: "Allocated device-hours", data: d.allocated_h, backgroundColor: "#f08c00", yAxisID: "hours", order: 2},
         {type: "bar", label: "Used device-hours", data: d.used_h, backgroundColor: "#2b8a3e", yAxisID: "hours", order: 2},
-        {type: "line", label: "Charged (" + d.currency + ")", data: d.amount, borderColor: "#364fc7", backgroundColor: "#364fc7", yAxisID: "money", tension: 0.2, order: 1}
+        {type: "line", label: "Charged (" + d.currency + ")", data: d.amount, borderColor: "#364fc7", backgroundColor: "#364fc7", yAxisID: "money", tension: 0, order: 1}
       ];
       if (d.budget !== undefined) {
         datasets.push({type: "line", label: "Monthly budget (" + d.currency + ")", data: d.labels.map(function () { return d.budget; }),

@@ -197,3 +197,16 @@ def test_the_tenant_filter_applies_to_the_cards_and_the_chart(client, users, bil
     acme = client.get(reverse("billing:overview"), {"months": 3, "q": "acme"}).context["grand"]
     assert everyone["amount"] == Decimal("15.0") and acme["amount"] == Decimal("10.0")
     assert acme["allocated_h"] == 4
+
+
+def test_the_filter_form_shows_the_filters_in_force(client, finance_user, billed):
+    client.force_login(finance_user)
+    body = client.get(reverse("billing:overview")).content.decode()
+    assert '<option value="6" selected>6</option>' in body  # the default, not the first
+    body = client.get(reverse("billing:overview"), {"months": "12", "sort": "name"}
+                      ).content.decode()
+    assert '<option value="12" selected>12</option>' in body
+    assert '<option value="name" selected>Name</option>' in body
+    bad = client.get(reverse("billing:overview"), {"months": "7"}).content.decode()
+    assert "Ignored: months" in bad and "6 months" in bad
+    assert '<option value="6" selected>6</option>' in bad

@@ -87,6 +87,7 @@ class Command(BaseCommand):
             return
         self._requests(tenants, users)
         self._usage()
+        self._budgets(tenants)
         from portal.demo_queues import seed_demo_queues
 
         seed_demo_queues(timezone.now())
@@ -144,6 +145,13 @@ class Command(BaseCommand):
                 touched.add((alloc.pk, month_start(hour)))
         UsageHour.objects.bulk_create(rows, batch_size=2000)
         refresh_months(touched)
+
+    def _budgets(self, tenants):
+        """Acme's budget sits just above its run rate: the lead sees spend and forecast."""
+        from billing.models import Budget
+
+        Budget.objects.get_or_create(tenant=tenants["acme-research"],
+                                     defaults={"monthly_amount": Decimal("24000")})
 
     def _requests(self, tenants, users):
         from intake import services
