@@ -6,6 +6,7 @@ undoes a decision."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from django.conf import settings
@@ -23,6 +24,7 @@ from .models import (
 from .tasks import send_notifications
 
 Kind = NotificationKind
+log = logging.getLogger(__name__)
 
 
 def tenant_leads(tenant: Tenant) -> list:
@@ -54,8 +56,17 @@ def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "
         for pk, u in wanted.items() if pk not in off])
     ids = [n.pk for n in rows]
     if ids:
-        transaction.on_commit(lambda: send_notifications.delay(ids))
+        transaction.on_commit(lambda: _queue(ids))
     return rows
+
+
+def _queue(ids: list[int]) -> None:
+    """Hand the e-mails to the task queue; if it is away, they wait as unsent rows and the
+    sweep (tenants.tasks.resend_unsent) sends them once it is back. Never fail the event."""
+    try:
+        send_notifications.delay(ids)
+    except Exception as exc:  # kombu's OperationalError and kin: the broker is down
+        log.warning("could not queue %d notification(s): %s", len(ids), exc)
 
 
 def set_preferences(user, enabled: set[str]) -> None:

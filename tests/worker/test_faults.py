@@ -102,6 +102,19 @@ def test_redis_down_at_approval_keeps_the_approval_and_provisions_when_it_is_bac
     events = AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk)
     assert events.filter(action="allocation.requeued").count() == 1
     assert events.filter(to_state="active").count() == 1  # provisioned once
+    # The "approved" e-mail queued while Redis was away is not lost: the sweep sends it.
+    from tenants.models import Notification
+    from tenants.tasks import resend_unsent
+
+    waiting = Notification.objects.filter(user=lead, kind="request_decided")
+    assert waiting.count() == 1 and waiting.get().sent_at is None
+    waiting.update(created_at=timezone.now() - dt.timedelta(minutes=10))
+    worker = _worker(own_redis.url, tmp_path / "worker2.log")
+    try:
+        assert resend_unsent() == 1
+        _until(lambda: waiting.get().sent_at is not None, 60, worker)
+    finally:
+        worker.stop()
 
 
 def test_a_worker_lost_mid_provision_is_finished_by_the_stall_check(
