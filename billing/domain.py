@@ -255,3 +255,34 @@ def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.da
                   ) -> BudgetStatus:
     return BudgetStatus(month=month, budget=money(budget), spent=money(spent),
                         forecast=run_rate_forecast(spent, month, now))
+
+
+# ---------------------------------------------------------------------------------------
+# How figures read on pages (the template filters and the precomputed tables share these)
+
+
+def money_text(value, currency: str) -> str:
+    """'EUR 1,234.50' (a non-breaking space keeps the code with the amount); '—' if not a
+    number."""
+    from decimal import InvalidOperation
+
+    try:
+        return f"{currency}\u00a0{Decimal(value):,.2f}"
+    except (InvalidOperation, TypeError, ValueError):
+        return "—"
+
+
+def hours_text(value) -> str:
+    """Hours as people read them: '1,234 h', '12.5 h', '0.75 h'."""
+    from decimal import InvalidOperation
+
+    try:
+        d = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        return "—"
+    if not d.is_finite():
+        return "—"
+    if d == 0:
+        return "0\u00a0h"
+    places = 0 if abs(d) >= 100 else 1 if abs(d) >= 10 else 2
+    return f"{d:,.{places}f}\u00a0h"

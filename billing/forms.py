@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 
 from fleet.domain import Route
+from tenants.widgets import FastSelect
 
 SORT_CHOICES = [("amount", "Charge"), ("allocated", "Allocated"), ("used", "Used"),
                 ("utilisation", "Utilisation"), ("name", "Name")]
@@ -15,10 +16,11 @@ MONTH_CHOICES = [("3", "3"), ("6", "6"), ("12", "12")]
 class OverviewFilters(forms.Form):
     q = forms.CharField(required=False, max_length=120, strip=True, label="Tenant",
                         widget=forms.TextInput(attrs={"placeholder": "name or slug"}))
-    route = forms.ChoiceField(required=False, choices=[("", "All")] + list(Route.choices))
+    route = forms.ChoiceField(required=False, choices=[("", "All")] + list(Route.choices),
+                              widget=FastSelect)
     months = forms.TypedChoiceField(required=False, choices=MONTH_CHOICES, coerce=int,
-                                    empty_value=6)
-    sort = forms.ChoiceField(required=False, choices=SORT_CHOICES)
+                                    empty_value=6, widget=FastSelect)
+    sort = forms.ChoiceField(required=False, choices=SORT_CHOICES, widget=FastSelect)
 
     DEFAULTS = {"q": "", "route": "", "months": 6, "sort": "amount"}
 

@@ -17,7 +17,7 @@ from tenants.audit import audit_for
 from .capacity import fleet_counts
 from .kube import KubeError
 from .models import Allocation, GpuNode, Pool
-from .selectors import pool_capacity
+from .selectors import pool_capacity, pools_capacity
 from .sync import node_set_retiring
 
 NODE_STATES = ["schedulable", "cordoned", "unhealthy", "unvalidated", "retiring", "gone"]
@@ -29,9 +29,11 @@ def _pool_rows():
     for node in GpuNode.objects.select_related("pool"):
         nodes_by_pool[node.pool_id].append(node.facts())
     rows = []
-    for pool in Pool.objects.filter(active=True):
+    pools = list(Pool.objects.filter(active=True))
+    capacities = pools_capacity(pools, node_facts=nodes_by_pool)
+    for pool in pools:
         counts = fleet_counts(nodes_by_pool.get(pool.pk, []))
-        cap = pool_capacity(pool)
+        cap = capacities[pool.pk]
         over = cap.allocated_devices > cap.capacity_devices
         tenants = []
         if over:
@@ -123,7 +125,9 @@ def node_retire(request, name: str):
 @login_required
 def pool_list(request):
     require_platform_admin(request.user)
-    pools = [(p, pool_capacity(p)) for p in Pool.objects.all()]
+    all_pools = list(Pool.objects.all())
+    capacities = pools_capacity(all_pools)
+    pools = [(p, capacities[p.pk]) for p in all_pools]
     return render(request, "fleet/pools.html", {"pools": pools})
 
 

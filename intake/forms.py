@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from fleet.models import Pool, Route
 from tenants.models import Tenant, slug_validator
+from tenants.widgets import FastSelect
 
 from .domain import IntakeAnswers, Status, validate_answers, validate_request_fields
 from .models import STATUS_CHOICES, CapacityRequest
@@ -175,15 +176,16 @@ class ReviewQueueFilterForm(forms.Form):
         required=False,
         choices=[c for c in STATUS_CHOICES if c[0] == Status.SUBMITTED.value]
         + [c for c in STATUS_CHOICES if c[0] != Status.SUBMITTED.value]
-        + [("all", "All statuses")])
-    route = forms.ChoiceField(choices=[("", "All routes"), *Route.choices], required=False)
+        + [("all", "All statuses")], widget=FastSelect)
+    route = forms.ChoiceField(choices=[("", "All routes"), *Route.choices], required=False,
+                              widget=FastSelect)
     tenant = TenantBySlugField(
         queryset=Tenant.objects.order_by("name"), to_field_name="slug", required=False,
-        empty_label="All tenants",
+        empty_label="All tenants", widget=FastSelect,
         error_messages={"invalid_choice": "No tenant has the slug “%(value)s”."})
     older_than = forms.TypedChoiceField(choices=AGES, coerce=int, empty_value=None,
-                                        required=False, label="Waiting")
-    sort = forms.ChoiceField(choices=SORTS, required=False, label="Order")
+                                        required=False, label="Waiting", widget=FastSelect)
+    sort = forms.ChoiceField(choices=SORTS, required=False, label="Order", widget=FastSelect)
     page = forms.IntegerField(min_value=1, required=False)
 
     def filters(self) -> ReviewQueueFilter:

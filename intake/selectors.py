@@ -27,8 +27,8 @@ from .domain import (
 from .models import CapacityRequest
 
 
-def pool_facts(pool: Pool) -> PoolFacts:
-    cap = pool_capacity(pool)
+def pool_facts(pool: Pool, cap=None) -> PoolFacts:
+    cap = cap or pool_capacity(pool)
     return PoolFacts(
         name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
         devices_per_node=pool.devices_per_node, capacity_devices=cap.capacity_devices,
@@ -38,6 +38,15 @@ def pool_facts(pool: Pool) -> PoolFacts:
         pool_id=pool.pk, free_whole_nodes=cap.free_whole_nodes,
         free_mig_slices=cap.free_mig_slices,
     )
+
+
+def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
+    """Every active pool with its facts, in a fixed number of queries (overview, review)."""
+    from fleet.selectors import pools_capacity
+
+    pools = list(Pool.objects.filter(active=True))
+    capacities = pools_capacity(pools)
+    return [(p, pool_facts(p, capacities[p.pk])) for p in pools]
 
 
 def window_hours(starts_on: dt.date | None, ends_on: dt.date | None) -> Decimal | None:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
-from fleet.models import Pool, Route
+from fleet.models import Route
 from tenants.access import (
     require_platform_admin,
     roles_for,
@@ -31,10 +31,10 @@ from .models import CapacityRequest
 from .selectors import (
     REVIEW_PAGE_SIZE,
     ReviewQueueFilter,
+    active_pools_facts,
     next_in_queue,
     plan_answers,
     plan_for_request,
-    pool_facts,
     queued_requests,
     request_events,
     small_cell_comparison,
@@ -261,7 +261,7 @@ def review_queue(request):
     if request.htmx:
         template += "#rows"
     else:
-        context["pools"] = [(p, pool_facts(p)) for p in Pool.objects.filter(active=True)]
+        context["pools"] = active_pools_facts()
     # A bad value is the client's error (400), said on the page; htmx swaps only a success,
     # so its request gets the message with a 200.
     status = 400 if form.errors and not request.htmx else 200

@@ -14,10 +14,10 @@ from django.views.decorators.cache import never_cache
 
 from billing.domain import SECONDS_PER_HOUR
 from billing.models import UsageMonth
-from fleet.models import Allocation, Pool
+from fleet.models import Allocation
 from intake.domain import Status
 from intake.models import CapacityRequest
-from intake.selectors import pool_facts
+from intake.selectors import active_pools_facts
 from tenants.access import roles_for, scope_to_tenants, visible_tenants
 from tenants.models import WorkerHeartbeat
 
@@ -29,7 +29,7 @@ def home(request):
     requests_qs = scope_to_tenants(request.user, CapacityRequest.objects.all())
     counts = dict(requests_qs.values_list("status").annotate(n=Count("id")))
     recent = requests_qs.select_related("tenant", "pool")[:6]
-    pools = [(p, pool_facts(p)) for p in Pool.objects.filter(active=True)]
+    pools = active_pools_facts()
     # Allocations about to end: the notice a lead needs to renew in time.
     expiring = scope_to_tenants(request.user, Allocation.objects.filter(
         status=Allocation.Status.EXPIRING).select_related("tenant", "request"))

@@ -62,10 +62,19 @@ def roles_for(user) -> PortalRoles:
     cached = getattr(user, "_portal_roles", None)
     if cached is not None:
         return cached
-    platform = set(PlatformRole.objects.filter(user=user).values_list("role", flat=True))
-    lead, member = set(), set()
-    for tenant_id, role in Membership.objects.filter(user=user).values_list("tenant_id", "role"):
-        (lead if role == Membership.Role.LEAD else member).add(tenant_id)
+    # One round trip for both kinds of role: every page pays for this in its layout.
+    from django.db.models import IntegerField, Value
+
+    rows = Membership.objects.filter(user=user).values_list("tenant_id", "role").union(
+        PlatformRole.objects.filter(user=user).annotate(
+            no_tenant=Value(None, output_field=IntegerField())).values_list("no_tenant", "role"),
+        all=True)
+    platform, lead, member = set(), set(), set()
+    for tenant_id, role in rows:
+        if tenant_id is None:
+            platform.add(role)
+        else:
+            (lead if role == Membership.Role.LEAD else member).add(tenant_id)
     roles = PortalRoles(
         authenticated=True,
         platform_admin=PlatformRole.Role.PLATFORM_ADMIN in platform,

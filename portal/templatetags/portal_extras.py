@@ -31,10 +31,9 @@ def money(value) -> str:
     """An amount in the portal's currency: 'EUR 1,234.50'."""
     from django.conf import settings
 
-    try:
-        return f"{settings.PORTAL_CURRENCY}\u00a0{Decimal(value):,.2f}"
-    except (InvalidOperation, TypeError, ValueError):
-        return "—"
+    from billing.domain import money_text
+
+    return money_text(value, settings.PORTAL_CURRENCY)
 
 
 @register.filter
@@ -101,13 +100,6 @@ def backticks(text, autoescape=True):
 def hours(value) -> str:
     """Hours as people read them: '1,234 h', '12.5 h', '0.75 h' (device-seconds are for the
     drill-down only)."""
-    try:
-        d = Decimal(value)
-    except (InvalidOperation, TypeError, ValueError):
-        return "—"
-    if not d.is_finite():
-        return "—"
-    if d == 0:
-        return "0\u00a0h"
-    places = 0 if abs(d) >= 100 else 1 if abs(d) >= 10 else 2
-    return f"{d:,.{places}f}\u00a0h"
+    from billing.domain import hours_text
+
+    return hours_text(value)
