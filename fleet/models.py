@@ -128,6 +128,9 @@ class GpuNode(models.Model):
     state = models.CharField(max_length=20, db_index=True, default="unvalidated")
     reason = models.TextField(blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
+    # Digest of the facts last read (fleet.sync.facts_digest): a sync compares digests and
+    # touches only the nodes whose facts changed.
+    facts_digest = models.CharField(max_length=40, blank=True)
 
     class Meta:
         db_table = "tenants_gpunode"  # kept from when tenants/ owned it

@@ -80,6 +80,13 @@ def test_labels_conditions_and_cordons_change_the_counts(clean_nodes, portal_kub
     assert report.gone == 1 and GpuNode.objects.get(name="sh-2").state == "gone"
     assert pool_capacity(shared).capacity_devices == 0
 
+    # The same node coming back, with the very facts it had, is read afresh (not skipped as
+    # "unchanged"): present and schedulable again.
+    create_gpu_node(admin, "sh-2", labels={**VALID, "aifactory.io/pool": "shared"})
+    report = fleet_sync(backend=portal_kube)
+    assert GpuNode.objects.get(name="sh-2").state == "schedulable"
+    assert pool_capacity(shared).capacity_devices == 8
+
 
 def test_sync_twice_changes_nothing(clean_nodes, portal_kube, pools):
     create_gpu_node(clean_nodes, "idem-0", labels={**VALID, "aifactory.io/pool": "shared"})
@@ -185,19 +192,28 @@ def test_two_approvals_racing_for_the_last_validated_devices(clean_nodes, portal
     assert Allocation.objects.count() == 1
 
 
-def test_benchmark_sync_of_1000_nodes(clean_nodes, portal_kube, pools, capsys):
-    """Not a timed assertion: prints how long creating and syncing 1,000 nodes takes."""
+def test_benchmark_fleet_sync(clean_nodes, portal_kube, pools, capsys):
+    """Not a timed assertion: prints how long syncing the fleet takes — first sync, an
+    unchanged re-sync, and a re-sync after one node changed. 1,000 nodes by default,
+    10,000 with PORTAL_BENCH_FULL=1."""
+    import os
+
+    n = 10_000 if os.environ.get("PORTAL_BENCH_FULL") == "1" else 1_000
     admin = clean_nodes
     started = time.monotonic()
-    for i in range(1000):
-        admin.apply(gpu_node(f"bench-{i:04d}", labels={**VALID, "aifactory.io/pool": "shared"}),
+    for i in range(n):
+        admin.apply(gpu_node(f"bench-{i:05d}", labels={**VALID, "aifactory.io/pool": "shared"}),
                     force=True)
     created = time.monotonic() - started
     first = fleet_sync(backend=portal_kube)
     second = fleet_sync(backend=portal_kube)
+    patch_node(admin, "bench-00007", {"spec": {"unschedulable": True}})
+    third = fleet_sync(backend=portal_kube)
     with capsys.disabled():
-        print(f"\nBENCHMARK fleet sync: created 1000 nodes in {created:.1f}s; first sync "
-              f"{first.seconds:.2f}s ({first.created} new), second sync {second.seconds:.2f}s "
-              f"({second.changed} changed)")
-    assert first.created == 1000 and second.changed == 0
-    assert GpuNode.objects.filter(name__startswith="bench-").count() == 1000
+        print(f"\nBENCHMARK fleet sync of {n} nodes: created in {created:.1f}s; first sync "
+              f"{first.seconds:.2f}s ({first.created} new), unchanged re-sync "
+              f"{second.seconds:.2f}s ({second.changed} changed), one node cordoned "
+              f"{third.seconds:.2f}s ({third.changed} changed)")
+    assert first.created == n and second.changed == 0 and third.changed == 1
+    assert GpuNode.objects.get(name="bench-00007").cordoned is True
+    assert GpuNode.objects.filter(name__startswith="bench-").count() == n
