@@ -22,11 +22,14 @@ from tenants.models import Tenant
 from . import services
 from .domain import month_bounds, month_start
 from .models import UsageHour
-from .selectors import last_months, overview
+from .selectors import last_months, overview, overview_page
 
-SORTS = {"name": lambda r: r.name.lower(), "amount": lambda r: -r.amount,
-         "allocated": lambda r: -r.allocated_h, "used": lambda r: -r.used_h,
-         "utilisation": lambda r: (r.utilisation is None, r.utilisation or 0)}
+# The exports' order, the same as the page's SQL (billing.selectors.ORDERINGS): ties by name.
+SORTS = {"name": lambda r: (r.name.lower(), r.tenant_id),
+         "amount": lambda r: (-r.amount, r.name.lower()),
+         "allocated": lambda r: (-r.allocated_h, r.name.lower()),
+         "used": lambda r: (-r.used_h, r.name.lower()),
+         "utilisation": lambda r: (r.utilisation is None, r.utilisation or 0, r.name.lower())}
 
 
 def _billing_reader(user):
@@ -65,27 +68,26 @@ def finance_overview(request):
     filters = OverviewFilters(data)
     f = filters.values()
     months = last_months(f["months"], timezone.localdate())
-    rows, totals = overview(tenant_ids, months, route=f["route"], q=f["q"])
-    rows.sort(key=SORTS[f["sort"]])
-    if request.GET.get("format") == "csv":
-        return _csv(rows, months)
-    if request.GET.get("format") == "focus":
+    if request.GET.get("format") in ("csv", "focus"):
+        rows, _ = overview(tenant_ids, months, route=f["route"], q=f["q"])
+        rows.sort(key=SORTS[f["sort"]])
+        if request.GET.get("format") == "csv":
+            return _csv(rows, months)
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
-    from django.core.paginator import Paginator
-
-    page = Paginator(rows, 50).get_page(request.GET.get("page"))
+    page, rows, totals = overview_page(tenant_ids, months, route=f["route"], q=f["q"],
+                                       sort=f["sort"], page=request.GET.get("page"))
     grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
              "used_h": sum(t["used_h"] for t in totals),
              "amount": sum(t["amount"] for t in totals)}
-    budget = budget_view(tenant_ids, f["q"], rows)
-    table = tenant_table(page, months)
+    budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [])
+    table = tenant_table(rows, months)
     # htmx swaps the whole report (cards, chart, table, export links): filters apply to all.
     template = "billing/overview.html" + ("#report" if request.htmx else "")
     return render(request, template, {
         # The form shows what is in force: a value that was ignored shows its default.
         "filters": OverviewFilters({k: str(v) for k, v in f.items()}) if filters.errors
         else filters, "filter_errors": filters.errors, "query": filters.query(),
-        "rows": page, "table": table, "page": page,
+        "rows": rows, "table": table, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
         "chart": month_chart(totals, budget=budget),

@@ -18,6 +18,28 @@ def mig_weights() -> dict[str, Decimal]:
     return {k: Decimal(v) for k, v in settings.PORTAL_MIG_WEIGHTS.items()}
 
 
+FACT_COLUMNS = ("name", "pool_id", "pool_label", "gpu_model", "gpu_count", "gpu_memory_mib",
+                "mig_capable", "mig_config", "validated", "bios_profile", "burn_in_date",
+                "validation_failure", "ready", "health_problems", "cordoned", "retiring",
+                "present", "dra_whole_gpus", "mig_devices")
+
+
+def facts_by_pool(nodes) -> dict[int | None, list]:
+    """Pool id → NodeFacts of these nodes, read as plain rows (no model objects: pages that
+    show capacity read every node of a pool on each view)."""
+    from .capacity import NodeFacts
+
+    out: dict[int | None, list] = {}
+    for row in nodes.values_list(*FACT_COLUMNS):
+        d = dict(zip(FACT_COLUMNS, row, strict=True))
+        pool_id = d.pop("pool_id")
+        d["pool"] = d.pop("pool_label")
+        d["health_problems"] = tuple(d["health_problems"] or ())
+        d["mig_devices"] = tuple(sorted((k, int(v)) for k, v in (d["mig_devices"] or {}).items()))
+        out.setdefault(pool_id, []).append(NodeFacts(**d))
+    return out
+
+
 def pool_capacity(pool: Pool) -> PromisableCapacity:
     """Promisable capacity of a pool and what allocations already hold of it.
 
@@ -38,9 +60,7 @@ def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, Promis
     held = dict(holding.values("pool_id").annotate(total=Sum("device_equivalents"))
                 .values_list("pool_id", "total"))
     if node_facts is None:
-        node_facts = {}
-        for node in GpuNode.objects.filter(pool_id__in=ids):
-            node_facts.setdefault(node.pool_id, []).append(node.facts())
+        node_facts = facts_by_pool(GpuNode.objects.filter(pool_id__in=ids))
     reserved: dict[int, list[str]] = {}
     for pool_id, name in GpuNode.objects.filter(
             pool_id__in=ids, allocations__status__in=Allocation.HOLDING,

@@ -210,3 +210,36 @@ def test_the_filter_form_shows_the_filters_in_force(client, finance_user, billed
     bad = client.get(reverse("billing:overview"), {"months": "7"}).content.decode()
     assert "Ignored: months" in bad and "6 months" in bad
     assert '<option value="6" selected>6</option>' in bad
+
+
+@pytest.mark.parametrize("sort", ["amount", "allocated", "used", "utilisation", "name"])
+def test_the_page_sorts_and_pages_in_sql_as_the_exports_do(sort, pools):
+    """overview_page (SQL: GROUP BY, ORDER BY, LIMIT) orders tenants exactly as the export
+    path (Python sort over every tenant) does, page after page."""
+    from billing.selectors import overview, overview_page
+    from billing.views import SORTS
+    from tests.factories import TenantFactory
+
+    hour = dt.datetime.combine(LAST_MONTH, dt.time(5), tzinfo=dt.UTC)
+    touched = set()
+    for i in range(7):
+        names = ["delta", "Alpha", "golf", "Charlie", "echo", "Bravo", "foxtrot"]
+        t = TenantFactory(slug=f"s{i}", name=names[i])
+        alloc = Allocation.objects.create(
+            tenant=t, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL, whole_devices=1,
+            device_equivalents=Decimal(1), namespace=f"s{i}-r", status="active",
+            starts_at=hour)
+        usage(alloc, hour, Decimal(3600 * (i % 3)), Decimal(600 * i), Decimal(10 + i * 3 % 7))
+        touched.add((alloc.pk, LAST_MONTH))
+    refresh_months(touched)
+    expected, _ = overview(None, [LAST_MONTH])
+    expected.sort(key=SORTS[sort])
+    got = []
+    for number in (1, 2, 3):
+        page, rows, totals = overview_page(None, [LAST_MONTH], sort=sort, page=number,
+                                           per_page=3)
+        got += [r.slug for r in rows]
+        assert all(r.months[LAST_MONTH]["amount"] == r.amount for r in rows)
+    assert page.paginator.count == 7
+    assert got == [r.slug for r in expected]
+    assert totals[0]["amount"] == sum(r.amount for r in expected)

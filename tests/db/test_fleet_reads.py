@@ -1,0 +1,37 @@
+"""The fast reads of the fleet agree with the model's own view of a node."""
+
+import pytest
+
+from fleet.models import GpuNode
+from fleet.selectors import facts_by_pool, pool_capacity, pools_capacity
+
+pytestmark = pytest.mark.django_db
+
+
+def test_facts_from_rows_equal_the_model_facts(pools):
+    shared = pools["shared_pool"]
+    GpuNode.objects.create(name="a", pool=shared, pool_label="shared", gpu_count=8,
+                           validated=True, ready=True, health_problems=["GpuXidError: 79"],
+                           mig_devices={"3g.40gb": 2, "1g.10gb": 7}, dra_whole_gpus=None)
+    GpuNode.objects.create(name="b", pool=None, pool_label="", cordoned=True, retiring=True)
+    rows = facts_by_pool(GpuNode.objects.all())
+    assert rows[shared.pk] == [GpuNode.objects.get(name="a").facts()]
+    assert rows[None] == [GpuNode.objects.get(name="b").facts()]
+
+
+def test_many_pools_at_once_equal_one_at_a_time(pools):
+    for i, pool in enumerate(pools.values()):
+        for n in range(i + 1):
+            GpuNode.objects.create(name=f"{pool.slug}-{n}", pool=pool, pool_label=pool.slug,
+                                   gpu_count=8, validated=True, ready=True,
+                                   state="schedulable")
+    from decimal import Decimal
+
+    from fleet.capacity import promisable_capacity
+
+    together = pools_capacity(pools.values())
+    for pool in pools.values():
+        alone = promisable_capacity([n.facts() for n in GpuNode.objects.filter(pool=pool)],
+                                    allocated_devices=Decimal(0), reserved_nodes=[],
+                                    allocated_mig={})
+        assert together[pool.pk] == alone == pool_capacity(pool)
