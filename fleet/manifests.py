@@ -359,6 +359,22 @@ def render_manifests(spec: AllocationSpec) -> list[dict]:
 
 
 # Kinds an allocation may own, for listing and pruning (namespaces last).
+GUARD_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+
+
+def apply_waves(manifests: list[dict]) -> list[list[dict]]:
+    """render_manifests' order as waves that may each be applied in parallel: the guard
+    rails one by one and first; then the namespace with the cluster-scoped objects (nodes,
+    device class, flavor, ClusterQueue); then everything inside the namespace; the tenant's
+    RoleBindings last, so nobody gets access before quota, policies and queue exist."""
+    guards = [[m] for m in manifests if m["kind"] in GUARD_KINDS]
+    rest = [m for m in manifests if m["kind"] not in GUARD_KINDS]
+    cluster = [m for m in rest if not m["metadata"].get("namespace")]
+    access = [m for m in rest if m["kind"] == "RoleBinding"]
+    inside = [m for m in rest if m["metadata"].get("namespace") and m["kind"] != "RoleBinding"]
+    return [*guards, *(w for w in (cluster, inside, access) if w)]
+
+
 OWNED_KINDS: tuple[tuple[str, str], ...] = (
     (KUEUE, "LocalQueue"), (KUEUE, "ClusterQueue"), (KUEUE, "ResourceFlavor"),
     ("cluster.x-k8s.io/v1beta2", "Cluster"),

@@ -166,6 +166,26 @@ def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) 
     return kcm
 
 
+def ensure_kubectl(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
+    """kubectl of the API server's version, built in the same consumer module (for the
+    provisioning benchmark on a machine without kubectl), once per version."""
+    ensure_binaries(k8s_version, log=log)
+    root = build_dir(k8s_version)
+    binary = root / "bin" / "kubectl"
+    if binary.exists():
+        return binary
+    env = _go_env()
+    module = root / "module"
+    subprocess.run(["go", "get", f"k8s.io/kubernetes/cmd/kubectl@{k8s_version}"], check=True,
+                   env=env, cwd=module)
+    log("controlplane: building kubectl")
+    subprocess.run(["go", "build", "-trimpath", "-ldflags", _version_ldflags(k8s_version),
+                    "-o", str(binary) + ".tmp", "k8s.io/kubernetes/cmd/kubectl"],
+                   check=True, env=env, cwd=module)
+    os.replace(str(binary) + ".tmp", binary)
+    return binary
+
+
 # ---------------------------------------------------------------------------------------
 # Running it
 

@@ -1,0 +1,151 @@
+"""Benchmark, not a timed assertion: approvals across the four routes provisioned end to end
+by a real Celery worker against the real API server, next to `kubectl apply --server-side`
+of the same rendered objects (renamed into fresh namespaces) against the same server.
+
+Default: 20 allocations (5 per route); PORTAL_BENCH_FULL=1: 100. Rerun alone:
+    make test ARGS="tests/k8s/test_provisioning_benchmark.py -s"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from fleet.kube import set_backend
+from fleet.models import Allocation, Pool, Route
+from fleet.provisioning import allocation_manifests
+from fleet.sync import fleet_sync
+from intake import services
+from tests.factories import make_request
+from tests.harness.procs import ManagedProcess
+
+from .gpu_nodes import create_gpu_node
+from .test_provisioning import ROUTE_REQUESTS, VALID
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = Path(__file__).resolve().parents[2]
+FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
+PER_ROUTE = 25 if FULL else 5
+
+
+def kubectl() -> str:
+    """The machine's kubectl, or one built from the Go module proxy next to the API server."""
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    from tests.harness.controlplane import ensure_kubectl
+
+    return str(ensure_kubectl())
+
+
+def renamed(manifest: dict, namespace: str, suffix: str) -> dict:
+    """The same object for a fresh namespace: every occurrence of the allocation's namespace
+    (its name, the names of its cluster-scoped objects, their references) gets a suffix."""
+    text = json.dumps(manifest).replace(f'"{namespace}', f'"{namespace}{suffix}')
+    return json.loads(text)
+
+
+def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, portal_kube, pools,
+                                                 tenant, lead, admin_user, tmp_path, capsys):
+    from portal.celery import app
+
+    set_backend(portal_kube)
+    Pool.objects.filter(pk__in=[pools[r].pk for r in (Route.SHARED_POOL, Route.MIG_VCLUSTER,
+                                                       Route.CONFIDENTIAL_POOL)]).update(
+        capacity_devices=10_000)
+    for node in admin_kube.list("v1", "Node"):
+        admin_kube.delete("v1", "Node", node["metadata"]["name"])
+    for i in range(PER_ROUTE):  # one whole node per dedicated block
+        create_gpu_node(admin_kube, f"bench-blk-{i:03d}",
+                        labels={**VALID, "aifactory.io/pool": "dedicated"})
+    fleet_sync(backend=portal_kube)
+    requests = [make_request(tenant, lead, submit=True, **ROUTE_REQUESTS[route])
+                for route in ROUTE_REQUESTS for _ in range(PER_ROUTE)]
+
+    db = settings.DATABASES["default"]
+    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
+           f"{db['NAME']}", "CELERY_TASK_ALWAYS_EAGER": "false",
+           "PORTAL_KUBE_BACKEND": "kubeconfig",
+           "PORTAL_KUBECONFIG": str(control_plane.portal_kubeconfig)}
+    worker = ManagedProcess(
+        # As docker-compose.yml runs it: prefork, two processes (one per core here).
+        "celery-worker", [sys.executable, "-m", "celery", "-A", "portal", "worker",
+                          "--concurrency=2", "--without-gossip", "--without-mingle",
+                          "--loglevel=INFO"],
+        log_path=tmp_path / "worker.log", env=env, cwd=ROOT).start()
+    app.conf.task_always_eager = False
+    try:
+        started = time.monotonic()
+        for req in requests:
+            services.request_approve(request=req, by=admin_user, reason="bench")
+        approved = time.monotonic()
+        ids = list(Allocation.objects.values_list("pk", flat=True))
+        deadline = approved + (600 if FULL else 180)
+        while time.monotonic() < deadline:
+            worker.raise_if_dead()
+            if Allocation.objects.filter(pk__in=ids, status="active").count() == len(ids):
+                break
+            time.sleep(0.2)
+        done = time.monotonic()
+        rss = worker_rss_mib(worker)
+    finally:
+        app.conf.task_always_eager = True
+        worker.stop()
+    active = Allocation.objects.filter(status="active").count()
+    assert active == len(requests), f"{active} of {len(requests)} active"
+
+    manifests = []
+    for alloc in Allocation.objects.all():
+        manifests += [renamed(m, alloc.namespace, "-k") for m in allocation_manifests(alloc)]
+    path = tmp_path / "objects.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
+    started_k = time.monotonic()
+    result = subprocess.run(
+        [kubectl(), f"--kubeconfig={control_plane.admin_kubeconfig}", "apply",
+         "--server-side", "--force-conflicts", "--field-manager=bench-kubectl", "-f", str(path)],
+        capture_output=True, text=True, timeout=900)
+    kubectl_s = time.monotonic() - started_k
+    assert result.returncode == 0, result.stderr[-2000:]
+    from fleet.manifests import apply_waves
+    from fleet.provisioning import apply_together
+
+    started_a = time.monotonic()
+    for alloc in Allocation.objects.all():
+        for wave in apply_waves([renamed(m, alloc.namespace, "-a")
+                                 for m in allocation_manifests(alloc)]):
+            apply_together(portal_kube, wave)
+    adapter_s = time.monotonic() - started_a
+    portal_s = done - started
+    with capsys.disabled():
+        print(f"\nBENCHMARK provisioning: {len(requests)} allocations "
+              f"({PER_ROUTE} per route), {len(manifests)} objects; approvals "
+              f"{approved - started:.1f}s, "
+              f"approval→all active {portal_s:.1f}s through a real worker (2 processes) "
+              f"(after the last approval {done - approved:.1f}s); kubectl apply --server-side "
+              f"of the same objects {kubectl_s:.1f}s; ratio {portal_s / kubectl_s:.2f}x "
+              f"(the adapter alone, in waves, one process: {adapter_s:.1f}s, "
+              f"{adapter_s / kubectl_s:.2f}x) "
+              f"(goal 0.5x); worker RSS {rss} MiB")
+
+
+def worker_rss_mib(worker: ManagedProcess) -> str:
+    """Resident memory of the worker: its main process and its pool processes, from /proc."""
+    def rss(pid: int) -> int:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        return int(next(line.split()[1] for line in status if line.startswith("VmRSS:")))
+
+    try:
+        pid = worker.proc.pid
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        total = rss(pid) + sum(rss(int(c)) for c in children)
+        return f"{total / 1024:.0f} ({1 + len(children)} processes)"
+    except (OSError, StopIteration, AttributeError, ValueError):
+        return "?"

@@ -1,0 +1,43 @@
+"""Provisioning applies an allocation's objects in waves that may run in parallel: nothing
+lost or doubled, guard rails first and one by one, the namespace and cluster-scoped objects
+before anything inside the namespace, access last."""
+
+import pytest
+
+from fleet.domain import Route
+from fleet.manifests import GUARD_KINDS, apply_waves, render_manifests
+from tests.unit.test_connect import spec
+
+pytestmark = pytest.mark.unit
+
+
+def key(m: dict) -> tuple:
+    return (m["apiVersion"], m["kind"], m["metadata"].get("namespace", ""),
+            m["metadata"]["name"])
+
+
+@pytest.mark.parametrize("route", list(Route))
+@pytest.mark.parametrize("nodes", [(), ("gpu-a", "gpu-b")])
+def test_waves_keep_every_object_once_in_a_safe_order(route, nodes):
+    manifests = render_manifests(spec(route, nodes=nodes)
+                                 if route == Route.DEDICATED_BLOCK else spec(route))
+    waves = apply_waves(manifests)
+    flat = [m for w in waves for m in w]
+    assert sorted(map(key, flat)) == sorted(map(key, manifests))
+    position = {key(m): i for i, w in enumerate(waves) for m in w}
+    guards = [m for m in manifests if m["kind"] in GUARD_KINDS]
+    assert [key(w[0]) for w in waves[:len(guards)]] == [key(m) for m in guards]  # in order
+    assert all(len(w) == 1 for w in waves[:len(guards)])
+    ns = next(m for m in manifests if m["kind"] == "Namespace")
+    for m in manifests:
+        if m["kind"] in GUARD_KINDS:
+            continue
+        assert position[key(m)] > max((position[key(g)] for g in guards), default=-1)
+        if m["metadata"].get("namespace"):
+            assert position[key(m)] > position[key(ns)]
+        if m["kind"] == "LocalQueue":
+            cq = next(c for c in manifests if c["kind"] == "ClusterQueue")
+            assert position[key(m)] > position[key(cq)]
+    bindings = [m for m in manifests if m["kind"] == "RoleBinding"]
+    assert bindings and all(position[key(b)] == len(waves) - 1 for b in bindings)
+    assert all(m["kind"] == "RoleBinding" for m in waves[-1])
