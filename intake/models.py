@@ -81,6 +81,10 @@ class CapacityRequest(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["tenant", "status"]),
+                   # Lists, newest first (everyone's and one tenant's): no sort of the table.
+                   models.Index(fields=["-created_at", "-id"], name="intake_newest_idx"),
+                   models.Index(fields=["tenant", "-created_at"],
+                                name="intake_tenant_newest_idx"),
                    # The review queue: a status, in the order requests entered it.
                    models.Index(fields=["status", "updated_at", "id"],
                                 name="intake_review_queue_idx")]

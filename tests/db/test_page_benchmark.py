@@ -99,6 +99,24 @@ def load_world(lead_user, admin_user):
             "month": f"{max(months):%Y-%m}"}
 
 
+def heavy_query_plans(world) -> dict[str, str]:
+    """EXPLAIN ANALYZE of the queries behind the heaviest pages, as the pages run them."""
+    from billing.selectors import last_months, overview_page
+    from intake.selectors import ReviewQueueFilter, queued_requests
+
+    months = last_months(12, timezone.localdate())
+    page, _, _ = overview_page(None, months, sort="amount", page=1)
+    plans = {"finance: tenants of one page, sorted and limited in SQL":
+             page.object_list.explain(analyze=True)}
+    newest = CapacityRequest.objects.select_related("tenant", "requester", "pool")
+    plans["admin: all requests, newest first, one page"] = newest[:25].explain(analyze=True)
+    plans["lead: one tenant's requests, newest first"] = newest.filter(
+        tenant=world["tenant"])[:25].explain(analyze=True)
+    queue = queued_requests(ReviewQueueFilter(status="submitted"), now=timezone.now())
+    plans["admin: review queue, oldest first"] = queue[:25].explain(analyze=True)
+    return plans
+
+
 def measure(client, url: str) -> dict:
     response = client.get(url)
     assert response.status_code == 200, (url, response.status_code)
@@ -166,6 +184,7 @@ def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user
                 client.force_login(user)
             current = user
         results[label] = measure(client, url)
+    explains = heavy_query_plans(world)
     floor = results["floor: base layout, no data"]["p95"]
     bare = results["bare HttpResponse"]["p95"]
     assert results["finance: overview 12 months"]["queries"] < 40  # constant, not per tenant
@@ -178,3 +197,6 @@ def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user
         for label, r in results.items():
             print(f"BENCHMARK {label:32s} p50 {r['p50']:7.1f} ms  p95 {r['p95']:7.1f} ms  "
                   f"{r['queries']:3d} queries  p95/floor {r['p95'] / floor:5.1f}")
+        for label, plan in explains.items():
+            print(f"BENCHMARK plan: {label}\n" + "\n".join(
+                f"BENCHMARK plan:   {line}" for line in plan.splitlines()))
