@@ -35,11 +35,13 @@ def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
     return budget_status(budget=budget.monthly_amount, spent=spent, month=month, now=now)
 
 
-def budgets_overview(now: dt.datetime) -> list[tuple[Tenant, BudgetStatus | None]]:
-    """Every tenant with this month's spend against its budget (finance's budgets page)."""
+def budgets_overview(now: dt.datetime, tenants=None
+                     ) -> list[tuple[Tenant, BudgetStatus | None]]:
+    """These tenants (default: all) with this month's spend against their budgets (finance's
+    budgets page shows a page of them)."""
     month = month_start(now)
-    tenants = list(Tenant.objects.order_by("name"))
-    budgets = {b.tenant_id: b for b in Budget.objects.all()}
+    tenants = list(Tenant.objects.order_by("name") if tenants is None else tenants)
+    budgets = {b.tenant_id: b for b in Budget.objects.filter(tenant__in=tenants)}
     spent = spent_in([t.pk for t in tenants], month)
     return [(t, budget_status(budget=budgets[t.pk].monthly_amount,
                               spent=spent.get(t.pk, Decimal(0)), month=month, now=now)

@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -270,11 +271,18 @@ def budgets(request):
             budget_service.budget_set(tenant=tenant, amount_value=request.POST.get("amount", ""),
                                       by=request.user)
             messages.success(request, f"Budget for {tenant.name} saved.")
-            return redirect("billing:budgets")
+            page_no = request.POST.get("page", "")
+            return redirect(reverse("billing:budgets") + (
+                f"?page={page_no}" if page_no.isascii() and page_no.isdigit() else ""))
         except services.BillingError as exc:
             errors[tenant.slug] = exc.message
+    from django.core.paginator import Paginator
+
+    page = Paginator(Tenant.objects.order_by("name", "pk"), 50).get_page(
+        request.GET.get("page") or request.POST.get("page"))
     return render(request, "billing/budgets.html", {
-        "rows": budget_service.budgets_overview(timezone.now()), "errors": errors,
+        "rows": budget_service.budgets_overview(timezone.now(), page.object_list),
+        "page": page, "errors": errors,
         "posted": request.POST if errors else {}}, status=400 if errors else 200)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -17,17 +15,14 @@ from tenants.audit import audit_for
 from .capacity import fleet_counts
 from .kube import KubeError
 from .models import Allocation, GpuNode, Pool
-from .selectors import pool_capacity, pools_capacity
+from .selectors import facts_by_pool, pool_capacity, pools_capacity
 from .sync import node_set_retiring
 
 NODE_STATES = ["schedulable", "cordoned", "unhealthy", "unvalidated", "retiring", "gone"]
 
 
-def _pool_rows():
+def _pool_rows(nodes_by_pool: dict):
     """Per pool: fleet counts, what is allocated, and who is affected if it is overcommitted."""
-    nodes_by_pool = defaultdict(list)
-    for node in GpuNode.objects.select_related("pool"):
-        nodes_by_pool[node.pool_id].append(node.facts())
     rows = []
     pools = list(Pool.objects.filter(active=True))
     capacities = pools_capacity(pools, node_facts=nodes_by_pool)
@@ -48,7 +43,8 @@ def _pool_rows():
 @login_required
 def fleet_overview(request):
     require_platform_admin(request.user)
-    rows, unpooled = _pool_rows()
+    nodes_by_pool = facts_by_pool(GpuNode.objects.all())  # every node, once, as plain rows
+    rows, unpooled = _pool_rows(nodes_by_pool)
     nodes = (GpuNode.objects.select_related("pool").annotate(n_alloc=Count("allocations"))
              .order_by("name"))
     state = request.GET.get("state", "")
@@ -64,7 +60,7 @@ def fleet_overview(request):
     return render(request, template, {
         "rows": rows, "unpooled": unpooled, "page": page, "state": state, "pool": pool,
         "states": NODE_STATES, "pools": Pool.objects.all(), "flagged": flagged,
-        "total": fleet_counts(n.facts() for n in GpuNode.objects.all()),
+        "total": fleet_counts(f for facts in nodes_by_pool.values() for f in facts),
     })
 
 
