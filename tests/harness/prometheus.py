@@ -13,13 +13,14 @@ Labels = tuple[tuple[str, str], ...]
 
 def write_openmetrics(path: Path, series: dict[Labels, list[tuple[int, float]]],
                       metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE") -> None:
-    """series: labels → [(unix seconds, value)], ascending. One family, series after series."""
-    lines = [f"# TYPE {metric} gauge"]
-    for labels, samples in series.items():
-        label_text = ",".join(f'{k}="{v}"' for k, v in labels)
-        lines += [f"{metric}{{{label_text}}} {value} {ts}" for ts, value in samples]
-    lines.append("# EOF")
-    path.write_text("\n".join(lines) + "\n")
+    """series: labels → [(unix seconds, value)], ascending. One family, series after series.
+    Written as it goes (the rollup benchmark writes millions of samples)."""
+    with path.open("w") as out:
+        out.write(f"# TYPE {metric} gauge\n")
+        for labels, samples in series.items():
+            label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+            out.writelines(f"{metric}{{{label_text}}} {value} {ts}\n" for ts, value in samples)
+        out.write("# EOF\n")
 
 
 class PrometheusServer:
