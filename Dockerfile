@@ -3,7 +3,8 @@ FROM node:20-bookworm-slim AS assets
 WORKDIR /src
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && mkdir -p /out/vendor && \
-    cp node_modules/chart.js/dist/chart.umd.min.js node_modules/chart.js/LICENSE.md /out/vendor/
+    cp node_modules/chart.js/dist/chart.umd.min.js node_modules/chart.js/dist/chart.umd.min.js.map \
+       node_modules/chart.js/LICENSE.md /out/vendor/
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PORTAL_VAR_DIR=/app/var STATIC_ROOT=/app/var/static

@@ -21,5 +21,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 # Only what pages load is copied next to the static files (build/ is not committed).
 mkdir -p build/vendor/vendor
-cp node_modules/chart.js/dist/chart.umd.min.js build/vendor/vendor/chart.umd.min.js
+cp node_modules/chart.js/dist/chart.umd.min.js node_modules/chart.js/dist/chart.umd.min.js.map \
+   build/vendor/vendor/
 cp node_modules/chart.js/LICENSE.md build/vendor/vendor/chart.js.LICENSE.md
