@@ -23,6 +23,10 @@ UPSTREAM_CRDS = [
     ("sigs.k8s.io/cluster-api", os.environ.get("PORTAL_TEST_CAPI_VERSION", "v1.14.2"), [
         "core/config/crd/bases/cluster.x-k8s.io_clusters.yaml",
     ]),
+    # The Helm chart's optional HTTPRoute (tests/k8s/test_helm_chart.py).
+    ("sigs.k8s.io/gateway-api", os.environ.get("PORTAL_TEST_GATEWAY_API_VERSION", "v1.6.3"), [
+        "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml",
+    ]),
 ]
 OWN_CRDS = Path(__file__).resolve().parents[1] / "k8s" / "crds"
 

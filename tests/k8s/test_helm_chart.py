@@ -1,0 +1,141 @@
+"""The Helm chart: `helm lint`, `helm template` with the default and a full set of values,
+the rendered objects accepted by the real API server (server-side dry run), bad values
+refused by values.schema.json, and the chart's RBAC identical to deploy/rbac.yaml.
+Helm is built from the Go module proxy and cached (tests/harness/helm.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.harness.helm import ensure_helm
+
+from .conftest import load_all
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "aifactory-portal"
+NAMESPACE = "aifactory-portal"
+FULL_VALUES = {
+    "image": {"repository": "registry.example.com/platform/aifactory-portal", "tag": "1.2.3",
+              "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "registry"}],
+    "settings": {
+        "allowedHosts": "portal.example.com", "csrfTrustedOrigins": "https://portal.example.com",
+        "baseUrl": "https://portal.example.com", "kubeBackend": "in-cluster", "currency": "USD",
+        "keycloak": {"serverUrl": "https://sso.example.com/realms/aifactory",
+                     "clientId": "aifactory-portal"},
+        "prometheusUrl": "http://prometheus.monitoring:9090",
+        "email": {"host": "smtp.example.com", "port": 587, "useTls": True,
+                  "from": "Portal <portal@example.com>"},
+        "extraEnv": {"PORTAL_CLUSTER_API_URL": "https://k8s.example.com:6443",
+                     "PORTAL_QUEUE_SYNC_SECONDS": 30},
+    },
+    "secretEnv": {"SECRET_KEY": "x" * 60, "DATABASE_URL": "postgres://p:q@db:5432/portal",
+                  "CELERY_BROKER_URL": "redis://redis:6379/0",
+                  "KEYCLOAK_CLIENT_SECRET": "s", "PORTAL_METRICS_TOKEN": "t"},
+    "web": {"replicas": 3, "gunicornWorkers": 4,
+            "autoscaling": {"enabled": True, "minReplicas": 3, "maxReplicas": 9,
+                            "targetCPUUtilizationPercentage": 60},
+            "podDisruptionBudget": {"enabled": True, "minAvailable": 2}},
+    "worker": {"replicas": 3, "concurrency": 4},
+    "ingress": {"enabled": True, "className": "nginx", "host": "portal.example.com",
+                "tlsSecretName": "portal-tls", "annotations": {"a": "b"}},
+    "httpRoute": {"enabled": True, "parentRefs": [{"name": "gw", "namespace": "gateway"}],
+                  "hostnames": ["portal.example.com"]},
+    "nodeSelector": {"node-role.kubernetes.io/platform": ""},
+    "tolerations": [{"key": "platform", "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return str(ensure_helm())
+
+
+def render(helm: str, tmp_path: Path, values: dict | None, *extra: str
+           ) -> subprocess.CompletedProcess:
+    args = [helm, "template", "portal", str(CHART), "--namespace", NAMESPACE, *extra]
+    if values is not None:
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        args += ["-f", str(path)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120)
+
+
+def docs_of(result: subprocess.CompletedProcess) -> list[dict]:
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_lint_is_clean(helm, tmp_path, values):
+    args = [helm, "lint", "--strict", str(CHART)]
+    if values is not None:
+        (tmp_path / "v.yaml").write_text(yaml.safe_dump(values))
+        args += ["-f", str(tmp_path / "v.yaml")]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, values):
+    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": NAMESPACE}}, force=True)
+    docs = docs_of(render(helm, tmp_path, values))
+    kinds = sorted(d["kind"] for d in docs)
+    for kind in ("ConfigMap", "Deployment", "Job", "Service", "ServiceAccount",
+                 "ClusterRole", "ClusterRoleBinding", "PodDisruptionBudget"):
+        assert kind in kinds, kind
+    if values is FULL_VALUES:
+        for kind in ("Ingress", "HTTPRoute", "HorizontalPodAutoscaler", "Secret"):
+            assert kind in kinds, kind
+    for doc in docs:
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
+            doc["metadata"].setdefault("namespace", NAMESPACE)
+        answer = admin_kube.apply(doc, dry_run=True, force=True)
+        assert answer["metadata"]["name"] == doc["metadata"]["name"]
+    for deploy in (d for d in docs if d["kind"] in ("Deployment", "Job")):
+        pod = deploy["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for c in pod["containers"]:
+            assert c["securityContext"] == {"allowPrivilegeEscalation": False,
+                                            "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"]
+               .endswith("-web"))
+    probe = web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert probe["httpGet"]["path"] == "/healthz"
+    hooks = {d["metadata"]["name"]: d["metadata"].get("annotations", {}).get("helm.sh/hook")
+             for d in docs}
+    assert hooks["portal-aifactory-portal-migrate"] == "pre-install,pre-upgrade"
+
+
+@pytest.mark.parametrize(("override", "word"), [
+    ("settings.kubeBackend=kubeconfig", "kubeBackend"),
+    ("web.replicas=0", "replicas"),
+    ("settings.currency=euro", "currency"),
+    ("settings.baseUrl=portal.example.com", "baseUrl"),
+    ("image.pullPolicy=Sometimes", "pullPolicy"),
+    ("unknownKey=1", "unknownKey"),
+])
+def test_bad_values_fail_at_install(helm, tmp_path, override, word):
+    result = render(helm, tmp_path, None, "--set", override)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert word in result.stderr
+
+
+def test_chart_rbac_is_deploy_rbac(helm, tmp_path):
+    """One source of truth for the portal's permissions: the plain manifest's ClusterRoles and
+    the chart's must not drift apart."""
+    def roles(docs):
+        return {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
+
+    plain = roles(load_all(ROOT / "deploy" / "rbac.yaml"))
+    charted = roles(docs_of(render(helm, tmp_path, None)))
+    assert plain.keys() == charted.keys() == {"aifactory-portal", "aifactory-tenant-member"}
+    assert charted == plain
