@@ -170,6 +170,8 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
             return Allocation.objects.get(pk=allocation_id)
     Allocation.objects.filter(pk=allocation_id).update(attempts=F("attempts") + 1)
     manifests = allocation_manifests(alloc)
+    if gitops_mode():
+        return _publish(alloc, manifests, backend)
     _progress(allocation_id, 0, len(manifests))
     done = 0
     for wave in apply_waves(manifests):
@@ -179,6 +181,99 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
     allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
                           reason=f"Provisioned: {len(manifests)} object(s) applied in namespace "
                                  f"{alloc.namespace}.")
+    return Allocation.objects.get(pk=allocation_id)
+
+
+# ---------------------------------------------------------------------------------------
+# GitOps mode (PORTAL_PROVISIONING=gitops): commit instead of apply, then follow the cluster
+
+
+def gitops_mode() -> bool:
+    return settings.PORTAL_PROVISIONING == "gitops"
+
+
+def _provenance(alloc: Allocation) -> dict[str, str]:
+    """Request and approver of an allocation, from its audit trail (fleet does not read
+    intake's tables)."""
+    from tenants.models import AuditEvent
+
+    created = AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk,
+                                        action="allocation.created").first()
+    reason = created.reason if created else ""
+    request = reason.split(":", 1)[0] if reason.startswith("Approved request") else "—"
+    return {"tenant": alloc.tenant.slug, "namespace": alloc.namespace,
+            "route": alloc.get_route_display(), "request": request.replace("Approved ", ""),
+            "approver": created.actor_name if created else "—"}
+
+
+def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> Allocation:
+    """Commit the allocation's directory (idempotent), patch its dedicated nodes directly,
+    and leave it provisioning until the cluster shows every object (follow_gitops)."""
+    from . import gitops
+
+    files = gitops.directory_files(manifests)
+    info = _provenance(alloc)
+    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
+    published = gitops.Repository().change(path, files, gitops.commit_message(
+        action="publish", objects=len(files) - 1, **info))
+    for node in (m for m in manifests if m["kind"] in gitops.NOT_COMMITTED):
+        backend.apply(node, force=False)  # shared with the kubelet: never in Git, never forced
+    note = (f"Committed {published.commit[:12]} to {settings.PORTAL_GITOPS_REPO} "
+            f"({path}); waiting for the cluster to apply it.")
+    with transaction.atomic():
+        Allocation.objects.filter(pk=alloc.pk).update(status_message=note)
+        if published.changed:
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.committed", reason=note,
+                         data={"commit": published.commit, "path": path})
+    _progress(alloc.pk, 0, len(files) - 1)
+    return Allocation.objects.get(pk=alloc.pk)
+
+
+def _publish_only(alloc: Allocation):
+    from . import gitops
+
+    files = gitops.directory_files(allocation_manifests(alloc))
+    return gitops.Repository().change(
+        gitops.allocation_path(alloc.tenant.slug, alloc.namespace), files,
+        gitops.commit_message(action="publish", objects=len(files) - 1, **_provenance(alloc)))
+
+
+def _unpublish(alloc: Allocation) -> list[str]:
+    """Remove the allocation's directory from Git; [commit] if one was made."""
+    from . import gitops
+
+    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
+    removed = gitops.Repository().change(path, None, gitops.commit_message(
+        action="retire", objects=0, **_provenance(alloc)))
+    if removed.changed:
+        audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.uncommitted",
+                     reason=f"Removed {path} from Git in {removed.commit[:12]}.",
+                     data={"commit": removed.commit, "path": path})
+    return [removed.commit[:12]] if removed.changed else []
+
+
+def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:
+    """How much of a committed allocation the cluster has: active once every object is
+    there (as Argo CD or Flux applied it)."""
+    from . import gitops
+
+    backend = backend or get_backend()
+    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    if alloc.status != S.PROVISIONING:
+        return alloc
+    wanted = [m for m in allocation_manifests(alloc) if m["kind"] not in gitops.NOT_COMMITTED]
+    present = 0
+    for m in wanted:
+        key = ObjectKey.of(m)
+        if backend.get(key.api_version, key.kind, key.name, key.namespace) is not None:
+            present += 1
+    _progress(allocation_id, present, len(wanted))
+    if present == len(wanted):
+        allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                              reason=f"Applied from Git: all {len(wanted)} object(s) are in "
+                                     f"the cluster in namespace {alloc.namespace}.")
     return Allocation.objects.get(pk=allocation_id)
 
 
@@ -248,6 +343,17 @@ def allocation_mark_expiring(allocation_id: int) -> None:
                                  "new request before then, or its objects are removed.")
 
 
+def retired_reason(deleted: list, released: list[str]) -> str:
+    if not gitops_mode():
+        head = f"Retired: removed {len(deleted)} object(s)"
+    elif deleted:
+        head = (f"Retired: its directory is removed from Git ({deleted[0]}); the GitOps tool "
+                "prunes its objects")
+    else:
+        head = "Retired: nothing of it was in Git"
+    return head + (f", released {len(released)} dedicated node(s)" if released else "") + "."
+
+
 def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
                       by=None) -> Allocation:
     """Prune every object of the allocation, then release its dedicated nodes.
@@ -259,7 +365,11 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status == S.RETIRED:
         return alloc
-    deleted = prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}", kinds=OWNED_KINDS)
+    if gitops_mode():
+        deleted = _unpublish(alloc)
+    else:
+        deleted = prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                        kinds=OWNED_KINDS)
     released = []
     for node in alloc.nodes.all():
         backend.apply(node_release(node.name))  # drops the labels and taint we owned
@@ -268,9 +378,7 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
         moved = allocation_transition(
             allocation_id, from_states=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
                                         S.PROVISIONING), to=S.RETIRED, by=by,
-            reason=(f"Retired: removed {len(deleted)} object(s)"
-                    + (f", released {len(released)} dedicated node(s)" if released else "")
-                    + "."))
+            reason=retired_reason(deleted, released))
         if moved is not None and released:
             audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
                          action="allocation.nodes_released",
@@ -285,11 +393,17 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
 
 
 def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = None) -> list[str]:
-    """Re-apply desired state; report what had drifted (changed or deleted outside us)."""
+    """Re-apply desired state; report what had drifted (changed or deleted outside us).
+    In GitOps mode the repository is the desired state: the directory is re-published
+    (a commit only if it differs) and the GitOps tool repairs the cluster."""
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status not in (S.ACTIVE, S.EXPIRING):
         return []
+    if gitops_mode():
+        published = _publish_only(alloc)
+        return [f"its directory differed from the portal's and was committed again "
+                f"({published.commit[:12]})"] if published.changed else []
     found = []
     for manifest in allocation_manifests(alloc):
         key = ObjectKey.of(manifest)

@@ -91,11 +91,26 @@ def expire_allocations() -> str:
              retry_backoff=True, max_retries=3)
 def reconcile_allocations() -> str:
     from .models import Allocation
-    from .provisioning import allocation_reconcile, prune_leftovers
+    from .provisioning import allocation_reconcile, gitops_mode, prune_leftovers
 
     drifted = 0
     for pk in Allocation.objects.filter(status__in=("active", "expiring")).values_list(
             "pk", flat=True):
         drifted += bool(allocation_reconcile(pk))
-    removed = prune_leftovers()
+    # In GitOps mode the GitOps tool prunes what Git no longer holds.
+    removed = [] if gitops_mode() else prune_leftovers()
     return f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
+
+
+@shared_task(name="fleet.tasks.follow_gitops", autoretry_for=(KubeError,), retry_backoff=True,
+             max_retries=3)
+def follow_gitops() -> str:
+    """GitOps mode: committed allocations become active when the cluster has their objects."""
+    from .models import Allocation
+    from .provisioning import gitops_mode, gitops_progress
+
+    if not gitops_mode():
+        return "not in GitOps mode"
+    ids = list(Allocation.objects.filter(status="provisioning").values_list("pk", flat=True))
+    active = sum(gitops_progress(pk).status == "active" for pk in ids)
+    return f"{len(ids)} committed allocation(s) followed, {active} now active"

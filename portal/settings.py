@@ -282,6 +282,21 @@ CELERY_BEAT_SCHEDULE["requeue-stalled"] = {"task": "fleet.tasks.requeue_stalled"
                                            "schedule": 60.0, "options": {"expires": 60.0}}
 CELERY_BEAT_SCHEDULE["expire-allocations"] = {"task": "fleet.tasks.expire_allocations",
                                               "schedule": 300.0}
+# GitOps mode: approval commits the allocation's objects to a Git repository (one directory
+# per tenant and allocation) instead of applying them; Argo CD or Flux applies them and the
+# portal reads progress back from the cluster.
+PORTAL_PROVISIONING = env_str("PORTAL_PROVISIONING", "apply")
+if PORTAL_PROVISIONING not in {"apply", "gitops"}:
+    raise ImproperlyConfigured("PORTAL_PROVISIONING must be apply or gitops")
+PORTAL_GITOPS_REPO = env_str("PORTAL_GITOPS_REPO")
+if PORTAL_PROVISIONING == "gitops" and not PORTAL_GITOPS_REPO:
+    raise ImproperlyConfigured("PORTAL_PROVISIONING=gitops needs PORTAL_GITOPS_REPO (a Git URL)")
+PORTAL_GITOPS_BRANCH = env_str("PORTAL_GITOPS_BRANCH", "main")
+PORTAL_GITOPS_PATH = env_str("PORTAL_GITOPS_PATH", "tenants").strip("/")
+PORTAL_GITOPS_WORKDIR = Path(env_str("PORTAL_GITOPS_WORKDIR", str(VAR_DIR / "gitops")))
+PORTAL_GITOPS_AUTHOR = env_str("PORTAL_GITOPS_AUTHOR", "AI Factory Portal <portal@localhost>")
+CELERY_BEAT_SCHEDULE["follow-gitops"] = {"task": "fleet.tasks.follow_gitops",
+                                         "schedule": 15.0}
 CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {
     "task": "fleet.tasks.reconcile_allocations",
     "schedule": float(env_int("PORTAL_RECONCILE_SECONDS", 600, minimum=30))}

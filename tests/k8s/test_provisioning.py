@@ -152,9 +152,13 @@ def test_dedicated_taint_is_guarded_by_admission_policy(kube, fleet, tenant, lea
                                      "value": "acme", "effect": "NoSchedule"}]}}
 
     def refused():
-        with pytest.raises(KubeError) as err:
+        # Not pytest.raises: its failure is no AssertionError, and `eventually` would give up
+        # at once instead of waiting for the policy to load.
+        try:
             fleet.apply(pod, dry_run=True)
-        return err.value
+        except KubeError as exc:
+            return exc
+        raise AssertionError("not refused yet")
 
     from .conftest import eventually
 
