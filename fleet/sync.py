@@ -34,6 +34,7 @@ class SyncReport:
     slices_read: bool = False
     seconds: float = 0.0
     skipped: str = ""
+    resource_version: str = ""  # of the node list read: where a watch resumes
 
     def summary(self) -> str:
         if self.skipped:
@@ -129,7 +130,11 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
     started = time.monotonic()
     backend = backend or get_backend()
     report = SyncReport()
-    nodes = _list(backend, "v1", "Node", "/api/v1/nodes", GPU_NODES)
+    if isinstance(backend, DryRunBackend):
+        nodes = backend.list("v1", "Node", label_selector=GPU_NODES)
+    else:
+        nodes, report.resource_version = backend.list_path_versioned("/api/v1/nodes",
+                                                                     label_selector=GPU_NODES)
     if not nodes and isinstance(backend, DryRunBackend):
         # The embedded run's dry-run backend has no cluster behind it: reading "no nodes"
         # from it would mark the whole (demo) fleet gone and every pool empty.
@@ -152,7 +157,9 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
 
 @transaction.atomic
 def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
-                  report: SyncReport, by) -> None:
+                  report: SyncReport, by, gone: list[str] | None = None) -> None:
+    """Bring the table up to date with `nodes`. A full read (gone=None) also marks every
+    known node it lacks as gone; a partial one (a watch's events) marks only `gone`."""
     now = timezone.now()
     pools = {p.slug: p for p in Pool.objects.all()}
     # (digest, retiring, present) of every known node: a few bytes each, no model objects.
@@ -172,7 +179,8 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
             continue  # unchanged since the last read: only its sync time moves (below)
         live.append(facts)
         digests[name] = digest
-    gone_names = [n for n, (_, _, present) in known.items() if present and n not in seen]
+    gone_names = [n for n, (_, _, present) in known.items() if present and (
+        n not in seen if gone is None else n in gone)]
     # Only what changed is loaded and locked.
     existing = {n.name: n for n in GpuNode.objects.select_for_update().filter(
         name__in=[f.name for f in live] + gone_names)}
@@ -215,12 +223,34 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
                      reason=f"{row.name} discovered: {row.reason}") for row in to_create])
     GpuNode.objects.bulk_update(to_update, (*NODE_FIELDS, "facts_digest"), batch_size=500)
     # Unchanged nodes only record that they were seen: one UPDATE, not a row each.
-    GpuNode.objects.filter(present=True).exclude(
-        name__in=[f.name for f in live] + gone_names).update(last_synced_at=now)
+    unchanged = GpuNode.objects.filter(present=True).exclude(
+        name__in=[f.name for f in live] + gone_names)
+    (unchanged if gone is None else unchanged.filter(name__in=seen)).update(last_synced_at=now)
     report.created = len(to_create)
     report.nodes = len(nodes)
     report.flagged_allocations = flag_allocations_on(lost, by=by)
     clear_recovered_flags(by=by)
+
+
+def record_node_events(nodes: list[dict], *, gone: list[str] = (), backend: KubeBackend,
+                       by=None) -> SyncReport:
+    """A watch's events: these nodes as they are now (their ResourceSlices read for them
+    alone) and these names deleted; every other node is left as it is."""
+    started = time.monotonic()
+    report = SyncReport()
+    slices_by_node: dict[str, list[dict]] = defaultdict(list)
+    for node in nodes:
+        name = node["metadata"]["name"]
+        try:
+            slices_by_node[name] = backend.list_path(
+                "/apis/resource.k8s.io/v1/resourceslices", field_selector=f"spec.nodeName={name}")
+            report.slices_read = True
+        except KubeError as exc:
+            if exc.retriable:
+                raise
+    _record_fleet(nodes, slices_by_node, report=report, by=by, gone=list(gone))
+    report.seconds = time.monotonic() - started
+    return report
 
 
 def clear_recovered_flags(*, by=None) -> list[int]:

@@ -217,3 +217,55 @@ def test_benchmark_fleet_sync(clean_nodes, portal_kube, pools, capsys):
     assert first.created == n and second.changed == 0 and third.changed == 1
     assert GpuNode.objects.get(name="bench-00007").cordoned is True
     assert GpuNode.objects.filter(name__startswith="bench-").count() == n
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_watch_shows_a_change_within_a_second(clean_nodes, portal_kube, pools, capsys):
+    """`manage.py watch_fleet`'s loop, as the portal's identity against the real API server:
+    a cordon, a new node and a deleted one reach the table from the watch, not the beat."""
+    import threading
+
+    from django.db import connections
+
+    from fleet.watch import watch_fleet
+
+    admin = clean_nodes
+    create_gpu_node(admin, "w-0", labels={**VALID, "aifactory.io/pool": "shared"})
+    stop, events = threading.Event(), []
+
+    def run():
+        try:
+            watch_fleet(portal_kube, stop=stop, timeout_seconds=3,
+                        on_change=lambda *a: events.append(a))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def until(check, what: str) -> float:
+        started = time.monotonic()
+        while time.monotonic() - started < 20:
+            if check():
+                return time.monotonic() - started
+            time.sleep(0.02)
+        raise AssertionError(f"{what} did not show within 20 s")
+
+    try:
+        until(lambda: GpuNode.objects.filter(name="w-0").exists(), "the first read")
+        time.sleep(0.5)  # the watch is open now
+        patch_node(admin, "w-0", {"spec": {"unschedulable": True}})
+        cordon = until(lambda: GpuNode.objects.get(name="w-0").cordoned, "a cordon")
+        create_gpu_node(admin, "w-1", labels={**VALID, "aifactory.io/pool": "shared"})
+        added = until(lambda: GpuNode.objects.filter(name="w-1", present=True).exists(),
+                      "a new node")
+        admin.delete("v1", "Node", "w-1")
+        deleted = until(lambda: GpuNode.objects.get(name="w-1").state == "gone", "a deletion")
+    finally:
+        stop.set()
+        thread.join(timeout=15)
+    assert {kind for kind, *_ in events} >= {"MODIFIED", "ADDED", "DELETED"}
+    assert AuditEvent.objects.filter(action="node.gone").exists()
+    with capsys.disabled():
+        print(f"\nBENCHMARK fleet watch: a cordon showed after {cordon * 1000:.0f} ms, a new "
+              f"node after {added * 1000:.0f} ms, a deleted one after {deleted * 1000:.0f} ms")

@@ -105,6 +105,9 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
             assert c["securityContext"] == {"allowPrivilegeEscalation": False,
                                             "readOnlyRootFilesystem": True,
                                             "capabilities": {"drop": ["ALL"]}}
+    deployments = {d["metadata"]["name"].rsplit("-aifactory-portal-", 1)[-1]
+                   for d in docs if d["kind"] == "Deployment"}
+    assert deployments == {"web", "worker", "beat", "fleet-watch"}
     web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"]
                .endswith("-web"))
     probe = web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
