@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Q, Sum
+from django.db.models import F, Q, Sum
 
 from .domain import SECONDS_PER_HOUR, month_start, utilisation
 from .models import UsageHour, UsageMonth
@@ -86,7 +86,7 @@ def overview(tenant_ids, months: list[dt.date], *, route: str = "", q: str = ""
 ORDERINGS = {
     "amount": ("-amount", "tenant_name"), "allocated": ("-allocated", "tenant_name"),
     "used": ("-used", "tenant_name"), "name": ("tenant_name", "tenant_id"),
-    "utilisation": ("utilisation_sort", "tenant_name"),
+    "utilisation": (F("utilisation_sort").asc(nulls_last=True), "tenant_name"),
 }
 
 
@@ -97,7 +97,7 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
     LIMIT), and the month cells of the visible tenants only. Four queries, whatever the
     number of tenants; Python touches the 50 rows shown, not all of them."""
     from django.core.paginator import Paginator
-    from django.db.models import Case, DecimalField, ExpressionWrapper, F, When
+    from django.db.models import Case, DecimalField, ExpressionWrapper, When
     from django.db.models.functions import Lower
 
     qs = _filtered_months(tenant_ids, months, route=route, q=q)

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleet.models import Allocation
+from fleet.models import Allocation, Route
 from tenants.access import roles_for, visible_tenants
 from tenants.models import Tenant
 
@@ -80,17 +80,21 @@ def finance_overview(request):
     grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
              "used_h": sum(t["used_h"] for t in totals),
              "amount": sum(t["amount"] for t in totals)}
-    budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [])
+    budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
+                         f["route"])
     table = tenant_table(rows, months)
     # htmx swaps the whole report (cards, chart, table, export links): filters apply to all.
     template = "billing/overview.html" + ("#report" if request.htmx else "")
     return render(request, template, {
         # The form shows what is in force: a value that was ignored shows its default.
         "filters": OverviewFilters({k: str(v) for k, v in f.items()}) if filters.errors
-        else filters, "filter_errors": filters.errors, "query": filters.query(),
+        else filters, "query": filters.query(),
+        "filter_errors": [(str(filters.fields[n].label or n.capitalize()) if n in filters.fields
+                           else n, " ".join(e)) for n, e in filters.errors.items()],
         "rows": rows, "table": table, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
+        "route_label": dict(Route.choices).get(f["route"], ""),
         "chart": month_chart(totals, budget=budget),
     })
 
@@ -138,13 +142,16 @@ def month_chart(totals: list[dict], *, budget=None) -> dict:
     return data
 
 
-def budget_view(tenant_ids, q: str, rows):
-    """The monthly budget to show beside the figures: when the page covers one tenant (a
-    lead's own, or finance filtered down to one)."""
+def budget_view(tenant_ids, q: str, rows, route: str = ""):
+    """The monthly budget to show beside the figures: when the page covers one tenant's whole
+    spend (a lead's own, or finance filtered down to one), never beside a route's share of it
+    or beside a filter that left nothing."""
     from . import budgets
 
+    if route:
+        return None
     ids = {r.tenant_id for r in rows}
-    if tenant_ids is not None and len(tenant_ids) == 1:
+    if tenant_ids is not None and len(tenant_ids) == 1 and not q:
         ids = set(tenant_ids)
     if len(ids) != 1:
         return None

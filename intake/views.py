@@ -180,8 +180,22 @@ def request_edit(request, pk: int):
             return redirect("intake:detail", pk=obj.pk)
         except services.IntakeError as exc:
             _attach(form, exc)
+    # An unbound form has no answers to route: preview what the request holds now.
+    shown = form if form.is_bound else CapacityRequestForm(
+        _saved_answers(form), instance=obj, tenants=_lead_tenants(request.user))
     return render(request, "intake/request_form.html",
-                  {"form": form, "editing": obj, **_preview_context(form)})
+                  {"form": form, "editing": obj, **_preview_context(shown)})
+
+
+def _saved_answers(form: CapacityRequestForm) -> dict:
+    """The form's initial values as submitted data (what the saved request answers)."""
+    data = {}
+    for name, field in form.fields.items():
+        value = form.get_initial_for_field(field, name)
+        if value is None:
+            continue
+        data[name] = value.pk if hasattr(value, "pk") else value
+    return data
 
 
 @login_required

@@ -346,6 +346,7 @@ USE_TZ = True
 # --- Security: strict in production, relaxed only where the embedded run needs http.
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_FAILURE_VIEW = "portal.views.csrf_failure"  # the portal's own page, not Django's
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -153,3 +153,13 @@ def server_error(request):
     if unavailable:
         response["Retry-After"] = "5"
     return response
+
+
+def csrf_failure(request, reason: str = ""):
+    """CSRF_FAILURE_VIEW: the portal's own page (JSON on the API), not Django's."""
+    from django.template.loader import render_to_string
+
+    message = "The form has expired or was not sent from the portal; nothing was changed."
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": message, "extra": {}}, status=403)
+    return HttpResponse(render_to_string("403_csrf.html", {}, request=request), status=403)

@@ -208,7 +208,7 @@ def test_the_filter_form_shows_the_filters_in_force(client, finance_user, billed
     assert '<option value="12" selected>12</option>' in body
     assert '<option value="name" selected>Name</option>' in body
     bad = client.get(reverse("billing:overview"), {"months": "7"}).content.decode()
-    assert "Ignored: months" in bad and "6 months" in bad
+    assert "Ignored: Months" in bad and "6 months" in bad
     assert '<option value="6" selected>6</option>' in bad
 
 
@@ -243,3 +243,16 @@ def test_the_page_sorts_and_pages_in_sql_as_the_exports_do(sort, pools):
     assert page.paginator.count == 7
     assert got == [r.slug for r in expected]
     assert totals[0]["amount"] == sum(r.amount for r in expected)
+
+
+def test_a_leads_budget_shows_only_beside_the_whole_of_its_spend(client, lead, tenant, billed):
+    from billing.models import Budget
+
+    Budget.objects.create(tenant=tenant, monthly_amount=Decimal(100))
+    client.force_login(lead)
+    assert "Budget for" in client.get(reverse("billing:overview")).content.decode()
+    for query in ({"q": "globex"}, {"route": "shared_pool"}):
+        body = client.get(reverse("billing:overview"), query).content.decode()
+        assert "Budget for" not in body, query  # not beside nothing, nor beside a route's part
+    body = client.get(reverse("billing:overview"), {"route": "shared_pool"}).content.decode()
+    assert "route Shared pool" in body

@@ -103,3 +103,22 @@ def test_the_api_docs_load_nothing_from_outside(client, db):
     sources = re.findall(r'(?:src|href)="([^"]+)"', body)
     assert any("redoc" in s for s in sources), sources
     assert not [s for s in sources if s.startswith(("http://", "https://", "//"))], sources
+
+
+@pytest.mark.django_db
+def test_bad_requests_and_expired_forms_get_the_portals_own_pages(lead):
+    from django.test import Client
+
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(lead)
+    expired = strict.post("/settings/notifications/", {"kinds": ["request_decided"]})
+    assert expired.status_code == 403
+    body = expired.content.decode()
+    assert "This form has expired" in body and "AI Factory Portal" in body
+    assert "CSRF verification failed" not in body
+    many = strict.get("/billing/?" + "&".join(["a=1"] * 1200))
+    assert many.status_code == 400
+    assert "Bad request" in many.content.decode() and 'class="topbar"' in many.content.decode()
+    api = Client(enforce_csrf_checks=True)
+    api.force_login(lead)
+    assert api.post("/api/requests/", {}).status_code == 403

@@ -478,3 +478,18 @@ def test_a_submit_that_can_never_pass_is_disabled_with_its_reason(client, tenant
                                                   "intent": "submit"})
     assert not CapacityRequest.objects.exists()  # refused whole: no draft left behind either
     assert "Cannot be submitted as it is" in response.content.decode()
+
+
+def test_editing_a_saved_request_previews_it_and_blocks_a_never_fitting_submit(client, tenant,
+                                                                               lead, pools):
+    client.force_login(lead)
+    client.post(reverse("intake:new"), {**form_data(tenant, whole_devices=400),
+                                        "intent": "draft"})
+    draft = CapacityRequest.objects.get()
+    body = client.get(reverse("intake:edit", args=[draft.pk])).content.decode()
+    assert "Not routed yet" not in body and "Shared pool" in body  # the saved answers, routed
+    assert "Cannot be submitted as it is" in body
+    assert re.search(r'value="submit" class="button" disabled', body)
+    fits = make_request(tenant, lead, whole_devices=2)
+    body = client.get(reverse("intake:edit", args=[fits.pk])).content.decode()
+    assert "Fits now" in body and "Cannot be submitted" not in body
