@@ -8,6 +8,7 @@ from django import forms
 from django.utils import timezone
 
 from fleet.models import Pool, Route
+from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
 from tenants.widgets import FastSelect
 
@@ -34,6 +35,9 @@ class CapacityRequestForm(forms.ModelForm):
     class Meta:
         model = CapacityRequest
         fields = ["tenant", *EDITABLE_FIELDS]
+        # Numbers people type are ASCII digits: one rule with the API (tenants.fields).
+        field_classes = {name: AsciiIntegerField for name in (
+            "whole_devices", "replicas", "memory_gb", "expected_utilisation")}
         widgets = {
             "isolation_origin": forms.RadioSelect,
             "device_fill": forms.RadioSelect,
@@ -186,7 +190,7 @@ class ReviewQueueFilterForm(forms.Form):
     older_than = forms.TypedChoiceField(choices=AGES, coerce=int, empty_value=None,
                                         required=False, label="Waiting", widget=FastSelect)
     sort = forms.ChoiceField(choices=SORTS, required=False, label="Order", widget=FastSelect)
-    page = forms.IntegerField(min_value=1, required=False)
+    page = AsciiIntegerField(min_value=1, required=False)
 
     def filters(self) -> ReviewQueueFilter:
         """The validated filter (call after is_valid())."""

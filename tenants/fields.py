@@ -57,3 +57,27 @@ def decimal_for_column(value, *, max_digits: int, decimal_places: int, what: str
         return value.quantize(Decimal(1).scaleb(-decimal_places), rounding=ROUND_HALF_UP)
     except InvalidOperation:
         raise ValueError(f"{what} must be a number, {example}.") from None
+
+
+def _form_integer_field():
+    from django import forms
+    from django.core.exceptions import ValidationError
+
+    class AsciiIntegerField(forms.IntegerField):
+        """The forms' twin of StrictIntegerField: Django's IntegerField takes "١٠" as 10."""
+
+        default_error_messages = {"ascii": "A whole number in digits 0-9 is required."}
+
+        def to_python(self, value):
+            if isinstance(value, str) and value.strip() and not ASCII_INTEGER.match(value):
+                try:
+                    int(value)
+                except ValueError:
+                    return super().to_python(value)  # not a number at all: Django's message
+                raise ValidationError(self.error_messages["ascii"], code="ascii")
+            return super().to_python(value)
+
+    return AsciiIntegerField
+
+
+AsciiIntegerField = _form_integer_field()

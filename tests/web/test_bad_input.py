@@ -157,3 +157,24 @@ def test_the_api_accepts_only_the_mig_profiles_the_form_offers(client, tenant, l
     assert refused.status_code == 400 and "mig_profile" in refused.json()["extra"]["fields"]
     assert api.post("/api/requests/", {**body, "mig_profile": "2g.20gb"},
                     format="json").status_code == 201
+
+
+@pytest.mark.parametrize("field", ["whole_devices", "replicas", "memory_gb",
+                                   "expected_utilisation"])
+def test_the_form_takes_ascii_digits_only_like_the_api(client, lead, tenant, pools, field):
+    from intake.models import CapacityRequest
+    from tests.factories import request_fields
+
+    client.force_login(lead)
+    data = {k: ("" if v is None else v) for k, v in request_fields().items()}
+    data.update({"tenant": tenant.pk, "intent": "draft", field: "١٠"})
+    response = client.post(reverse("intake:new"), data)
+    assert response.status_code == 200
+    assert "A whole number in digits 0-9 is required." in response.content.decode()
+    assert not CapacityRequest.objects.exists()
+
+
+def test_the_review_queue_page_takes_ascii_digits_only(client, admin_user):
+    client.force_login(admin_user)
+    assert client.get(reverse("intake:review_queue"), {"page": "١"}).status_code == 400
+    assert client.get(reverse("intake:review_queue"), {"page": "1"}).status_code == 200
