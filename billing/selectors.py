@@ -175,3 +175,70 @@ def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
             charged_seconds=d["charged"] or Decimal(0), rate=d["rate"],
             amount=d["amount"] or Decimal(0)))
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# The overview page's table, chart and budget, shaped once per view
+
+
+def tenant_table(rows, months: list[dt.date]) -> list[dict]:
+    """The visible page of tenants × months as ready-made text and links: formatting and
+    URL reversing done once here, not per cell in the template (12 months × 50 tenants)."""
+    from django.conf import settings
+    from django.urls import reverse
+
+    from .domain import hours_text, money_text
+
+    currency = settings.PORTAL_CURRENCY
+    # One reverse per month; the slug goes into the path (slugs are URL-safe).
+    links = {m: reverse("billing:statement", args=["__slug__", f"{m:%Y-%m}"]) for m in months}
+    out = []
+    for r in rows:
+        cells = []
+        for m in months:
+            cell = r.months.get(m)
+            cells.append(None if cell is None else {
+                "text": money_text(cell["amount"], currency),
+                "url": links[m].replace("__slug__", r.slug)})
+        out.append({"name": r.name, "pending": r.pending, "cells": cells,
+                    "allocated": hours_text(r.allocated_h), "used": hours_text(r.used_h),
+                    "idle": hours_text(r.idle_h), "utilisation": r.utilisation,
+                    "amount": money_text(r.amount, currency)})
+    return out
+
+
+def month_chart(totals: list[dict], *, budget=None) -> dict:
+    """Chart.js data for the months: hours as bars on the left axis, charges as a line on
+    the right (plain numbers; the page's script formats them with the units)."""
+    from django.conf import settings
+
+    data = {
+        "labels": [f"{t['month']:%b %Y}" for t in totals],
+        "allocated_h": [round(float(t["allocated_h"]), 1) for t in totals],
+        "used_h": [round(float(t["used_h"]), 1) for t in totals],
+        "amount": [round(float(t["amount"]), 2) for t in totals],
+        "currency": settings.PORTAL_CURRENCY,
+    }
+    if budget is not None:
+        data["budget"] = round(float(budget.amount), 2)
+    return data
+
+
+def budget_view(tenant_ids, q: str, rows, route: str = ""):
+    """The monthly budget to show beside the figures: when the page covers one tenant's whole
+    spend (a lead's own, or finance filtered down to one), never beside a route's share of it
+    or beside a filter that left nothing."""
+    from django.utils import timezone
+
+    from tenants.models import Tenant
+
+    from . import budgets
+
+    if route:
+        return None
+    ids = {r.tenant_id for r in rows}
+    if tenant_ids is not None and len(tenant_ids) == 1 and not q:
+        ids = set(tenant_ids)
+    if len(ids) != 1:
+        return None
+    return budgets.status_for(Tenant.objects.get(pk=ids.pop()), timezone.now())

@@ -321,24 +321,15 @@ def oldest_wait_text(seconds: float | None) -> str:
     return "—" if seconds is None else duration(seconds)
 
 
-def history_chart(days: list[DayFigures], *, height: int = 100, step: int = 40) -> dict:
-    """Geometry of the wait-time chart (p50 and p95 bars per day, preemptions as marks) for
-    an inline SVG: scaled to the largest p95, with a labelled top of scale."""
-    top = max((d.p95 or 0.0 for d in days), default=0.0) or 1.0
-    bars = []
-    for i, d in enumerate(days):
-        h50 = round((d.p50 or 0.0) / top * height, 1)
-        h95 = round((d.p95 or 0.0) / top * height, 1)
-        bars.append({"x": i * step + 4, "day": d.day, "h50": h50, "h95": h95,
-                     "y50": round(height - h50 + 5, 1), "y95": round(height - h95 + 5, 1),
-                     "p50": "—" if d.p50 is None else duration(d.p50),
-                     "p95": "—" if d.p95 is None else duration(d.p95),
-                     "admitted": d.admissions, "preemptions": d.preemptions,
-                     "borrowed_h": d.borrowed_device_hours})
-    return {"bars": bars, "width": len(days) * step + 8, "height": height + 10,
-            "top": duration(top) if top > 1.0 else "—",
+def history_chart(days: list[DayFigures]) -> dict:
+    """The wait history as the page shows it: a row per day for the table, and the series
+    Chart.js draws (minutes; a missing day is a gap, not zero)."""
+    return {"bars": [{"day": d.day,
+                      "p50": "—" if d.p50 is None else duration(d.p50),
+                      "p95": "—" if d.p95 is None else duration(d.p95),
+                      "admitted": d.admissions, "preemptions": d.preemptions,
+                      "borrowed_h": d.borrowed_device_hours} for d in days],
             "any": any(d.admissions or d.preemptions for d in days),
-            # What the page's Chart.js draws (minutes; a missing day is a gap, not zero).
             "series": {"labels": [f"{d.day:%-d %b}" for d in days],
                        "p50_min": [None if d.p50 is None else round(d.p50 / 60, 1)
                                    for d in days],

@@ -62,6 +62,16 @@ class CapacityRequestForm(forms.ModelForm):
             "ends_on": "Leave empty for an open-ended allocation.",
         }
 
+    def saved_answers(self) -> dict:
+        """The initial values (what the saved request answers) as submitted data: the edit
+        page previews them before anything is typed."""
+        data = {}
+        for name, field in self.fields.items():
+            value = self.get_initial_for_field(field, name)
+            if value is not None:
+                data[name] = value.pk if hasattr(value, "pk") else value
+        return data
+
     def __init__(self, *args, tenants=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants if tenants is not None else Tenant.objects.none()

@@ -25,7 +25,7 @@ from tenants.access import (
 from tenants.models import Tenant
 
 from . import services
-from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Fit, Isolation, Status
+from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status, submit_blocked
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
 from .selectors import (
@@ -79,17 +79,6 @@ def _preview_context(form: CapacityRequestForm) -> dict:
             "comparison": small_cell_comparison(answers, decision, plan, **options),
             "submit_blocked": submit_blocked(decision, plan, options["gpu_model"]),
             **matrix_context(decision.cell)}
-
-
-def submit_blocked(decision, plan, gpu_model: str) -> str:
-    """Why submitting these answers cannot pass (the service would refuse it), or ''. Only
-    what no edit of the dates or a wait can fix: the form disables its submit with it."""
-    if decision.route and plan is None:
-        return (f"No active pool serves {Route(decision.route).label}"
-                + (f" with {gpu_model}" if gpu_model else "") + ": change the answers.")
-    if plan is not None and plan.fit is Fit.NEVER:
-        return plan.fit_reason
-    return ""
 
 
 @login_required
@@ -182,20 +171,9 @@ def request_edit(request, pk: int):
             _attach(form, exc)
     # An unbound form has no answers to route: preview what the request holds now.
     shown = form if form.is_bound else CapacityRequestForm(
-        _saved_answers(form), instance=obj, tenants=_lead_tenants(request.user))
+        form.saved_answers(), instance=obj, tenants=_lead_tenants(request.user))
     return render(request, "intake/request_form.html",
                   {"form": form, "editing": obj, **_preview_context(shown)})
-
-
-def _saved_answers(form: CapacityRequestForm) -> dict:
-    """The form's initial values as submitted data (what the saved request answers)."""
-    data = {}
-    for name, field in form.fields.items():
-        value = form.get_initial_for_field(field, name)
-        if value is None:
-            continue
-        data[name] = value.pk if hasattr(value, "pk") else value
-    return data
 
 
 @login_required

@@ -45,14 +45,6 @@ def get(mapping, key):
 
 
 @register.filter
-def sub(a, b):
-    try:
-        return Decimal(a) - Decimal(b)
-    except (InvalidOperation, TypeError, ValueError):
-        return 0
-
-
-@register.filter
 def split(value: str, sep: str = ","):
     return value.split(sep)
 

@@ -101,3 +101,22 @@ def wait_http_ok(proc: ManagedProcess, url: str, *, timeout: float, what: str,
             return False
 
     wait_until(ready, timeout=timeout, what=what, interval=interval)
+
+
+def celery_worker(log_path: Path, *, pool: tuple[str, ...] = ("--pool=solo", "--concurrency=1"),
+                  loglevel: str = "INFO", **env: str) -> ManagedProcess:
+    """A real Celery worker on the test database (pytest-django's test_ name) and the run's
+    Redis, started; `env` adds or overrides settings (CELERY_BROKER_URL, PORTAL_KUBE_BACKEND…)."""
+    import os
+    import sys
+
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    environment = {**os.environ, "CELERY_TASK_ALWAYS_EAGER": "false",
+                   "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
+                                   f"{db['NAME']}", **env}
+    return ManagedProcess(
+        "celery-worker", [sys.executable, "-m", "celery", "-A", "portal", "worker", *pool,
+                          "--without-gossip", "--without-mingle", f"--loglevel={loglevel}"],
+        log_path=log_path, env=environment, cwd=Path(__file__).resolve().parents[2]).start()

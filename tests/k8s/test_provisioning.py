@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.utils import timezone
 
 from fleet.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
@@ -26,13 +22,12 @@ from intake import services
 from intake.models import CapacityRequest
 from tenants.models import AuditEvent
 from tests.factories import make_request
-from tests.harness.procs import ManagedProcess
+from tests.harness.procs import celery_worker
 
 from .conftest import applied_state, eventually
 from .gpu_nodes import create_gpu_node
 
 pytestmark = pytest.mark.django_db
-ROOT = Path(__file__).resolve().parents[2]
 VALID = {"aifactory.io/validated": "true"}
 
 ROUTE_REQUESTS = {
@@ -277,17 +272,9 @@ def test_api_server_down_mid_provision_the_worker_retries_and_finishes(
     """A real Celery worker provisions while kube-apiserver is stopped, then restarted."""
     from portal.celery import app
 
-    db = settings.DATABASES["default"]
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
-           f"{db['NAME']}", "CELERY_TASK_ALWAYS_EAGER": "false",
-           "PORTAL_KUBE_BACKEND": "kubeconfig",
-           "PORTAL_KUBECONFIG": str(control_plane.portal_kubeconfig),
-           "PORTAL_PROVISION_RETRY_SECONDS": "1", "PORTAL_PROVISION_MAX_RETRIES": "30"}
-    worker = ManagedProcess(
-        "celery-worker", [sys.executable, "-m", "celery", "-A", "portal", "worker",
-                          "--pool=solo", "--without-gossip", "--without-mingle",
-                          "--loglevel=INFO"],
-        log_path=tmp_path / "worker.log", env=env, cwd=ROOT).start()
+    worker = celery_worker(tmp_path / "worker.log", PORTAL_KUBE_BACKEND="kubeconfig",
+                           PORTAL_KUBECONFIG=str(control_plane.portal_kubeconfig),
+                           PORTAL_PROVISION_RETRY_SECONDS="1", PORTAL_PROVISION_MAX_RETRIES="30")
     app.conf.task_always_eager = False
     try:
         req = make_request(tenant, lead, submit=True, **ROUTE_REQUESTS[Route.SHARED_POOL])

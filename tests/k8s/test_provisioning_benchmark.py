@@ -12,12 +12,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from fleet.kube import set_backend
 from fleet.models import Allocation, Pool, Route
@@ -25,13 +23,12 @@ from fleet.provisioning import allocation_manifests
 from fleet.sync import fleet_sync
 from intake import services
 from tests.factories import make_request
-from tests.harness.procs import ManagedProcess
+from tests.harness.procs import ManagedProcess, celery_worker
 
 from .gpu_nodes import create_gpu_node
 from .test_provisioning import ROUTE_REQUESTS, VALID
 
 pytestmark = pytest.mark.django_db(transaction=True)
-ROOT = Path(__file__).resolve().parents[2]
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
 PER_ROUTE = 25 if FULL else 5
 
@@ -70,17 +67,10 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
     requests = [make_request(tenant, lead, submit=True, **ROUTE_REQUESTS[route])
                 for route in ROUTE_REQUESTS for _ in range(PER_ROUTE)]
 
-    db = settings.DATABASES["default"]
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
-           f"{db['NAME']}", "CELERY_TASK_ALWAYS_EAGER": "false",
-           "PORTAL_KUBE_BACKEND": "kubeconfig",
-           "PORTAL_KUBECONFIG": str(control_plane.portal_kubeconfig)}
-    worker = ManagedProcess(
-        # As docker-compose.yml runs it: prefork, two processes (one per core here).
-        "celery-worker", [sys.executable, "-m", "celery", "-A", "portal", "worker",
-                          "--concurrency=2", "--without-gossip", "--without-mingle",
-                          "--loglevel=INFO"],
-        log_path=tmp_path / "worker.log", env=env, cwd=ROOT).start()
+    # As docker-compose.yml runs it: prefork, two processes (one per core here).
+    worker = celery_worker(tmp_path / "worker.log", pool=("--concurrency=2",),
+                           PORTAL_KUBE_BACKEND="kubeconfig",
+                           PORTAL_KUBECONFIG=str(control_plane.portal_kubeconfig))
     app.conf.task_always_eager = False
     try:
         started = time.monotonic()

@@ -1,31 +1,17 @@
 """A real Celery worker process consumes from the real Redis and writes to PostgreSQL."""
 
-import os
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from django.conf import settings
 
 from tenants.models import WorkerHeartbeat
-from tests.harness.procs import ManagedProcess
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness.procs import celery_worker
 
 
 @pytest.fixture
 def worker(transactional_db, tmp_path):
     """A worker on the test database (pytest-django's test_ name) and the run's Redis."""
-    db = settings.DATABASES["default"]
-    url = (f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}")
-    env = {**os.environ, "DATABASE_URL": url, "CELERY_TASK_ALWAYS_EAGER": "false"}
-    proc = ManagedProcess(
-        "celery-worker",
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo",
-         "--concurrency=1", "--without-gossip", "--without-mingle", "--loglevel=INFO"],
-        log_path=tmp_path / "worker.log", env=env, cwd=ROOT,
-    ).start()
+    proc = celery_worker(tmp_path / "worker.log")
     yield proc
     proc.stop()
 

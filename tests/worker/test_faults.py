@@ -21,7 +21,7 @@ from fleet.models import Allocation
 from intake import services
 from tenants.models import AuditEvent
 from tests.factories import make_request
-from tests.harness.procs import ManagedProcess
+from tests.harness.procs import ManagedProcess, celery_worker
 from tests.harness.services import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,15 +29,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _worker(broker_url: str, log_path: Path) -> ManagedProcess:
-    db = settings.DATABASES["default"]
-    env = {**os.environ, "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/"
-           f"{db['NAME']}", "CELERY_TASK_ALWAYS_EAGER": "false",
-           "CELERY_BROKER_URL": broker_url}
-    return ManagedProcess(
-        "celery-worker",
-        [sys.executable, "-m", "celery", "-A", "portal", "worker", "--pool=solo",
-         "--concurrency=1", "--without-gossip", "--without-mingle", "--loglevel=INFO"],
-        log_path=log_path, env=env, cwd=ROOT).start()
+    return celery_worker(log_path, CELERY_BROKER_URL=broker_url)
 
 
 def _point_celery_at(url: str) -> None:
