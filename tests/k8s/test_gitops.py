@@ -172,8 +172,12 @@ def test_approve_commit_apply_active_retire_removed(gitops, admin_kube, tenant, 
     assert server.log()[0].startswith(f"Retire {alloc.namespace} of {tenant.slug}")
     assert server.files(path) == []
     assert agent_sync(server, admin_kube, tmp_path / "agent") == set()
-    ns = admin_kube.get("v1", "Namespace", alloc.namespace)
-    assert ns is None or ns["metadata"].get("deletionTimestamp")
+    import time
+
+    deadline = time.monotonic() + 120  # kube-controller-manager finishes the deletion
+    while admin_kube.get("v1", "Namespace", alloc.namespace) is not None:
+        assert time.monotonic() < deadline, "the pruned namespace was never deleted"
+        time.sleep(0.5)
     assert admin_kube.list(*OWNED_KINDS[0], label_selector=f"{LABEL_ALLOCATION}={alloc.pk}"
                            ) == []
 

@@ -142,3 +142,43 @@ def test_chart_rbac_is_deploy_rbac(helm, tmp_path):
     charted = roles(docs_of(render(helm, tmp_path, None)))
     assert plain.keys() == charted.keys() == {"aifactory-portal", "aifactory-tenant-member"}
     assert charted == plain
+
+
+def test_the_controllers_act_on_what_the_chart_renders(helm, admin_kube, tmp_path):
+    """Not only accepted: applied for real, kube-controller-manager makes each Deployment's
+    ReplicaSet and pods, the migration Job's pod and the PodDisruptionBudget's status (there
+    are no kubelets: the pods stay pending), and finishes deleting the namespace."""
+    import time
+
+    namespace = "portal-acted"
+    result = subprocess.run([helm, "template", "acted", str(CHART), "--namespace", namespace],
+                            capture_output=True, text=True, timeout=120)
+    docs = docs_of(result)
+    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": namespace}}, force=True)
+    for doc in docs:
+        if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+            continue  # cluster-wide and already there (deploy/rbac.yaml): rules compared above
+        doc["metadata"]["namespace"] = namespace
+        admin_kube.apply(doc, force=True)
+    deployments = [d["metadata"]["name"] for d in docs if d["kind"] == "Deployment"]
+
+    def acted() -> bool:
+        pods = admin_kube.list("v1", "Pod", namespace=namespace)
+        owners = {o["name"] for p in pods for o in p["metadata"].get("ownerReferences", [])}
+        sets = admin_kube.list("apps/v1", "ReplicaSet", namespace=namespace)
+        made = {o["name"] for s in sets for o in s["metadata"].get("ownerReferences", [])}
+        pdb = admin_kube.get("policy/v1", "PodDisruptionBudget", "acted-aifactory-portal-web",
+                             namespace)
+        return (set(deployments) <= made and "acted-aifactory-portal-migrate" in owners
+                and len(owners) >= len(deployments) + 1
+                and (pdb.get("status") or {}).get("observedGeneration") == 1)
+
+    deadline = time.monotonic() + 90
+    while not acted():
+        assert time.monotonic() < deadline, "kube-controller-manager did not act on the chart"
+        time.sleep(0.5)
+    admin_kube.delete("v1", "Namespace", namespace)
+    while admin_kube.get("v1", "Namespace", namespace) is not None:
+        assert time.monotonic() < deadline + 120, "the namespace was not deleted"
+        time.sleep(0.5)
