@@ -56,3 +56,18 @@ def test_the_embedded_beat_runs_what_is_due():
 def test_the_embedded_beat_stays_out_of_tests_and_commands(settings):
     settings.PORTAL_EMBEDDED_BEAT = True
     assert start_if_wanted() is False  # not runserver
+
+
+def test_reconcile_does_not_invent_drift_on_the_dry_run(tenant, lead, admin_user, pools):
+    """A fresh process's dry-run record is empty: reconciling against it would call every
+    object deleted and append a false drift repair to each allocation's trail."""
+    from fleet.kube import set_backend
+    from fleet.tasks import reconcile_allocations
+    from tenants.models import AuditEvent
+
+    set_backend(None)  # the configured default: dry-run
+    request = make_request(tenant, lead, submit=True)
+    intake.request_approve(request=request, by=admin_user, reason="Fits.")
+    set_backend(None)  # as after a restart
+    assert reconcile_allocations().startswith("reconcile skipped")
+    assert not AuditEvent.objects.filter(action="allocation.drift").exists()
