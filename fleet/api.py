@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from tenants.access import roles_for, scope_to_tenants
 from tenants.fields import StrictIntegerField
+from tenants.idempotency import IdempotentWritesMixin
 
 from .models import Allocation
 from .queue_explain import allocation_queue, cohort_views
@@ -48,6 +49,8 @@ class QueueFiguresSerializer(serializers.Serializer):
     borrowed = serializers.DecimalField(max_digits=12, decimal_places=4)
     in_cohort = serializers.BooleanField()
     active = serializers.BooleanField()
+    policy = serializers.CharField(help_text="the queue's preemption and borrowing policy, "
+                                             "in words")
 
 
 class RunningSerializer(serializers.Serializer):
@@ -73,6 +76,15 @@ class PendingSerializer(serializers.Serializer):
     estimated_start = serializers.DateTimeField(allow_null=True)
     estimate_basis = serializers.ChoiceField(choices=["limits", "history", "now", "none"])
     estimate = serializers.CharField()
+
+
+class DeactivatedSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    devices = serializers.DecimalField(max_digits=12, decimal_places=4)
+    stopped_at = serializers.DateTimeField(allow_null=True)
+    reason_code = serializers.CharField(help_text="Kueue's eviction reason, e.g. "
+                                                  "DeactivatedDueToMaximumExecutionTimeExceeded")
+    reason = serializers.CharField()
 
 
 class StopSerializer(serializers.Serializer):
@@ -116,6 +128,9 @@ class QueueSerializer(serializers.Serializer):
     borrowed_price_per_hour = serializers.DecimalField(max_digits=14, decimal_places=2)
     running = RunningSerializer(many=True)
     pending = PendingSerializer(many=True)
+    deactivated = DeactivatedSerializer(
+        many=True, help_text="workloads Kueue deactivated (spec.active false): not waiting, "
+                             "holding nothing, until reactivated")
     preemptions = StopSerializer(many=True)
     estimates_track_record = TrackRecordSerializer()
     history = DaySerializer(many=True)
@@ -151,7 +166,8 @@ class ConnectSerializer(serializers.Serializer):
     example = serializers.CharField(help_text="YAML: a Job for the allocation's LocalQueue")
 
 
-class AllocationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
+class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
+                        mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
     """Allocations of the tenants you may see: where, how much, until when, and their state."""
 

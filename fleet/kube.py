@@ -106,6 +106,11 @@ class KubernetesBackend:
         self._client = None
         self._client_cls = DynamicClient
         self._lock = threading.Lock()
+        # The client's discovery cache is not thread-safe: clearing it while another thread
+        # reads it raised KeyError('resources') under the parallel apply. Every discovery
+        # read and refresh goes through this lock, and found resources are kept here.
+        self._discovery_lock = threading.RLock()
+        self._resources: dict[tuple[str, str], Any] = {}
 
     @classmethod
     def from_kubeconfig(cls, path: str, **kw) -> KubernetesBackend:
@@ -133,20 +138,40 @@ class KubernetesBackend:
             return self._client
 
     def _resource(self, api_version: str, kind: str):
+        found = self._resources.get((api_version, kind))
+        if found is not None:
+            return found
+        client = self._dynamic()
+        with self._discovery_lock:
+            found = self._resources.get((api_version, kind))
+            if found is None:
+                found = self._discover(client, api_version, kind)
+                self._resources[(api_version, kind)] = found
+            return found
+
+    def _discover(self, client, api_version: str, kind: str):
+        """Under the discovery lock. Any failure of discovery itself (the server away, or
+        the client library tripping over a half-refreshed cache) is a KubeError that says
+        whether a retry can help, never a bare exception that would leave a task hanging."""
         from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-        client = self._dynamic()
         try:
-            return client.resources.get(api_version=api_version, kind=kind)
-        except ResourceNotFoundError:
-            # New CRDs appear after discovery was cached: look once more.
-            client.resources.invalidate_cache()
             try:
                 return client.resources.get(api_version=api_version, kind=kind)
-            except ResourceNotFoundError as exc:
-                raise KubeError(f"The API server does not serve {kind} in {api_version} "
-                                "(is its CRD installed?)", retriable=False,
-                                reason="NotFound") from exc
+            except ResourceNotFoundError:
+                # New CRDs appear after discovery was cached: look once more.
+                client.resources.invalidate_cache()
+                return client.resources.get(api_version=api_version, kind=kind)
+        except ResourceNotFoundError as exc:
+            raise KubeError(f"The API server does not serve {kind} in {api_version} "
+                            "(is its CRD installed?)", retriable=False,
+                            reason="NotFound") from exc
+        except KubeError:
+            raise
+        except Exception as exc:
+            err = _error_from_api(exc, f"Kubernetes API discovery of {kind} in {api_version}")
+            err.retriable = True
+            raise err from exc
 
     def _call(self, what: str, fn, *args, **kwargs):
         from kubernetes.client.exceptions import ApiException

@@ -20,6 +20,9 @@ DEDICATED_LABEL = "aifactory.io/dedicated-to"
 CONFIDENTIAL_BIOS = {"aifactory.io/bios-profile": "confidential"}
 MIG_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: MIG devices carry its attributes
 WHOLE_GPU = "nvidia.com/gpu"
+# Namespaces of the platform itself (CNI, kube-proxy, device plugins, DCGM): their
+# DaemonSets tolerate every taint and must keep running on every node, dedicated ones too.
+PLATFORM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
 
 
 def mig_device_class(profile: str) -> str:
@@ -65,6 +68,7 @@ class AllocationSpec:
     cpu_per_device: int = 16
     memory_gi_per_device: int = 128
     vcluster_chart_version: str = "0.30.0"
+    platform_namespaces: tuple[str, ...] = PLATFORM_NAMESPACES
 
 
 def _labels(spec: AllocationSpec, *, allocation: bool = True) -> dict[str, str]:
@@ -216,6 +220,17 @@ def _flavor(spec: AllocationSpec) -> dict:
             "spec": {"nodeLabels": labels}}
 
 
+def queue_preemption(spec: AllocationSpec) -> dict:
+    """The queue policy of every route (docs/queue-policy.md): within a tenant's own queue a
+    higher-priority workload preempts a lower-priority one, cohort or not; in a cohort, a
+    queue also takes back what it lent. Without the first rule a tenant's urgent job waits
+    behind its own batch job forever on every stand-alone queue."""
+    policy = {"withinClusterQueue": "LowerPriority"}
+    if _borrows(spec):
+        policy["reclaimWithinCohort"] = "Any"
+    return policy
+
+
 def _cluster_queue(spec: AllocationSpec) -> dict:
     """Covers CPU and memory as well as devices: every pod carries CPU and memory requests
     (the LimitRange sets defaults), and Kueue holds a workload whose resources its queue does
@@ -236,8 +251,7 @@ def _cluster_queue(spec: AllocationSpec) -> dict:
         quotas[0]["borrowingLimit"] = str(borrow * spec.cpu_per_device)
         quotas[1]["borrowingLimit"] = f"{borrow * spec.memory_gi_per_device}Gi"
         quotas[2]["borrowingLimit"] = borrow
-        body["preemption"] = {"reclaimWithinCohort": "Any",
-                              "withinClusterQueue": "LowerPriority"}
+    body["preemption"] = queue_preemption(spec)
     # Dedicated and confidential queues stand alone: no cohort, no lending, no borrowing.
     body["resourceGroups"] = [{"coveredResources": [q["name"] for q in quotas], "flavors": [
         {"name": flavor_name(spec), "resources": quotas}]}]
@@ -258,44 +272,162 @@ def _dedicated_nodes(spec: AllocationSpec) -> list[dict]:
                              "effect": "NoSchedule"}]}} for node in spec.nodes]
 
 
-def _admission_policy(spec: AllocationSpec, name: str, expression: str, message: str,
-                      namespace_selector: dict) -> list[dict]:
+# Where a pod's spec sits in each kind a tenant may write, so every guard is checked on
+# the template at submit time (a refusal the tenant sees at once) and again on the pods that
+# controllers make from it (the last word: nothing reaches a node without passing it).
+POD_SPEC_PATHS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("", ("pods",), "spec"),
+    ("apps", ("deployments", "replicasets", "statefulsets", "daemonsets"),
+     "spec.template.spec"),
+    ("batch", ("jobs",), "spec.template.spec"),
+    ("batch", ("cronjobs",), "spec.jobTemplate.spec.template.spec"),
+)
+def _cel_list(values) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
+
+
+def _guard_variables(path: str, *, pods: bool) -> list[dict]:
+    """`spec`: the pod spec; `changed`: whether this write can change placement (a create,
+    or a template edit: an update of a pod cannot move it, and scaling a Deployment does not
+    touch its template); `fresh`: the tolerations this write adds (on a pod update only the
+    new ones: a pod admitted before a guard existed must still be updatable, e.g. to remove
+    a finalizer). Every field is read through optionals, so absent fields never fail."""
+    spec = f"object.{path}"
+    changed = "request.operation != 'UPDATE'" if pods else \
+        f"request.operation != 'UPDATE' || oldObject == null || {spec} != oldObject.{path}"
+    fresh = ("variables.spec.?tolerations.orValue([]).filter(t, "
+             "request.operation != 'UPDATE' || oldObject == null || "
+             f"!oldObject.{path}.?tolerations.orValue([]).exists(o, o == t))") if pods else \
+        "variables.spec.?tolerations.orValue([]).filter(t, variables.changed)"
+    return [{"name": "spec", "expression": spec},
+            {"name": "changed", "expression": changed},
+            {"name": "fresh", "expression": fresh}]
+
+
+def _admission_policies(spec: AllocationSpec, name: str, validations, namespace_selector: dict,
+                        *, pod_only: list[dict] = ()) -> list[dict]:
+    """One ValidatingAdmissionPolicy (and binding) per place a pod spec can sit. Each
+    validation is (expression over `variables`, message); `pod_only` ones apply to pods."""
     group = "admissionregistration.k8s.io/v1"
+    out = []
+    for api_group, resources, path in POD_SPEC_PATHS:
+        pods = resources == ("pods",)
+        suffix = "pods" if pods else resources[0].rstrip("s")
+        if api_group == "apps":
+            suffix = "apps"
+        policy = f"{name}-{suffix}"
+        checks = [*validations, *(pod_only if pods else ())]
+        out += [
+            {"apiVersion": group, "kind": "ValidatingAdmissionPolicy",
+             "metadata": _meta(spec, policy, namespaced=False),
+             "spec": {"failurePolicy": "Fail",
+                      "matchConstraints": {"resourceRules": [{
+                          "apiGroups": [api_group], "apiVersions": ["v1"],
+                          "operations": ["CREATE", "UPDATE"], "resources": list(resources)}]},
+                      "variables": _guard_variables(path, pods=pods),
+                      "validations": [{"expression": e, "message": m} for e, m in checks]}},
+            {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
+             "metadata": _meta(spec, policy, namespaced=False),
+             "spec": {"policyName": policy, "validationActions": ["Deny"],
+                      "matchResources": {"namespaceSelector": namespace_selector}}},
+        ]
+    return out
+
+
+def _tolerates(key_test: str, effect: str = "NoSchedule") -> str:
+    return (f"variables.fresh.exists(t, {key_test} && "
+            f"t.?effect.orValue('') in ['', '{effect}'])")
+
+
+def dedicated_guard_rules(spec: AllocationSpec) -> list[tuple[str, str]]:
+    """What no namespace outside the tenant's own (and the platform's) may do to the
+    tenant's dedicated nodes. The taint keeps the scheduler away; these keep a pod from
+    tolerating it, from naming a node directly (spec.nodeName skips the scheduler, and a
+    kubelet enforces only NoExecute taints) and, for a clear refusal instead of a pod that
+    pends forever, from selecting those nodes."""
+    tenant, nodes = spec.tenant, _cel_list(spec.nodes)
+    everything = _tolerates("t.?key.orValue('') == '' && "
+                            "t.?operator.orValue('Equal') == 'Exists'")
+    ours = _tolerates(f"t.?key.orValue('') == '{DEDICATED_TAINT}' && "
+                      f"(t.?operator.orValue('Equal') == 'Exists' || "
+                      f"t.?value.orValue('') == '{tenant}')")
+    pinned = f"variables.changed && variables.spec.?nodeName.orValue('') in {nodes}"
+    # A node-affinity term selects only dedicated nodes when one of its `In` expressions
+    # lists nothing else (terms are ORed: one such term is enough to aim at the block).
+    aims = (f"(e.key == '{DEDICATED_LABEL}' && e.values.all(v, v == '{tenant}')) || "
+            f"(e.key == 'kubernetes.io/hostname' && e.values.all(v, v in {nodes}))")
+    selector = ("variables.changed && ("
+                f"variables.spec.?nodeSelector[?'{DEDICATED_LABEL}'].orValue('') == '{tenant}'"
+                f" || variables.spec.?nodeSelector[?'kubernetes.io/hostname'].orValue('') in "
+                f"{nodes} || variables.spec.?affinity.?nodeAffinity"
+                ".?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms"
+                ".orValue([]).exists(term, "
+                "term.?matchExpressions.orValue([]).exists(e, e.operator == 'In' && "
+                f"e.?values.orValue([]).size() > 0 && ({aims})) || "
+                "term.?matchFields.orValue([]).exists(e, e.key == 'metadata.name' && "
+                "e.operator == 'In' && e.?values.orValue([]).size() > 0 && "
+                f"e.values.all(v, v in {nodes}))))")
+    node_words = ", ".join(spec.nodes) or "its nodes"
     return [
-        {"apiVersion": group, "kind": "ValidatingAdmissionPolicy",
-         "metadata": _meta(spec, name, namespaced=False),
-         "spec": {"failurePolicy": "Fail",
-                  "matchConstraints": {"resourceRules": [{
-                      "apiGroups": [""], "apiVersions": ["v1"],
-                      "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]},
-                  "validations": [{"expression": expression, "message": message}]}},
-        {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": _meta(spec, name, namespaced=False),
-         "spec": {"policyName": name, "validationActions": ["Deny"],
-                  "matchResources": {"namespaceSelector": namespace_selector}}},
+        (f"!({ours})",
+         f"Only {tenant}'s namespaces may tolerate its dedicated nodes (taint "
+         f"{DEDICATED_TAINT}={tenant}); remove that toleration."),
+        (f"!({everything})",
+         f"A toleration of every taint (operator Exists without a key) would let this pod "
+         f"onto the nodes dedicated to {tenant}, which only {tenant}'s namespaces may use; "
+         "tolerate the taints you need by key."),
+        (f"!({pinned})",
+         f"Node(s) {node_words} are dedicated to {tenant}: a pod of another namespace may not "
+         "name them in spec.nodeName; leave placement to the scheduler."),
+        (f"!({selector})",
+         f"This pod selects nodes dedicated to {tenant} (label {DEDICATED_LABEL}={tenant} or "
+         "their names); it could never run there. Select other nodes or leave placement to "
+         "the scheduler."),
     ]
 
 
 def _dedicated_guard(spec: AllocationSpec) -> list[dict]:
-    # No namespace but the tenant's own may tolerate the tenant's dedicated taint.
-    expression = (
-        "!has(object.spec.tolerations) || !object.spec.tolerations.exists(t, "
-        f"t.key == '{DEDICATED_TAINT}' && (!has(t.value) || t.value == '{spec.tenant}')) || "
-        f"(has(namespaceObject.metadata.labels) && '{LABEL_TENANT}' in "
-        f"namespaceObject.metadata.labels && namespaceObject.metadata.labels['{LABEL_TENANT}']"
-        f" == '{spec.tenant}')")
-    return _admission_policy(
-        spec, f"{spec.namespace}-dedicated-taint", expression,
-        f"Only {spec.tenant}'s namespaces may tolerate its dedicated nodes.", {})
+    # Every namespace but the tenant's own and the platform's. NotIn also matches namespaces
+    # without the tenant label (default, anything the portal does not own).
+    selector = {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": list(spec.platform_namespaces)},
+        {"key": LABEL_TENANT, "operator": "NotIn", "values": [spec.tenant]}]}
+    return _admission_policies(spec, f"{spec.namespace}-dedicated",
+                               dedicated_guard_rules(spec), selector)
+
+
+def confidential_guard_rules(spec: AllocationSpec) -> tuple[list[tuple[str, str]],
+                                                            list[tuple[str, str]]]:
+    """(rules for pods and templates, rules for pods only). A confidential namespace runs
+    only pods of the confidential RuntimeClass, placed by the scheduler on nodes of the
+    confidential BIOS profile: Kueue writes the flavor's node labels into the pods it admits;
+    a pod made by hand must select them itself."""
+    rc = spec.confidential_runtime_class
+    (bios_key, bios_value), = CONFIDENTIAL_BIOS.items()
+    both = [
+        (f"!variables.changed || variables.spec.?runtimeClassName.orValue('') == '{rc}'",
+         f"Pods in this confidential namespace must use the {rc} RuntimeClass "
+         f"(spec.runtimeClassName: {rc})."),
+        ("!variables.changed || variables.spec.?nodeName.orValue('') == ''",
+         "Pods in this confidential namespace are placed by the scheduler on confidential "
+         "nodes; spec.nodeName is not allowed."),
+    ]
+    pods = [
+        (f"!variables.changed || variables.spec.?nodeSelector[?'{bios_key}'].orValue('') == "
+         f"'{bios_value}'",
+         f"Pods in this confidential namespace must run on confidential nodes: submit them "
+         f"through the LocalQueue (Kueue adds the node selector) or set nodeSelector "
+         f"{bios_key}: {bios_value}."),
+    ]
+    return both, pods
 
 
 def _confidential_guard(spec: AllocationSpec) -> list[dict]:
-    rc = spec.confidential_runtime_class
-    return _admission_policy(
-        spec, f"{spec.namespace}-confidential-runtime",
-        f"has(object.spec.runtimeClassName) && object.spec.runtimeClassName == '{rc}'",
-        f"Pods in this confidential namespace must use the {rc} RuntimeClass.",
-        {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}})
+    both, pods = confidential_guard_rules(spec)
+    return _admission_policies(
+        spec, f"{spec.namespace}-confidential", both,
+        {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}, pod_only=pods)
 
 
 def _mig_device_class(spec: AllocationSpec) -> dict:

@@ -180,6 +180,7 @@ class QueueWorkload(models.Model):
     class State(models.TextChoices):
         PENDING = "pending", "Pending"
         ADMITTED = "admitted", "Running"
+        DEACTIVATED = "deactivated", "Deactivated"
         FINISHED = "finished", "Finished"
         GONE = "gone", "Deleted"
 

@@ -57,6 +57,7 @@ def spec_for(*, allocation_id: int, tenant: Tenant, pool: Pool, namespace: str, 
         lead_group=settings.PORTAL_LEAD_GROUP_PATTERN,
         member_group=settings.PORTAL_MEMBER_GROUP_PATTERN,
         confidential_runtime_class=settings.PORTAL_CONFIDENTIAL_RUNTIME_CLASS,
+        platform_namespaces=tuple(settings.PORTAL_PLATFORM_NAMESPACES),
     )
 
 

@@ -16,6 +16,7 @@ from .domain import mig_share
 from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
 from .queues import (
     ADMITTED,
+    DEACTIVATED,
     PENDING,
     CohortRow,
     DayFigures,
@@ -28,10 +29,12 @@ from .queues import (
     cohort_board,
     duration,
     estimate_start,
+    explain_deactivated,
     explain_pending,
     history_by_day,
     percentile,
     queue_order,
+    queue_policy_words,
 )
 from .selectors import mig_weights
 
@@ -78,12 +81,17 @@ class QueueView:
     queue: QueueFacts | None
     running: list[WorkloadFacts] = field(default_factory=list)
     pending: list[PendingLine] = field(default_factory=list)
+    deactivated: list[tuple[WorkloadFacts, str]] = field(default_factory=list)
     stops: list[QueueEvent] = field(default_factory=list)
     borrowed_price_per_hour: Decimal = Decimal(0)
     estimate_error_p50: float | None = None
     estimate_count: int = 0
     history: list[DayFigures] = field(default_factory=list)
     history_groups: list[dict] = field(default_factory=list)
+
+    @property
+    def policy(self) -> str:
+        return queue_policy_words(self.queue) if self.queue else ""
 
     @property
     def unit(self) -> str:
@@ -100,7 +108,7 @@ class QueueView:
                 "resource": q.resource, "nominal": q.nominal,
                 "borrowing_limit": q.borrowing_limit if q.cohort else None,
                 "in_use": q.usage, "borrowed": q.borrowed, "in_cohort": bool(q.cohort),
-                "active": q.active},
+                "active": q.active, "policy": self.policy},
             "borrowed_price_per_hour": self.borrowed_price_per_hour,
             "running": [{"name": w.display_name, "devices": w.devices, "since": w.admitted_at,
                          "time_limit_seconds": w.max_seconds, "priority": w.priority}
@@ -112,6 +120,10 @@ class QueueView:
                          "reason_code": p.waiting.code, "reason": p.waiting.text,
                          "estimated_start": p.estimate.at, "estimate_basis": p.estimate.basis,
                          "estimate": p.estimate.text} for p in self.pending],
+            "deactivated": [{"name": w.display_name, "devices": w.devices,
+                             "stopped_at": w.stop.at if w.stop else None,
+                             "reason_code": w.stop.reason if w.stop else "Deactivated",
+                             "reason": text} for w, text in self.deactivated],
             "preemptions": [{"name": e.workload, "at": e.at, "kind": e.kind,
                              "reason": e.reason} for e in self.stops],
             "estimates_track_record": {"median_error_seconds": self.estimate_error_p50,
@@ -197,7 +209,11 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
     if state is None:
         return view
     rows = list(QueueWorkload.objects.filter(
-        allocation=alloc, state__in=(ADMITTED, PENDING)))
+        allocation=alloc, state__in=(ADMITTED, PENDING, DEACTIVATED)))
+    view.deactivated = [(f, explain_deactivated(f)) for f in sorted(
+        (row_facts(r) for r in rows if r.state == DEACTIVATED),
+        key=lambda w: (w.stop.at if w.stop and w.stop.at else now), reverse=True)]
+    rows = [r for r in rows if r.state != DEACTIVATED]
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
     waits = _history_waits([alloc.pk], now - dt.timedelta(days=HISTORY_DAYS))[alloc.pk]

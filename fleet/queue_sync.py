@@ -27,6 +27,7 @@ from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, Q
 from .queue_explain import first_estimates, row_facts
 from .queues import (
     ADMITTED,
+    DEACTIVATED,
     FINISHED,
     PENDING,
     QueueFacts,
@@ -100,7 +101,7 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
                                                     or new_stop.at > (old.admitted_at or now)):
         kind = QueueEvent.Kind.PREEMPTED if new_stop.reason == "Preempted" or \
             new_stop.preemption else QueueEvent.Kind.EVICTED
-        if old is not None or new.state == PENDING:
+        if old is not None or new.state in (PENDING, DEACTIVATED):
             events.append({**base, "kind": kind, "at": new_stop.at,
                            "reason": explain_stop(new_stop), "detail": new_stop.raw})
     was_admitted = old is not None and old.state == ADMITTED and \

@@ -23,6 +23,9 @@ WHOLE_GPU = "nvidia.com/gpu"
 MIG_PREFIX = "mig.aifactory.io/"
 
 PENDING, ADMITTED, FINISHED, GONE = "pending", "admitted", "finished", "gone"
+# Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start
+# until someone reactivates it. Never shown as waiting, never given a position.
+DEACTIVATED = "deactivated"
 
 
 def is_device_resource(name: str) -> bool:
@@ -141,6 +144,12 @@ def workload_devices(obj: dict) -> Decimal:
     return total
 
 
+def is_deactivation(reason: str) -> bool:
+    """Kueue's eviction reasons for a deactivated workload: `Deactivated` (set inactive by
+    someone), `DeactivatedDueTo<Cause>` (by Kueue itself), `InactiveWorkload` (older)."""
+    return reason in ("Deactivated", "InactiveWorkload") or reason.startswith("DeactivatedDueTo")
+
+
 def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -> WorkloadFacts:
     """Read one Workload. `cluster_queue_of` maps (namespace, LocalQueue) to its ClusterQueue,
     for workloads not yet admitted."""
@@ -160,16 +169,21 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
     def true(kind: str) -> bool:
         return (cond.get(kind) or {}).get("status") == "True"
 
+    evicted_reason = _s((cond.get("Evicted") or {}).get("reason"))
     if true("Finished"):
         state = FINISHED
     elif true("QuotaReserved") and admission:
         state = ADMITTED
+    elif spec.get("active") is False or (true("Evicted") and is_deactivation(evicted_reason)):
+        # `spec.active` is the truth Kueue acts on; the eviction reason says why (a user, a
+        # time limit, a requeuing limit, an admission check).
+        state = DEACTIVATED
     else:
         state = PENDING
     stop = None
     evicted = cond.get("Evicted")
     if evicted and evicted.get("status") == "True" or \
-            (evicted and state == PENDING and evicted.get("reason")):
+            (evicted and state in (PENDING, DEACTIVATED) and evicted.get("reason")):
         preempted = cond.get("Preempted") or {}
         stop = Stop(at=parse_time(evicted.get("lastTransitionTime")),
                     reason=_s(evicted.get("reason")),
@@ -335,10 +349,9 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
         return Waiting("queue-stopped", "The queue of this allocation is not accepting work "
                        "right now (stopped or being changed by the platform team); nothing is "
                        "admitted until it is active again.")
-    if w.pending_reason in ("Inactive", "Deactivated") or (
-            w.stop and w.stop.reason in ("InactiveWorkload", "Deactivated")):
-        return Waiting("deactivated", "Deactivated: it will not be admitted until it is "
-                       "reactivated (e.g. after it ran past its time limit or was stopped).")
+    if w.state == DEACTIVATED or w.pending_reason in ("Inactive", "Deactivated") or (
+            w.stop and is_deactivation(w.stop.reason)):
+        return Waiting("deactivated", explain_deactivated(w))
     if w.devices > queue.ceiling:
         if queue.cohort:
             limit = "" if queue.borrowing_limit is None else \
@@ -414,10 +427,48 @@ EVICTION_WORDS = {
     "ClusterQueueStopped": "the platform team stopped the queue",
     "LocalQueueStopped": "the queue was stopped",
     "InactiveWorkload": "it was deactivated",
-    "Deactivated": "it was deactivated",
+    "Deactivated": "it was deactivated (spec.active set to false)",
+    "DeactivatedDueToMaximumExecutionTimeExceeded": "it ran past the time limit it declared, "
+                                                    "so the queue system deactivated it",
+    "DeactivatedDueToRequeuingLimitExceeded": "it was evicted and put back in the queue more "
+                                              "times than the platform allows, so the queue "
+                                              "system deactivated it",
+    "DeactivatedDueToAdmissionCheck": "an admission check rejected it, so the queue system "
+                                      "deactivated it",
     "AdmissionCheck": "an admission check withdrew its admission",
     "NodeFailures": "a node it ran on failed",
 }
+
+
+def _deactivation_words(reason: str) -> str:
+    if reason in EVICTION_WORDS:
+        return EVICTION_WORDS[reason]
+    if reason.startswith("DeactivatedDueTo"):
+        cause = reason[len("DeactivatedDueTo"):]
+        return f"the queue system deactivated it ({cause})"
+    return "it was deactivated"
+
+
+def explain_deactivated(w: WorkloadFacts) -> str:
+    """A deactivated workload in the tenant's words, with what brings it back."""
+    why = _deactivation_words(w.stop.reason if w.stop else "Deactivated")
+    limit = f" ({duration(w.max_seconds)})" if w.max_seconds and w.stop and \
+        w.stop.reason.endswith("MaximumExecutionTimeExceeded") else ""
+    return (f"Deactivated: {why}{limit}. It holds no devices and will not start again "
+            "until it is reactivated (set the Workload's spec.active to true) or submitted "
+            "anew.")
+
+
+def queue_policy_words(queue: QueueFacts) -> str:
+    """The queue policy every route renders (fleet.manifests.queue_preemption), as the
+    tenant reads it on its queue page."""
+    own = ("Priority counts: a higher-priority job of yours (a WorkloadPriorityClass) "
+           "preempts your own lower-priority ones when your quota is full.")
+    if queue.cohort:
+        return own + (" This queue shares a cohort: it may borrow idle devices, and the "
+                      "cohort may reclaim them (preempting work that runs on borrowed "
+                      "devices).")
+    return own + " This queue stands alone: it neither borrows nor lends."
 
 
 def explain_stop(stop: Stop) -> str:
@@ -427,6 +478,9 @@ def explain_stop(stop: Stop) -> str:
         why = PREEMPTION_WORDS.get(stop.preemption, "another workload took priority")
         return f"Preempted: {why}. It was put back in the queue and resumes when devices " \
                "are free."
+    if is_deactivation(stop.reason):
+        return f"Stopped: {_deactivation_words(stop.reason)}; it will not start again until " \
+               "it is reactivated."
     why = EVICTION_WORDS.get(
         stop.reason, f"the queue system stopped it ({stop.reason or 'no reason given'})")
     return f"Stopped: {why}."

@@ -25,6 +25,9 @@ def sync_queues() -> str:
     return queue_sync().summary()
 
 
+UNEXPECTED_ERROR_RETRIES = 2
+
+
 # max_retries=None: the task counts retries itself (PORTAL_PROVISION_MAX_RETRIES) and then
 # fails the allocation with the message, rather than letting Celery raise.
 @shared_task(bind=True, name="fleet.tasks.provision_allocation", acks_late=True,
@@ -37,8 +40,16 @@ def provision_allocation(self, allocation_id: int) -> str:
 
     try:
         return allocation_provision(allocation_id).status
-    except KubeError as exc:
-        if exc.retriable and self.request.retries < settings.PORTAL_PROVISION_MAX_RETRIES:
+    except Exception as exc:
+        retries = settings.PORTAL_PROVISION_MAX_RETRIES
+        if not isinstance(exc, KubeError):
+            # Not the cluster's answer but our own failure (a library error, the database
+            # away): retried a couple of times, then the allocation fails with the message
+            # instead of hanging in "provisioning" until the stall check.
+            retries = min(retries, UNEXPECTED_ERROR_RETRIES)
+            exc = KubeError(f"Unexpected error while provisioning: "
+                            f"{exc.__class__.__name__}: {exc}", retriable=True)
+        if exc.retriable and self.request.retries < retries:
             from .models import Allocation
 
             Allocation.objects.filter(pk=allocation_id).update(

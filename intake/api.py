@@ -14,6 +14,7 @@ from rest_framework.response import Response
 
 from fleet.models import Route
 from tenants.access import require_platform_admin, roles_for, scope_to_tenants
+from tenants.idempotency import IdempotentWritesMixin
 from tenants.models import Tenant
 
 from . import services
@@ -122,8 +123,9 @@ class ApproveSerializer(ReasonSerializer):
     override_reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
-class CapacityRequestViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
-                             mixins.CreateModelMixin, viewsets.GenericViewSet):
+class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
+                             mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                             viewsets.GenericViewSet):
     """List, create and act on capacity requests of the tenants you may see."""
 
     serializer_class = CapacityRequestSerializer

@@ -27,6 +27,7 @@ REFUSALS = {
     "401": "Not signed in: no session and no valid bearer token.",
     "403": "Signed in, but outside the caller's role.",
     "404": "No such object among the tenants the caller may see.",
+    "422": "The Idempotency-Key was already used for a different request.",
 }
 
 
@@ -47,7 +48,20 @@ def document_refusals(result, generator, request, public):
                 codes.append("404")
             if method in ("post", "put", "patch") or op.get("parameters"):
                 codes.append("400")
+            if method in ("post", "put", "patch", "delete"):
+                op.setdefault("parameters", []).append(IDEMPOTENCY_PARAMETER)
+                codes.append("422")
             for code in codes:
                 responses.setdefault(code, {"description": REFUSALS[code], "content": {
                     "application/json": {"schema": ref}}})
     return result
+
+
+IDEMPOTENCY_PARAMETER = {
+    "in": "header", "name": "Idempotency-Key", "required": False,
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+               "pattern": "^[\\x21-\\x7e]+$"},
+    "description": "Optional. A retry of this write with the same key (same user, same body) "
+                   "returns the first answer, marked `Idempotent-Replayed: true`, instead of "
+                   "doing the write again; keys are kept for PORTAL_IDEMPOTENCY_HOURS. "
+                   "The same key with a different body is refused (422)."}

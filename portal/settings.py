@@ -114,6 +114,15 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(
         DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 60, minimum=0),
         conn_health_checks=True)}
+    if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        # A database that stops answering must cost a request seconds, not hang every
+        # worker: connecting gives up after DB_CONNECT_TIMEOUT s, and the server cancels any
+        # statement running longer than DB_STATEMENT_TIMEOUT_MS (0: no limit).
+        DB_STATEMENT_TIMEOUT_MS = env_int("DB_STATEMENT_TIMEOUT_MS", 30000, minimum=0)
+        DATABASES["default"].setdefault("OPTIONS", {}).update({
+            "connect_timeout": env_int("DB_CONNECT_TIMEOUT", 5, minimum=1),
+            "options": f"-c statement_timeout={DB_STATEMENT_TIMEOUT_MS}",
+        })
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {"default": {
@@ -218,8 +227,23 @@ CELERY_BEAT_SCHEDULE = {
     "worker-heartbeat": {"task": "portal.tasks.record_worker_heartbeat", "schedule": 60.0},
 }
 
-CELERY_BEAT_SCHEDULE["resend-notifications"] = {"task": "tenants.tasks.resend_unsent",
-                                                "schedule": 300.0}
+# The sweep sends what its own task could not (a broker outage, retries used up): every
+# PORTAL_NOTIFICATION_SWEEP_SECONDS, rows older than PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS
+# (older than a task's own first retries, so the sweep does not race them).
+PORTAL_NOTIFICATION_SWEEP_SECONDS = env_int("PORTAL_NOTIFICATION_SWEEP_SECONDS", 60, minimum=5)
+PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS = env_int("PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS", 60,
+                                                minimum=5)
+# A delivery that finds its row locked by another looks again after this long.
+PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS = env_int("PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS", 3,
+                                                 minimum=1)
+CELERY_BEAT_SCHEDULE["resend-notifications"] = {
+    "task": "tenants.tasks.resend_unsent", "schedule": float(PORTAL_NOTIFICATION_SWEEP_SECONDS),
+    "options": {"expires": float(PORTAL_NOTIFICATION_SWEEP_SECONDS)}}
+
+# API writes sent with an Idempotency-Key answer a retry with the first answer for this long.
+PORTAL_IDEMPOTENCY_HOURS = env_int("PORTAL_IDEMPOTENCY_HOURS", 24, minimum=1)
+CELERY_BEAT_SCHEDULE["forget-idempotency-keys"] = {
+    "task": "tenants.tasks.forget_idempotency_keys", "schedule": 3600.0}
 
 # --- E-mail notifications: printed to the console in the embedded run; SMTP when
 # EMAIL_HOST is set. Links in e-mails start with PORTAL_BASE_URL.
@@ -273,13 +297,24 @@ PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "aifactory-portal")  # the portal
 PORTAL_K8S_GROUP_PREFIX = env_str("PORTAL_K8S_GROUP_PREFIX", "oidc:")  # API server's prefix
 PORTAL_CONFIDENTIAL_RUNTIME_CLASS = env_str("PORTAL_CONFIDENTIAL_RUNTIME_CLASS",
                                             "kata-qemu-nvidia-gpu-snp")
+# The platform's own namespaces (CNI, kube-proxy, device plugins, DCGM exporter): exempt
+# from the dedicated-block guards, so their tolerate-everything DaemonSets keep running on
+# every node. Only namespaces no tenant can write to belong here.
+PORTAL_PLATFORM_NAMESPACES = env_list(
+    "PORTAL_PLATFORM_NAMESPACES", ["kube-system", "kube-node-lease", "kube-public"])
 PORTAL_EXPIRY_NOTICE_DAYS = env_int("PORTAL_EXPIRY_NOTICE_DAYS", 7, minimum=0)
 PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 8, minimum=0)
 PORTAL_PROVISION_RETRY_SECONDS = env_int("PORTAL_PROVISION_RETRY_SECONDS", 5, minimum=1)
 # Provisioning without a sign of progress for this long is queued again (lost task).
-PORTAL_PROVISION_STALL_SECONDS = env_int("PORTAL_PROVISION_STALL_SECONDS", 180, minimum=30)
-CELERY_BEAT_SCHEDULE["requeue-stalled"] = {"task": "fleet.tasks.requeue_stalled",
-                                           "schedule": 60.0, "options": {"expires": 60.0}}
+# (A killed worker's message comes back only after the broker's visibility timeout, an
+# hour on Redis: this check is what finishes its work in about a minute.)
+PORTAL_PROVISION_STALL_SECONDS = env_int("PORTAL_PROVISION_STALL_SECONDS", 60, minimum=10)
+PORTAL_PROVISION_STALL_CHECK_SECONDS = env_int("PORTAL_PROVISION_STALL_CHECK_SECONDS", 15,
+                                               minimum=5)
+CELERY_BEAT_SCHEDULE["requeue-stalled"] = {
+    "task": "fleet.tasks.requeue_stalled",
+    "schedule": float(PORTAL_PROVISION_STALL_CHECK_SECONDS),
+    "options": {"expires": float(PORTAL_PROVISION_STALL_CHECK_SECONDS)}}
 CELERY_BEAT_SCHEDULE["expire-allocations"] = {"task": "fleet.tasks.expire_allocations",
                                               "schedule": 300.0}
 # GitOps mode: approval commits the allocation's objects to a Git repository (one directory

@@ -180,3 +180,25 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} to {self.user}: {self.subject}"
+
+
+class IdempotentResponse(models.Model):
+    """The first answer to an API write sent with an `Idempotency-Key` header: a retry of the
+    same write (a client that lost the answer when a web worker died) gets this answer again
+    instead of doing the write twice. Written in the write's own transaction, so a write that
+    did not commit leaves no key behind."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="+")
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)  # method, path and body of the first write
+    status_code = models.PositiveSmallIntegerField(null=True)
+    body = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"],
+                                               name="one_answer_per_idempotency_key")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}:{self.key}"

@@ -6,15 +6,23 @@ from django.utils import timezone
 
 from .models import Notification
 
+BUSY = "busy"
 
-def deliver(notification_id: int) -> bool | None:
+
+def deliver(notification_id: int) -> bool | str | None:
     """Send one stored notification under its row lock: two workers never send it twice,
-    and a sent one is not sent again. True sent, False failed (error kept), None skipped."""
+    and a sent one is not sent again. True sent, False failed (error kept), BUSY another
+    delivery holds its lock right now, None nothing to send.
+
+    Only the notification's own row is locked (`of=("self",)`): locking the joined user row
+    too made a second e-mail to the same person skip its own, unlocked row."""
     with transaction.atomic():
-        n = (Notification.objects.select_for_update(skip_locked=True).select_related("user")
-             .filter(pk=notification_id, sent_at__isnull=True).first())
+        n = (Notification.objects.select_for_update(skip_locked=True, of=("self",))
+             .select_related("user").filter(pk=notification_id, sent_at__isnull=True).first())
         if n is None:
-            return None
+            unsent = Notification.objects.filter(pk=notification_id,
+                                                 sent_at__isnull=True).exists()
+            return BUSY if unsent else None
         n.attempts += 1
         try:
             send_mail(f"[AI Factory] {n.subject}", n.body, settings.DEFAULT_FROM_EMAIL,
@@ -31,13 +39,18 @@ def deliver(notification_id: int) -> bool | None:
 @shared_task(name="tenants.tasks.send_notifications", bind=True, max_retries=8,
              acks_late=True)
 def send_notifications(self, ids: list[int]) -> int:
-    """Send queued e-mails; on a mail server error retry with backoff (the rows keep the
-    error; the beat's sweep picks up whatever outlives the retries). Returns how many left."""
+    """Send queued e-mails. A mail server error is retried with back-off (the rows keep the
+    error); a row another delivery holds is looked at again within seconds (if that delivery
+    sent it, there is nothing left to do); the beat's sweep picks up whatever outlives the
+    retries. Returns how many this call sent."""
     results = {pk: deliver(pk) for pk in ids}
     failed = [pk for pk, ok in results.items() if ok is False]
-    if failed and not settings.CELERY_TASK_ALWAYS_EAGER:  # eager: no broker to retry through
-        raise self.retry(args=[failed], countdown=min(600, 10 * 2 ** self.request.retries))
-    return sum(1 for ok in results.values() if ok)
+    busy = [pk for pk, ok in results.items() if ok == BUSY]
+    if (failed or busy) and not settings.CELERY_TASK_ALWAYS_EAGER:  # eager: no broker
+        countdown = min(600, 10 * 2 ** self.request.retries) if failed else \
+            settings.PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS
+        raise self.retry(args=[failed + busy], countdown=countdown)
+    return sum(1 for ok in results.values() if ok is True)
 
 
 @shared_task(name="tenants.tasks.resend_unsent")
@@ -45,9 +58,16 @@ def resend_unsent() -> int:
     """Beat: anything still unsent after its retries (or queued while no worker ran)."""
     import datetime as dt
 
-    stale = timezone.now() - dt.timedelta(minutes=5)
+    stale = timezone.now() - dt.timedelta(seconds=settings.PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS)
     ids = list(Notification.objects.filter(sent_at__isnull=True, created_at__lt=stale,
                                            attempts__lt=20).values_list("pk", flat=True)[:500])
     if ids:
         send_notifications.delay(ids)
     return len(ids)
+
+
+@shared_task(name="tenants.tasks.forget_idempotency_keys")
+def forget_idempotency_keys() -> int:
+    from .idempotency import forget_old_keys
+
+    return forget_old_keys(timezone.now())

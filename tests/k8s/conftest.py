@@ -70,6 +70,38 @@ def outsider_kube(control_plane) -> KubernetesBackend:
     return KubernetesBackend.from_kubeconfig(str(control_plane.outsider_kubeconfig))
 
 
+@pytest.fixture
+def kube(portal_kube):
+    """The portal's restricted identity as the process-wide backend for one test."""
+    from fleet.kube import set_backend
+
+    set_backend(portal_kube)
+    yield portal_kube
+    set_backend(None)
+
+
+@pytest.fixture
+def fleet(admin_kube, kube, pools):
+    """Two validated nodes for the dedicated pool, so a block can reserve one."""
+    from fleet.models import Pool, Route
+    from fleet.sync import fleet_sync
+
+    from .gpu_nodes import create_gpu_node
+
+    Pool.objects.filter(pk=pools[Route.SHARED_POOL].pk).update(
+        cohort="shared-h100", borrowing_limit_devices=8,
+        node_selector={"aifactory.io/pool": "shared"})
+    Pool.objects.filter(pk=pools[Route.MIG_VCLUSTER].pk).update(
+        cohort="mig-a100")
+    for node in admin_kube.list("v1", "Node"):
+        admin_kube.delete("v1", "Node", node["metadata"]["name"])
+    for i in range(2):
+        create_gpu_node(admin_kube, f"blk-{i}", labels={"aifactory.io/validated": "true",
+                                                    "aifactory.io/pool": "dedicated"})
+    fleet_sync(backend=kube)
+    return admin_kube
+
+
 def eventually(fn, timeout: float = 10):
     deadline = time.monotonic() + timeout
     while True:

@@ -190,3 +190,64 @@ def test_fake_gpu_nodes_and_resource_slices_are_readable_by_the_portal(admin_kub
 
 def _gone(found: list) -> None:
     assert found == []
+
+
+def _stress_crd(n: int) -> dict:
+    plural = f"stresses{n}"
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.stress.aifactory.test"},
+            "spec": {"group": "stress.aifactory.test", "scope": "Namespaced",
+                     "names": {"plural": plural, "singular": f"stress{n}",
+                               "kind": f"Stress{n}", "listKind": f"Stress{n}List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {
+                                       "type": "object",
+                                       "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+def test_parallel_apply_survives_crds_appearing(control_plane, admin_kube):
+    """The parallel apply shares one backend between threads while the API server's
+    discovery changes under it (CRDs being installed, as right after Kueue's appear). The
+    client's discovery cache was cleared without a lock and raised KeyError('resources') in
+    2 of 16 rounds; every failure must now be a KubeError at worst, and here none at all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rounds = 16
+    failures: list[str] = []
+    for r in range(rounds):
+        backend = KubernetesBackend.from_kubeconfig(str(control_plane.admin_kubeconfig),
+                                                    field_manager="stress")
+        ns = f"stress-{r}"
+        objs = tenant_objects(ns, f"s{r}")
+        def install(r=r):
+            for k in range(3):  # CRDs appear while the lookups run
+                admin_kube.apply(_stress_crd(r * 10 + k), force=True)
+
+        def lookup_new(r=r, backend=backend):
+            # An unknown kind forces a discovery refresh (the path that raced).
+            for k in range(3):
+                try:
+                    backend._resource("stress.aifactory.test/v1", f"Stress{r * 10 + k}")
+                except KubeError:
+                    pass  # not served yet: a clean, retriable-or-not answer is fine
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            futures = [pool.submit(install)]
+            futures += [pool.submit(lookup_new) for _ in range(3)]
+            futures += [pool.submit(backend.apply, obj, force=True) for obj in objs[:1]]
+            futures += [pool.submit(backend._resource, o["apiVersion"], o["kind"])
+                        for o in objs for _ in range(2)]
+            for f in futures:
+                try:
+                    f.result(timeout=60)
+                except Exception as exc:  # noqa: BLE001 - the point is to see every kind
+                    failures.append(f"round {r}: {exc.__class__.__name__}: {exc}")
+        for obj in objs[1:]:  # and the rest of the allocation applies on the same backend
+            backend.apply(obj, force=True)
+        admin_kube.delete("v1", "Namespace", ns)
+    for r in range(rounds):
+        for k in range(3):
+            admin_kube.delete("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                              f"stresses{r * 10 + k}.stress.aifactory.test")
+    print(f"\nBENCHMARK parallel-apply-stress rounds={rounds} failures={len(failures)}")
+    assert failures == []

@@ -20,7 +20,7 @@ from fleet.models import Route
 from fleet.provisioning import allocation_spec
 
 from .conftest import eventually
-from .test_provisioning import ROUTE_REQUESTS, approve, fleet, kube  # noqa: F401 - fixtures
+from .test_provisioning import approve
 
 pytestmark = [pytest.mark.django_db]
 

@@ -17,7 +17,6 @@ from fleet.provisioning import (
     allocation_spec,
 )
 from fleet.services import allocation_retry
-from fleet.sync import fleet_sync
 from intake import services
 from intake.models import CapacityRequest
 from tenants.models import AuditEvent
@@ -25,7 +24,6 @@ from tests.factories import make_request
 from tests.harness.procs import celery_worker
 
 from .conftest import applied_state, eventually
-from .gpu_nodes import create_gpu_node
 
 pytestmark = pytest.mark.django_db
 VALID = {"aifactory.io/validated": "true"}
@@ -40,29 +38,6 @@ ROUTE_REQUESTS = {
     Route.MIG_VCLUSTER: {"device_fill": "small", "replicas": 3, "mig_profile": "2g.20gb",
                          "whole_devices": 0},
 }
-
-
-@pytest.fixture
-def kube(portal_kube):
-    set_backend(portal_kube)
-    yield portal_kube
-    set_backend(None)
-
-
-@pytest.fixture
-def fleet(admin_kube, kube, pools):
-    """Two validated nodes for the dedicated pool, so a block can reserve one."""
-    Pool.objects.filter(pk=pools[Route.SHARED_POOL].pk).update(
-        cohort="shared-h100", borrowing_limit_devices=8,
-        node_selector={"aifactory.io/pool": "shared"})
-    Pool.objects.filter(pk=pools[Route.MIG_VCLUSTER].pk).update(
-        cohort="mig-a100")
-    for node in admin_kube.list("v1", "Node"):
-        admin_kube.delete("v1", "Node", node["metadata"]["name"])
-    for i in range(2):
-        create_gpu_node(admin_kube, f"blk-{i}", labels={**VALID, "aifactory.io/pool": "dedicated"})
-    fleet_sync(backend=kube)
-    return admin_kube
 
 
 def approve(tenant, lead, admin_user, route, django_capture_on_commit_callbacks, **extra):

@@ -24,7 +24,7 @@ from tests.factories import TenantFactory, make_lead
 
 from .conftest import eventually
 from .test_kueue_admission import condition, job, wait_workload, workload_of
-from .test_provisioning import approve, fleet, kube  # noqa: F401 - fixtures
+from .test_provisioning import approve
 
 pytestmark = [pytest.mark.django_db]
 KUEUE = "kueue.x-k8s.io/v1beta2"

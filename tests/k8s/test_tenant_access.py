@@ -25,7 +25,7 @@ from tests.harness.controlplane import _kubeconfig
 
 from .conftest import eventually
 from .test_kueue_admission import _quota_known, wait_workload
-from .test_provisioning import approve, fleet, kube  # noqa: F401 - fixtures
+from .test_provisioning import approve
 
 pytestmark = [pytest.mark.django_db]
 IMAGE = "registry.example/cuda:12"

@@ -227,7 +227,12 @@ def test_mig_queues_speak_of_slices():
     ("Preempted", "InCohortFairSharing", "fair sharing"),
     ("Preempted", "SomethingNew", "another workload took priority"),
     ("PodsReadyTimeout", "", "did not all start in time"),
-    ("MaximumExecutionTimeExceeded", "", "time limit"),
+    # Kueue's own eviction reasons for a deactivation (from its API and its changelog).
+    ("DeactivatedDueToMaximumExecutionTimeExceeded", "", "ran past the time limit"),
+    ("DeactivatedDueToRequeuingLimitExceeded", "", "more times than the platform allows"),
+    ("DeactivatedDueToAdmissionCheck", "", "admission check"),
+    ("DeactivatedDueToSomethingNew", "", "deactivated it (SomethingNew)"),
+    ("Deactivated", "", "spec.active"),
     ("Unheard", "", "(Unheard)"),
 ])
 def test_every_stop_has_words(reason, preemption, expect):
@@ -327,3 +332,57 @@ def test_unused_quota_borrowed_by_the_cohort_is_said_to_be_lent():
     assert why.text == ("Waiting for 2 more devices: your quota of 4 devices has 2 devices "
                         "unused (lent to the cohort meanwhile), the rest is in use by train-7 "
                         "(2 devices) since 09:12; the cohort has none to lend now.")
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"
+
+
+def _real(name: str) -> dict:
+    import json
+
+    return json.loads((FIXTURES / name).read_text())
+
+
+def test_a_workload_the_real_kueue_deactivated_is_not_waiting():
+    """Captured from Kueue v0.17.0 in the k8s tier (tests/k8s/test_queue_policy.py): a Job
+    past its declared time limit. Kueue set spec.active=false and Evicted=True with reason
+    DeactivatedDueToMaximumExecutionTimeExceeded."""
+    from fleet.queues import DEACTIVATED, explain_deactivated
+
+    obj = _real("kueue_workload_deactivated.json")
+    assert obj["spec"]["active"] is False
+    w = parse_workload(obj, cluster_queue_of={})
+    assert w.state == DEACTIVATED
+    assert w.stop and w.stop.reason.startswith("DeactivatedDueTo")
+    text = explain_deactivated(w)
+    assert "ran past the time limit" in text and "reactivated" in text
+    why = explain_pending(w, queue(nominal=4, total=0, cohort=""), own_running=[], ahead=[],
+                          cohort_free=Decimal(0), now=NOW)
+    assert why.code == "deactivated" and "Waiting" not in why.text
+    assert estimate_start(w, why, own_running=[], history_waits=[60.0] * 5, now=NOW).at is None
+    # Without the eviction condition, spec.active alone decides.
+    bare = copy.deepcopy(obj)
+    bare["status"]["conditions"] = [c for c in bare["status"]["conditions"]
+                                    if c["type"] != "Evicted"]
+    assert parse_workload(bare, cluster_queue_of={}).state == DEACTIVATED
+    # And the same Workload made active again is waiting once more.
+    again = copy.deepcopy(bare)
+    again["spec"]["active"] = True
+    again["status"]["conditions"] = [c for c in again["status"]["conditions"]
+                                     if c["type"] not in ("QuotaReserved", "Admitted")]
+    assert parse_workload(again, cluster_queue_of={}).state == PENDING
+
+
+def test_a_deactivation_is_recorded_as_a_stop_once():
+    from fleet.queues import DEACTIVATED
+
+    obj = _real("kueue_workload_deactivated.json")
+    new = parse_workload(obj, cluster_queue_of={})
+    assert new.state == DEACTIVATED
+    old = parse_workload(obj, cluster_queue_of={})
+    first = transition_events(None, new, now=NOW, borrowed=Decimal(0))
+    kinds = [e["kind"] for e in first]
+    assert "evicted" in kinds and "admitted" not in kinds[kinds.index("evicted"):]
+    stop = next(e for e in first if e["kind"] == "evicted")
+    assert "time limit" in stop["reason"]
+    assert transition_events(old, new, now=NOW, borrowed=Decimal(0)) == []

@@ -161,6 +161,51 @@ def test_an_unreachable_database_is_a_503_that_says_so(lead, tenant, pools):
     assert client.get("/requests/").status_code == 200  # and back
 
 
+def test_a_frozen_database_answers_503_in_seconds(lead, tenant, pools):
+    """PostgreSQL paused (SIGSTOP: it accepts TCP connections and never answers), as a
+    hung server or a stalled disk would leave it. Before: every web worker hung as long as
+    the pause lasted, /healthz included. Now connecting gives up after DB_CONNECT_TIMEOUT
+    and the page is the plain 503; and statements carry the server-side timeout."""
+    import signal
+
+    from django.test import Client
+
+    from tests.harness.services import PostgresServer, make_run_dir
+
+    with connection.cursor() as cursor:  # what every statement of the portal runs under
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone()[0] == f"{settings.DB_STATEMENT_TIMEOUT_MS // 1000}s"
+    run_dir = make_run_dir()  # readable by the postgres user, unlike pytest's tmp_path
+    frozen = PostgresServer(run_dir / "pg").start()
+    client = Client(raise_request_exception=False)
+    client.force_login(lead)
+    real = dict(connection.settings_dict)
+    connection.close()
+    connection.settings_dict.update({"HOST": "127.0.0.1", "PORT": str(frozen.port)})
+    os.killpg(frozen.proc.proc.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        page = client.get("/requests/")
+        page_s = time.monotonic() - started
+        started = time.monotonic()
+        health = client.get("/healthz")
+        health_s = time.monotonic() - started
+    finally:
+        os.killpg(frozen.proc.proc.pid, signal.SIGCONT)
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(real)
+        frozen.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
+    timeout = settings.DATABASES["default"]["OPTIONS"]["connect_timeout"]
+    print(f"\nBENCHMARK frozen-database page 503 after {page_s:.1f}s, /healthz 503 after "
+          f"{health_s:.1f}s (connect timeout {timeout}s)")
+    assert page.status_code == 503 and health.status_code == 503
+    limit = timeout * 2 + 5
+    assert page_s < limit and health_s < limit
+    assert client.get("/requests/").status_code == 200  # and back on the real database
+
+
 SETUP = """
 from tests.factories import TenantFactory, make_lead, make_pools, session_cookie
 make_pools()
