@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
+from fleet import lifecycle
 from fleet.models import Allocation, NodeOutage
 from fleet.selectors import mig_weights
 from tenants.audit import audit_record
@@ -33,7 +34,7 @@ from .domain import (
 )
 from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, UsageMonth
 
-BILLED = (Allocation.Status.ACTIVE, Allocation.Status.EXPIRING, Allocation.Status.RETIRED)
+BILLED = tuple(sorted(lifecycle.BILLED))
 
 
 class BillingError(Exception):

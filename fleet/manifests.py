@@ -23,6 +23,7 @@ WHOLE_GPU = "nvidia.com/gpu"
 # Namespaces of the platform itself (CNI, kube-proxy, device plugins, DCGM): their
 # DaemonSets tolerate every taint and must keep running on every node, dedicated ones too.
 PLATFORM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
+GUARD_KIND_NAMES = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
 
 
 def mig_device_class(profile: str) -> str:
@@ -367,22 +368,20 @@ def dedicated_guard_rules(spec: AllocationSpec) -> list[tuple[str, str]]:
                 "term.?matchFields.orValue([]).exists(e, e.key == 'metadata.name' && "
                 "e.operator == 'In' && e.?values.orValue([]).size() > 0 && "
                 f"e.values.all(v, v in {nodes}))))")
-    node_words = ", ".join(spec.nodes) or "its nodes"
+    # Refusals go to other tenants: they name neither the owner nor its nodes.
     return [
         (f"!({ours})",
-         f"Only {tenant}'s namespaces may tolerate its dedicated nodes (taint "
-         f"{DEDICATED_TAINT}={tenant}); remove that toleration."),
+         f"Only the tenant a dedicated block belongs to may tolerate its taint "
+         f"({DEDICATED_TAINT}); remove that toleration."),
         (f"!({everything})",
-         f"A toleration of every taint (operator Exists without a key) would let this pod "
-         f"onto the nodes dedicated to {tenant}, which only {tenant}'s namespaces may use; "
-         "tolerate the taints you need by key."),
+         "A toleration of every taint (operator Exists without a key) would let this pod "
+         "onto nodes dedicated to another tenant; tolerate the taints you need by key."),
         (f"!({pinned})",
-         f"Node(s) {node_words} are dedicated to {tenant}: a pod of another namespace may not "
-         "name them in spec.nodeName; leave placement to the scheduler."),
+         "That node is dedicated to another tenant: a pod of this namespace may not name it "
+         "in spec.nodeName; leave placement to the scheduler."),
         (f"!({selector})",
-         f"This pod selects nodes dedicated to {tenant} (label {DEDICATED_LABEL}={tenant} or "
-         "their names); it could never run there. Select other nodes or leave placement to "
-         "the scheduler."),
+         "This pod selects nodes dedicated to another tenant; it could never run there. "
+         "Select other nodes or leave placement to the scheduler."),
     ]
 
 
@@ -490,8 +489,18 @@ def render_manifests(spec: AllocationSpec) -> list[dict]:
     return out
 
 
+# Node names are the platform's business (a tenant sees its quota, not its hosts), and the
+# guard policies name the nodes they protect.
+PLATFORM_ONLY_KINDS = frozenset({"Node", *GUARD_KIND_NAMES})
+
+
+def tenant_may_see(manifest: dict) -> bool:
+    """Whether a tenant's people are shown this object of their allocation."""
+    return manifest.get("kind") not in PLATFORM_ONLY_KINDS
+
+
 # Kinds an allocation may own, for listing and pruning (namespaces last).
-GUARD_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+GUARD_KINDS = GUARD_KIND_NAMES
 
 
 def apply_waves(manifests: list[dict]) -> list[list[dict]]:

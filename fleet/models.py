@@ -11,6 +11,7 @@ from django.db import models
 
 from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
+from . import lifecycle
 from .domain import Route
 
 __all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "Route"]
@@ -49,17 +50,9 @@ class Pool(models.Model):
 class Allocation(models.Model):
     """Capacity promised to a tenant. Created by approval; provisioned into Kubernetes."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "Approved, not yet provisioned"
-        PROVISIONING = "provisioning", "Provisioning"
-        ACTIVE = "active", "Active"
-        EXPIRING = "expiring", "Expiring"
-        RETIRED = "retired", "Retired"
-        FAILED = "failed", "Failed (retriable)"
-
-    # Statuses that hold capacity in a pool.
-    HOLDING = (Status.PENDING, Status.PROVISIONING, Status.ACTIVE, Status.EXPIRING,
-               Status.FAILED)
+    Status = lifecycle.AllocationStatus
+    # Statuses that hold capacity in a pool (fleet.lifecycle names every such set).
+    HOLDING = tuple(sorted(lifecycle.HOLDING))
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="allocations")
@@ -98,6 +91,15 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
+
+    # For templates and serializers: the lifecycle's named sets, never string literals.
+    @property
+    def is_usable(self) -> bool:
+        return self.status in lifecycle.USABLE
+
+    @property
+    def is_renewable(self) -> bool:
+        return self.status in lifecycle.RENEWABLE and self.ends_at is not None
 
 
 class GpuNode(models.Model):

@@ -19,6 +19,7 @@ from django.utils import timezone
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
+from . import lifecycle
 from .kube import (
     LABEL_ALLOCATION,
     MANAGED_BY,
@@ -127,14 +128,18 @@ def allocation_transition(allocation_id: int, *, from_states, to: str, reason: s
                  .get(pk=allocation_id))
         if alloc.status not in from_states:
             return None
+        if not lifecycle.can_move(alloc.status, to):
+            raise ValueError(f"an allocation cannot go from {alloc.status} to {to}")
         old = alloc.status
         alloc.status, alloc.status_message = to, message
         alloc.save(update_fields=["status", "status_message"])
         audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
                      action=action or f"allocation.{to}", from_state=old, to_state=to,
                      reason=reason)
-        transaction.on_commit(lambda: allocation_status_changed.send(
-            sender=Allocation, allocation_id=allocation_id, old=old, new=to, reason=reason))
+        if old != to:  # a renewal of an active allocation stays active: nobody to tell
+            transaction.on_commit(lambda: allocation_status_changed.send(
+                sender=Allocation, allocation_id=allocation_id, old=old, new=to,
+                reason=reason))
     return alloc
 
 
@@ -161,11 +166,11 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
     """Apply the allocation's desired state. Raises KubeError for the task to retry or fail."""
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
-    if alloc.status in (S.ACTIVE, S.EXPIRING, S.RETIRED):
+    if alloc.status in lifecycle.PROVISIONED:
         return alloc  # done already: a duplicate task changes nothing
     if alloc.status != S.PROVISIONING:
         claimed = allocation_transition(
-            allocation_id, from_states=(S.PENDING, S.FAILED), to=S.PROVISIONING,
+            allocation_id, from_states=lifecycle.STARTABLE, to=S.PROVISIONING,
             reason="Provisioning started.", action="allocation.provisioning")
         if claimed is None:
             return Allocation.objects.get(pk=allocation_id)
@@ -332,8 +337,7 @@ def allocations_due(now: dt.datetime, notice: dt.timedelta):
     expiring = ending.filter(status=S.ACTIVE, ends_at__lte=now + notice, ends_at__gt=now)
     # Provisioning too: one stuck there (its worker died) must not outlive its end. Should a
     # worker still be applying, its late objects are leftovers the reconcile prunes.
-    retire = ending.filter(status__in=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
-                                       S.PROVISIONING), ends_at__lte=now)
+    retire = ending.filter(status__in=lifecycle.RETIRABLE, ends_at__lte=now)
     return list(expiring.values_list("pk", flat=True)), list(retire.values_list("pk", flat=True))
 
 
@@ -377,8 +381,7 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
         released.append(node.name)
     with transaction.atomic():
         moved = allocation_transition(
-            allocation_id, from_states=(S.ACTIVE, S.EXPIRING, S.PENDING, S.FAILED,
-                                        S.PROVISIONING), to=S.RETIRED, by=by,
+            allocation_id, from_states=lifecycle.RETIRABLE, to=S.RETIRED, by=by,
             reason=retired_reason(deleted, released))
         if moved is not None and released:
             audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
@@ -399,7 +402,7 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
     (a commit only if it differs) and the GitOps tool repairs the cluster."""
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
-    if alloc.status not in (S.ACTIVE, S.EXPIRING):
+    if alloc.status not in lifecycle.RECONCILED:
         return []
     if gitops_mode():
         published = _publish_only(alloc)

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from . import lifecycle
 from .kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, get_backend
 from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
 from .queue_explain import first_estimates, row_facts
@@ -42,8 +43,7 @@ log = logging.getLogger(__name__)
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{}/pendingworkloads"
-FOLLOWED = (Allocation.Status.PROVISIONING, Allocation.Status.ACTIVE,
-            Allocation.Status.EXPIRING)
+FOLLOWED = tuple(sorted(lifecycle.FOLLOWED))
 
 
 @dataclass

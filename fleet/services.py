@@ -12,6 +12,7 @@ from tenants.access import require_platform_admin
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
+from . import lifecycle
 from .models import Allocation, GpuNode, Pool, Route
 from .provisioning import allocation_transition
 from .tasks import provision_allocation
@@ -84,28 +85,21 @@ def allocation_reserve_nodes(*, allocation: Allocation, names: tuple[str, ...] |
 @transaction.atomic
 def allocation_extend(*, allocation: Allocation, ends_at: dt.datetime | None, by,
                       reason: str) -> Allocation:
-    """A renewal: move the end, and bring an expiring allocation back to active."""
-    from .signals import allocation_status_changed
-
-    alloc = Allocation.objects.select_for_update(of=("self",)).select_related("tenant").get(
-        pk=allocation.pk)
-    if alloc.status not in (Allocation.Status.ACTIVE, Allocation.Status.EXPIRING):
+    """A renewal: move the end, and bring an expiring allocation back to active (through
+    the lifecycle's one transition, which audits it)."""
+    alloc = Allocation.objects.select_for_update(of=("self",)).get(pk=allocation.pk)
+    if alloc.status not in lifecycle.RENEWABLE:
         raise ValueError(f"only an active or expiring allocation can be renewed; this one is "
                          f"{alloc.get_status_display().lower()}")
-    old_end, old_status = alloc.ends_at, alloc.status
-    alloc.ends_at = ends_at
-    alloc.status = Allocation.Status.ACTIVE
-    alloc.expiry_notice_sent = False
-    alloc.save(update_fields=["ends_at", "status", "expiry_notice_sent"])
+    old_end = alloc.ends_at
+    Allocation.objects.filter(pk=alloc.pk).update(ends_at=ends_at, expiry_notice_sent=False)
     until = f"{ends_at:%Y-%m-%d}" if ends_at else "open-ended"
     was = f"{old_end:%Y-%m-%d}" if old_end else "open-ended"
-    audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.renewed",
-                 from_state=old_status, to_state=alloc.status,
-                 reason=f"Renewed until {until} (was {was}): {reason}")
-    if old_status != alloc.status:
-        transaction.on_commit(lambda: allocation_status_changed.send(
-            sender=Allocation, allocation_id=alloc.pk, old=old_status, new=alloc.status))
-    return alloc
+    moved = allocation_transition(alloc.pk, from_states=lifecycle.RENEWABLE,
+                                  to=Allocation.Status.ACTIVE, by=by,
+                                  action="allocation.renewed",
+                                  reason=f"Renewed until {until} (was {was}): {reason}")
+    return moved
 
 
 @transaction.atomic

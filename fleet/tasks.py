@@ -110,7 +110,9 @@ def reconcile_allocations() -> str:
         # "deleted" and write a drift repair into each allocation's trail.
         return "reconcile skipped: the dry-run backend has no cluster to drift from"
     drifted = 0
-    for pk in Allocation.objects.filter(status__in=("active", "expiring")).values_list(
+    from .lifecycle import RECONCILED
+
+    for pk in Allocation.objects.filter(status__in=RECONCILED).values_list(
             "pk", flat=True):
         drifted += bool(allocation_reconcile(pk))
     # In GitOps mode the GitOps tool prunes what Git no longer holds.

@@ -14,6 +14,7 @@ from tenants.audit import audit_for
 
 from .capacity import fleet_counts
 from .kube import KubeError
+from .lifecycle import USABLE
 from .models import Allocation, GpuNode, Pool
 from .selectors import facts_by_pool, pool_capacity, pools_capacity
 from .sync import node_set_retiring
@@ -187,7 +188,7 @@ def _usable_allocation(request, pk: int) -> Allocation:
 
     return get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk,
-        status__in=(Allocation.Status.ACTIVE, Allocation.Status.EXPIRING))
+        status__in=USABLE)
 
 
 @login_required

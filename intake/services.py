@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from fleet.lifecycle import RENEWABLE
 from fleet.models import Pool, Route
 from fleet.services import allocation_create, allocation_extend, allocation_reserve_nodes
 from tenants.access import roles_for
@@ -88,8 +89,10 @@ def request_create(*, tenant: Tenant, by, fields: dict[str, Any]) -> CapacityReq
 def request_create_renewal(*, request: CapacityRequest, by) -> CapacityRequest:
     """A draft that asks to extend this request's allocation, same size and route."""
     alloc = request.allocation
-    if alloc is None or alloc.status not in ("active", "expiring"):
+    if alloc is None or alloc.status not in RENEWABLE:
         raise IntakeError("Only an active or expiring allocation can be renewed.")
+    if alloc.ends_at is None:
+        raise IntakeError("This allocation is open-ended: it needs no renewal.")
     if not roles_for(by).can_file_for(request.tenant_id):
         raise IntakeError("Only a team lead of this tenant may renew its allocations.")
     fields = {name: getattr(request, name) for name in EDITABLE_FIELDS}

@@ -2,14 +2,13 @@
 
 from django.dispatch import receiver
 
+from fleet.lifecycle import REQUEST_STATUS_OF
 from fleet.signals import allocation_status_changed
 from tenants.notifications import Kind, notify, tenant_leads
 
 from .models import CapacityRequest
 
-# Allocation status → request status (the request's lifecycle continues past approval).
-MIRRORED = {"provisioning": "provisioning", "active": "active", "expiring": "expiring",
-            "retired": "retired", "failed": "failed", "pending": "approved"}
+MIRRORED = REQUEST_STATUS_OF  # the lifecycle's one map: allocation status → request status
 
 
 @receiver(allocation_status_changed)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
+from fleet.manifests import tenant_may_see
 from fleet.models import Route
 from tenants.access import (
     require_platform_admin,
@@ -357,8 +358,7 @@ def request_manifests(request, pk: int):
     else:
         manifests = preview_manifests(obj)
     if not roles.platform_admin:
-        # Node names are the platform's business; a tenant sees its quota, not its hosts.
-        keep = [i for i, m in enumerate(manifests) if m.get("kind") != "Node"]
+        keep = [i for i, m in enumerate(manifests) if tenant_may_see(m)]
         manifests = [manifests[i] for i in keep]
         rows = [rows[i] for i in keep] if rows else rows
     docs = [{"kind": m.get("kind", "?"), "name": m.get("metadata", {}).get("name", ""),

@@ -14,6 +14,7 @@ from django.views.decorators.cache import never_cache
 
 from billing.domain import SECONDS_PER_HOUR
 from billing.models import UsageMonth
+from fleet.lifecycle import USABLE
 from fleet.models import Allocation
 from intake.domain import Status
 from intake.models import CapacityRequest
@@ -34,7 +35,7 @@ def home(request):
     expiring = scope_to_tenants(request.user, Allocation.objects.filter(
         status=Allocation.Status.EXPIRING).select_related("tenant", "request"))
     held = dict(scope_to_tenants(request.user, Allocation.objects.filter(
-        status__in=(Allocation.Status.ACTIVE, Allocation.Status.EXPIRING)))
+        status__in=USABLE))
         .values_list("status").annotate(n=Count("id")))
     return render(request, "dashboard.html", {
         "expiring": expiring,

@@ -73,32 +73,32 @@ def outcome(who, manifest) -> str:
 BLOCK = "{block}"  # replaced by the dedicated node's name
 DEDICATED_CASES = [
     ("plain pod", {}, "accepted"),
-    ("nodeName on the block", {"nodeName": BLOCK}, "may not name them in spec.nodeName"),
+    ("nodeName on the block", {"nodeName": BLOCK}, "may not name it in spec.nodeName"),
     ("nodeName elsewhere", {"nodeName": "some-other-node"}, "accepted"),
     ("nodeSelector on the dedicated label", {"nodeSelector": {LABEL: "{owner}"}},
-     "selects nodes dedicated to"),
+     "selects nodes dedicated to another tenant"),
     ("nodeSelector on the hostname", {"nodeSelector": {"kubernetes.io/hostname": BLOCK}},
-     "selects nodes dedicated to"),
+     "selects nodes dedicated to another tenant"),
     ("affinity on the dedicated label", {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["{owner}"]}]}]}}}},
-     "selects nodes dedicated to"),
+     "selects nodes dedicated to another tenant"),
     ("affinity by field, DaemonSet style", {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In",
                               "values": [BLOCK]}]}]}}}},
-     "selects nodes dedicated to"),
+     "selects nodes dedicated to another tenant"),
     ("affinity that avoids the block", {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": LABEL, "operator": "NotIn",
                                    "values": ["{owner}"]}]}]}}}}, "accepted"),
     ("toleration of the owner's taint", {"tolerations": [
         {"key": TAINT, "operator": "Equal", "value": "{owner}", "effect": "NoSchedule"}]},
-     "may tolerate its dedicated nodes"),
+     "Only the tenant a dedicated block belongs to"),
     ("toleration of the taint key, any value", {"tolerations": [
-        {"key": TAINT, "operator": "Exists"}]}, "may tolerate its dedicated nodes"),
+        {"key": TAINT, "operator": "Exists"}]}, "Only the tenant a dedicated block belongs to"),
     ("toleration of the owner's taint, no effect", {"tolerations": [
-        {"key": TAINT, "value": "{owner}"}]}, "may tolerate its dedicated nodes"),
+        {"key": TAINT, "value": "{owner}"}]}, "Only the tenant a dedicated block belongs to"),
     ("toleration of every taint", {"tolerations": [{"operator": "Exists"}]},
      "toleration of every taint"),
     ("toleration of every NoSchedule taint", {"tolerations": [
@@ -194,7 +194,8 @@ def test_dedicated_block_against_the_catalogue(kind, dedicated_world):
             assert said == "accepted", (kind, case, said)
         else:
             assert expected in said, (kind, case, said)
-            assert w["owner"] in said  # the tenant is told whose nodes these are
+            # Told to another tenant: neither the owner nor its nodes are named.
+            assert w["owner"] not in said and w["block"] not in said, said
 
 
 def test_the_owner_and_the_platform_keep_their_access(admin_kube, dedicated_world):
@@ -215,7 +216,7 @@ def test_the_owner_and_the_platform_keep_their_access(admin_kube, dedicated_worl
     assert outcome(admin_kube, wrap("Pod", "kube-system", pinned)) == "accepted"
     # A namespace the portal does not own is guarded like any other tenant's.
     said = outcome(admin_kube, wrap("Pod", "default", pod_spec(nodeName=w["block"])))
-    assert "may not name them in spec.nodeName" in said
+    assert "may not name it in spec.nodeName" in said
     said = outcome(admin_kube, wrap("Pod", "default",
                                     pod_spec(tolerations=[{"operator": "Exists"}])))
     assert "toleration of every taint" in said

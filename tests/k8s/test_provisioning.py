@@ -133,7 +133,7 @@ def test_dedicated_taint_is_guarded_by_admission_policy(kube, fleet, tenant, lea
     from .conftest import eventually
 
     err = eventually(refused, timeout=15)  # policies take a moment to load
-    assert "Only acme's namespaces may tolerate its dedicated nodes" in err.message
+    assert "Only the tenant a dedicated block belongs to may tolerate" in err.message
 
 
 def test_reconcile_restores_deleted_and_edited_objects_and_reports_drift(
