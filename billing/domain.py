@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from fleet.domain import Route
+from fleet.pricing import borrowing_is_billed, money
 
 HOUR = dt.timedelta(hours=1)
 SECONDS_PER_HOUR = Decimal(3600)
@@ -75,7 +76,8 @@ class HourCharge:
 POLICIES = {
     Route.DEDICATED_BLOCK: "allocated hours, idle included (priced back)",
     Route.CONFIDENTIAL_POOL: "allocated hours, idle included (priced back)",
-    Route.MIG_VCLUSTER: "allocated slice-hours of the approved slices",
+    Route.MIG_VCLUSTER: "allocated slice-hours of the approved slices, plus slice-hours Kueue "
+                        "admitted beyond the quota (borrowed from the cohort)",
     Route.SHARED_POOL: "allocated quota hours, plus device-hours Kueue admitted beyond the "
                        "quota (borrowed from the cohort)",
 }
@@ -90,33 +92,14 @@ def hour_charge(route: str, *, allocated: Decimal, used: Decimal | None,
     without being borrowed and borrowed without being busy."""
     base = max(Decimal(0), allocated - credit)
     charged = base
-    if route == Route.SHARED_POOL and borrowed > 0:
+    if borrowing_is_billed(route) and borrowed > 0:
         charged += borrowed
     return HourCharge(allocated, used, credit, charged, POLICIES.get(route, "allocated hours"))
-
-
-@dataclass(frozen=True)
-class Rate:
-    effective_from: dt.datetime
-    per_device_hour: Decimal
-
-
-def rate_at(rates: Iterable[Rate], t: dt.datetime, fallback: Decimal) -> Decimal:
-    """The rate in force at t: the latest effective_from at or before it."""
-    best = None
-    for r in rates:
-        if r.effective_from <= t and (best is None or r.effective_from > best.effective_from):
-            best = r
-    return best.per_device_hour if best else fallback
 
 
 def amount(device_seconds: Decimal, rate_per_device_hour: Decimal) -> Decimal:
     return (device_seconds / SECONDS_PER_HOUR * rate_per_device_hour).quantize(
         Decimal("0.0001"), rounding=ROUND_HALF_UP)
-
-
-def money(value: Decimal) -> Decimal:
-    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
 
 
 def month_start(t: dt.datetime | dt.date) -> dt.date:
@@ -259,17 +242,6 @@ def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.da
 
 # ---------------------------------------------------------------------------------------
 # How figures read on pages (the template filters and the precomputed tables share these)
-
-
-def money_text(value, currency: str) -> str:
-    """'EUR 1,234.50' (a non-breaking space keeps the code with the amount); '—' if not a
-    number."""
-    from decimal import InvalidOperation
-
-    try:
-        return f"{currency}\u00a0{Decimal(value):,.2f}"
-    except (InvalidOperation, TypeError, ValueError):
-        return "—"
 
 
 def hours_text(value) -> str:

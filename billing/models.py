@@ -5,26 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from fleet.models import Allocation, Pool
+from fleet.models import Allocation, Pool, RateCard  # noqa: F401 - RateCard lives in fleet
 from tenants.models import Tenant
-
-
-class RateCard(models.Model):
-    """Price per device-hour for a pool (and GPU model), from a moment on."""
-
-    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="rate_cards")
-    gpu_model = models.CharField(max_length=80, blank=True, help_text="Blank: the pool's model")
-    rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4)
-    effective_from = models.DateTimeField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["pool", "-effective_from"]
-        constraints = [models.UniqueConstraint(fields=["pool", "gpu_model", "effective_from"],
-                                               name="one_rate_per_moment")]
-
-    def __str__(self) -> str:
-        return f"{self.pool} {self.rate_per_device_hour}/h from {self.effective_from:%Y-%m-%d}"
 
 
 class UsageHour(models.Model):

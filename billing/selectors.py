@@ -187,7 +187,9 @@ def tenant_table(rows, months: list[dt.date]) -> list[dict]:
     from django.conf import settings
     from django.urls import reverse
 
-    from .domain import hours_text, money_text
+    from fleet.pricing import money_text
+
+    from .domain import hours_text
 
     currency = settings.PORTAL_CURRENCY
     # One reverse per month; the slug goes into the path (slugs are URL-safe).

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from fleet import lifecycle
 from fleet.models import Allocation, NodeOutage
+from fleet.pricing import money, rate_at, rate_history
 from fleet.selectors import mig_weights
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
@@ -22,14 +23,11 @@ from . import prometheus
 from .domain import (
     HOUR,
     SECONDS_PER_HOUR,
-    Rate,
     allocation_hour,
     floor_hour,
     hours_between,
-    money,
     month_bounds,
     month_start,
-    rate_at,
     utilisation,
 )
 from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, UsageMonth
@@ -53,13 +51,6 @@ class RollupReport:
         pending = len(self.pending_hours or [])
         return (f"{self.rows} allocation-hour(s) over {self.hours} hour(s); "
                 f"{pending} hour(s) pending on Prometheus")
-
-
-def _rates(pools) -> dict[int, list[Rate]]:
-    out: dict[int, list[Rate]] = defaultdict(list)
-    for card in RateCard.objects.filter(pool__in=pools):
-        out[card.pool_id].append(Rate(card.effective_from, card.rate_per_device_hour))
-    return out
 
 
 def usage_source():
@@ -125,7 +116,7 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
                   measured: dict[dt.datetime, dict[str, Decimal] | None]) -> int:
     allocations = list(_billed_between(start, end).select_related("pool")
                        .prefetch_related("nodes"))
-    rates = _rates({a.pool_id for a in allocations})
+    rates = rate_history({a.pool_id for a in allocations})
     outages = defaultdict(list)
     node_ids = {n.pk for a in allocations for n in a.nodes.all()}
     for o in NodeOutage.objects.filter(node_id__in=node_ids).select_related("node"):
@@ -145,7 +136,7 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
                 route=alloc.route, starts_at=alloc.starts_at, ends_at=alloc.ends_at,
                 devices=alloc.device_equivalents, hour=hour, used=used,
                 outages=[o for n in alloc.nodes.all() for o in outages.get(n.pk, [])],
-                rate=rate_at(rates.get(alloc.pool_id, []), hour, alloc.pool.rate_per_device_hour),
+                rate=rate_at(rates.get(alloc.pool_id, []), hour),
                 borrowed=borrowed.get((alloc.pk, hour), Decimal(0)))
             if figures is None:
                 continue
@@ -335,6 +326,9 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
         raise BillingError(str(exc)) from None
     if rate < 0:
         raise BillingError("A rate cannot be negative.")
+    if gpu_model not in ("", pool.gpu_model):
+        raise BillingError(f"{pool.name} has {pool.gpu_model} GPUs only: leave the GPU model "
+                           "blank or give that one.")
     now = timezone.now()
     if not (now - dt.timedelta(days=3650) <= effective_from <= now + dt.timedelta(days=3650)):
         raise BillingError("A rate starts within ten years of today, either way.")
@@ -351,21 +345,4 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
     audit_record(actor=by, subject=card, action="rate.created",
                  reason=f"{pool.name}: {rate} per device-hour from "
                         f"{effective_from:%Y-%m-%d %H:%M} UTC.")
-    sync_pool_rates()
     return card
-
-
-def sync_pool_rates(now: dt.datetime | None = None) -> int:
-    """Keep each pool's current rate (the intake estimate's) equal to the card in force."""
-    from fleet.models import Pool
-
-    now = now or timezone.now()
-    changed = 0
-    for pool in Pool.objects.all():
-        rates = [Rate(c.effective_from, c.rate_per_device_hour)
-                 for c in RateCard.objects.filter(pool=pool, gpu_model="")]
-        current = rate_at(rates, now, pool.rate_per_device_hour)
-        if current != pool.rate_per_device_hour:
-            Pool.objects.filter(pk=pool.pk).update(rate_per_device_hour=current)
-            changed += 1
-    return changed

@@ -7,9 +7,8 @@ def rollup_recent_usage() -> str:
     from django.utils import timezone
 
     from .budgets import check_budgets
-    from .services import rollup_recent, sync_pool_rates
+    from .services import rollup_recent
 
-    sync_pool_rates()  # a rate card that came into force updates the intake estimate
     summary = rollup_recent().summary()
     alerts = check_budgets(timezone.now())  # spend changed: thresholds may be crossed
     return summary + (f"; {len(alerts)} budget threshold(s) notified" if alerts else "")

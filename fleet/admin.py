@@ -6,7 +6,7 @@ from .models import Allocation, Pool
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "route", "gpu_model", "capacity_devices",
-                    "rate_per_device_hour", "active")
+                    "active")
     list_filter = ("route", "active")
 
 

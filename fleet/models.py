@@ -4,8 +4,6 @@ These tables were created by the tenants app; they keep their names (see migrati
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -14,7 +12,7 @@ from tenants.models import AppendOnlyModel, Tenant, slug_validator
 from . import lifecycle
 from .domain import Route
 
-__all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "Route"]
+__all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
 
 
 class Pool(models.Model):
@@ -32,8 +30,6 @@ class Pool(models.Model):
     device_class = models.CharField(max_length=80, default="gpu.nvidia.com")
     mig_profiles = models.JSONField(default=list, blank=True,
                                     help_text='MIG profiles offered, e.g. ["1g.10gb", "3g.40gb"]')
-    rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4,
-                                               default=Decimal("0"))
     borrowing_limit_devices = models.PositiveIntegerField(default=0)
     # Kueue cohort for pools that lend and borrow (shared, MIG); blank elsewhere.
     cohort = models.CharField(max_length=63, blank=True)
@@ -45,6 +41,29 @@ class Pool(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class RateCard(models.Model):
+    """Price per device-hour for a pool, from a moment on: the only place a price is kept
+    (fleet.pricing reads it for the preview, approval, the queue page and billing alike).
+    A pool's first card starts at the beginning of time."""
+
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="rate_cards")
+    # Blank: the pool's own GPU model. A card naming another model does not apply (a pool
+    # has one model); kept for cards written before that rule.
+    gpu_model = models.CharField(max_length=80, blank=True, help_text="Blank: the pool's model")
+    rate_per_device_hour = models.DecimalField(max_digits=10, decimal_places=4)
+    effective_from = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "billing_ratecard"  # kept from when billing/ owned it
+        ordering = ["pool", "-effective_from"]
+        constraints = [models.UniqueConstraint(fields=["pool", "gpu_model", "effective_from"],
+                                               name="one_rate_per_moment")]
+
+    def __str__(self) -> str:
+        return f"{self.pool} {self.rate_per_device_hour}/h from {self.effective_from:%Y-%m-%d}"
 
 
 class Allocation(models.Model):

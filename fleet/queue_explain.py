@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from .domain import mig_share
 from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from .pricing import borrowing_is_billed, money, pool_rate
 from .queues import (
     ADMITTED,
     DEACTIVATED,
@@ -222,8 +223,9 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
         .order_by("-at", "-id")[:20])
     share = mig_share(alloc.mig_profile, mig_weights()) if alloc.mig_profile else Decimal(1)
-    view.borrowed_price_per_hour = (state.borrowed * share * alloc.pool.rate_per_device_hour
-                                    ).quantize(Decimal("0.01"))
+    # Priced only where billing charges borrowing, at the rate billing will use.
+    view.borrowed_price_per_hour = money(state.borrowed * share * pool_rate(alloc.pool_id, now)) \
+        if borrowing_is_billed(alloc.route) else Decimal(0)
     errors = [abs((r.admitted_at - r.first_estimate_at).total_seconds())
               for r in QueueWorkload.objects.filter(
                   allocation=alloc, admitted_at__isnull=False, first_estimate_at__isnull=False,

@@ -122,8 +122,15 @@ def node_retire(request, name: str):
 @login_required
 def pool_list(request):
     require_platform_admin(request.user)
+    from django.utils import timezone
+
+    from .pricing import pool_rates
+
     all_pools = list(Pool.objects.all())
     capacities = pools_capacity(all_pools)
+    rates = pool_rates([p.pk for p in all_pools], timezone.now())
+    for p in all_pools:
+        p.rate_now = rates[p.pk]  # the rate card in force (fleet.pricing)
     pools = [(p, capacities[p.pk]) for p in all_pools]
     return render(request, "fleet/pools.html", {"pools": pools})
 
@@ -140,8 +147,11 @@ def pool_edit(request, slug: str):
         pool_update(form=form, by=request.user)
         messages.success(request, f"{pool.name} saved.")
         return redirect("fleet:pools")
+    from .pricing import pool_rate
+
     return render(request, "fleet/pool_form.html", {
-        "pool": pool, "form": form, "events": audit_for(pool).order_by("-at")[:20]})
+        "pool": pool, "form": form, "rate_now": pool_rate(pool.pk),
+        "events": audit_for(pool).order_by("-at")[:20]})
 
 
 @login_required

@@ -14,6 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
 from fleet.domain import SLICES_PER_DEVICE, Route, mig_device_equivalents
+from fleet.pricing import money
 
 HOURS_PER_MONTH = Decimal("730")  # 365 × 24 / 12: the usual cloud month
 MAX_REPLICAS = 512
@@ -362,10 +363,6 @@ class RequestPlan:
         return self.decision.ok and not self.errors
 
 
-def _money(value: Decimal) -> Decimal:
-    return value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-
-
 def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisation: int = 100,
                  window_hours: Decimal | None = None) -> RequestPlan:
     """Devices held, price at the pool's rate, and whether it fits the pool's capacity."""
@@ -406,8 +403,8 @@ def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisati
     charged = held * HOURS_PER_MONTH
     used = requested * utilisation * HOURS_PER_MONTH
     idle = max(Decimal(0), charged - used)
-    monthly = _money(charged * pool.rate_per_device_hour)
-    window_price = (_money(held * window_hours * pool.rate_per_device_hour)
+    monthly = money(charged * pool.rate_per_device_hour)
+    window_price = (money(held * window_hours * pool.rate_per_device_hour)
                     if window_hours is not None else None)
 
     fit, fit_reason = _fit(decision, pool, held, nodes)

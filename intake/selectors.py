@@ -21,19 +21,23 @@ from .domain import (
     RequestPlan,
     RouteDecision,
     Status,
+    override_decision,
     plan_request,
     route_request,
 )
 from .models import CapacityRequest
 
 
-def pool_facts(pool: Pool, cap=None) -> PoolFacts:
+def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None) -> PoolFacts:
+    """`rate`: the pool's rate now (fleet.pricing), when the caller read it with others."""
+    from fleet.pricing import pool_rate
+
     cap = cap or pool_capacity(pool)
     return PoolFacts(
         name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
         devices_per_node=pool.devices_per_node, capacity_devices=cap.capacity_devices,
         allocated_devices=cap.allocated_devices,
-        rate_per_device_hour=pool.rate_per_device_hour,
+        rate_per_device_hour=pool_rate(pool.pk) if rate is None else rate,
         mig_profiles=tuple(pool.mig_profiles or ()), capacity_source=cap.source,
         pool_id=pool.pk, free_whole_nodes=cap.free_whole_nodes,
         free_mig_slices=cap.free_mig_slices,
@@ -42,11 +46,15 @@ def pool_facts(pool: Pool, cap=None) -> PoolFacts:
 
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     """Every active pool with its facts, in a fixed number of queries (overview, review)."""
+    from django.utils import timezone
+
+    from fleet.pricing import pool_rates
     from fleet.selectors import pools_capacity
 
     pools = list(Pool.objects.filter(active=True))
     capacities = pools_capacity(pools)
-    return [(p, pool_facts(p, capacities[p.pk])) for p in pools]
+    rates = pool_rates([p.pk for p in pools], timezone.now())
+    return [(p, pool_facts(p, capacities[p.pk], rates[p.pk])) for p in pools]
 
 
 def window_hours(starts_on: dt.date | None, ends_on: dt.date | None) -> Decimal | None:
@@ -159,9 +167,14 @@ def small_cell_comparison(answers: IntakeAnswers, decision: RouteDecision,
                                plan.monthly_price)
 
 
-def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None = None
-                     ) -> tuple[RouteDecision, RequestPlan | None]:
-    pool = request.pool if (request.pool_id and decision is None) else None
+def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None = None,
+                     pool: Pool | None = None) -> tuple[RouteDecision, RequestPlan | None]:
+    """The one plan of a request (form, request page, review page and approval alike): its
+    route as decided (the admin's override included, once approved), the pool it was
+    approved into (else the route's pool), and the price there now (fleet.pricing)."""
+    decision = decision or decided_route(request)
+    if pool is None and request.pool_id:
+        pool = Pool.objects.filter(pk=request.pool_id).first()  # fresh, not a cached relation
     return plan_answers(
         answers_for(request.answers(), request.gpu_model), gpu_model=request.gpu_model,
         expected_utilisation=request.expected_utilisation, starts_on=request.starts_on,
@@ -235,11 +248,24 @@ def request_decision(request: CapacityRequest) -> RouteDecision:
     return route_request(answers_for(request.answers(), request.gpu_model))
 
 
+def decided_route(request: CapacityRequest) -> RouteDecision:
+    """The route as decided: the matrix's, or the platform admin's override once approved
+    with one (so every page prices the route the allocation really runs on)."""
+    decision = request_decision(request)
+    if request.route_overridden and request.route and decision.route is not None and \
+            request.route != decision.route:
+        try:
+            return override_decision(decision, Route(request.route), request.override_reason)
+        except ValueError:
+            return decision
+    return decision
+
+
 def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = None,
                   pool: Pool | None = None) -> ApprovalPlan:
     """Route (or take the admin's overridden decision), pick the pool, size, price, fit,
     name the namespace and choose a dedicated block's nodes."""
-    decision = decision or request_decision(request)
+    decision = decision or decided_route(request)
     if not decision.ok:
         return ApprovalPlan(decision, None, None)
     if pool is None and request.pool_id:
@@ -247,9 +273,7 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
     pool = pool_for_route(decision, request.gpu_model, pool)
     if pool is None:
         return ApprovalPlan(decision, None, None)
-    plan = plan_request(decision, pool_facts(pool),
-                        expected_utilisation=request.expected_utilisation,
-                        window_hours=window_hours(request.starts_on, request.ends_on))
+    decision, plan = plan_for_request(request, decision=decision, pool=pool)
     whole = int(plan.held_devices) if decision.route is not Route.MIG_VCLUSTER else 0
     nodes = (free_dedicated_nodes(pool, plan.nodes) if decision.route is Route.DEDICATED_BLOCK
              else ())

@@ -28,6 +28,7 @@ class TenantFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Tenant
         django_get_or_create = ("slug",)
+        skip_postgeneration_save = True
 
     slug = factory.Sequence(lambda n: f"tenant-{n}")
     name = factory.LazyAttribute(lambda o: o.slug.title())
@@ -38,6 +39,7 @@ class PoolFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Pool
         django_get_or_create = ("slug",)
+        skip_postgeneration_save = True
 
     slug = factory.Sequence(lambda n: f"pool-{n}")
     name = factory.LazyAttribute(lambda o: o.slug)
@@ -45,7 +47,16 @@ class PoolFactory(factory.django.DjangoModelFactory):
     gpu_model = "NVIDIA-H100-80GB-HBM3"
     devices_per_node = 8
     capacity_devices = 32
-    rate_per_device_hour = Decimal("2.00")
+
+    @factory.post_generation
+    def rate_per_device_hour(pool, create, extracted, **kwargs):
+        """The pool's first rate card, from the beginning (prices live only in cards)."""
+        if create and not pool.rate_cards.exists():
+            from fleet.models import RateCard
+            from fleet.pricing import BEGINNING
+
+            RateCard.objects.create(pool=pool, effective_from=BEGINNING,
+                                    rate_per_device_hour=extracted or Decimal("2.00"))
 
 
 def make_pools() -> dict[str, Pool]:

@@ -31,7 +31,7 @@ def money(value) -> str:
     """An amount in the portal's currency: 'EUR 1,234.50'."""
     from django.conf import settings
 
-    from billing.domain import money_text
+    from fleet.pricing import money_text
 
     return money_text(value, settings.PORTAL_CURRENCY)
 

@@ -10,8 +10,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from billing.models import RateCard
-from fleet.models import Allocation, GpuNode, NodeOutage, Pool
+from fleet.models import Allocation, GpuNode, NodeOutage, Pool, RateCard
 from intake.models import CapacityRequest
 from tenants.audit import audit_for
 
@@ -68,6 +67,14 @@ def test_rows_written_before_the_move_are_all_found_after_it(django_user_model):
     assert NodeOutage.objects.get().reason == "Xid 79"
     req = CapacityRequest.objects.get()
     assert req.allocation == moved and req.pool.slug == "dedicated"
-    assert RateCard.objects.get().pool.slug == "dedicated"
+    # The card written then, and the pool's own rate as a card from the beginning (fleet
+    # 0008: prices live only in cards now).
+    cards = list(RateCard.objects.order_by("effective_from"))
+    assert [(c.pool.slug, c.rate_per_device_hour) for c in cards] == [
+        ("dedicated", Decimal("2.5")), ("dedicated", Decimal("2.5"))]
+    from fleet.pricing import BEGINNING, pool_rate
+
+    assert cards[0].effective_from == BEGINNING
+    assert pool_rate(moved.pool_id, now) == Decimal("2.5")
     assert [e.action for e in audit_for(moved)] == ["allocation.created"]
     assert ContentType.objects.get(pk=old_ct.pk).app_label == "fleet"

@@ -6,17 +6,16 @@ from decimal import Decimal
 import pytest
 
 from billing.domain import (
-    Rate,
     allocated_device_seconds,
     amount,
     credit_device_seconds,
     hour_charge,
     hours_between,
     month_bounds,
-    rate_at,
     utilisation,
 )
 from fleet.domain import mig_share as mig_weight
+from fleet.pricing import Rate, rate_at
 
 UTC = dt.UTC
 H = dt.datetime(2026, 10, 31, 23, 0, tzinfo=UTC)
@@ -69,10 +68,14 @@ def test_month_boundary_hours_belong_to_their_month():
 
 def test_rate_changes_mid_month_apply_from_their_moment():
     rates = [Rate(t(2026, 1, 1), Decimal("2.00")), Rate(t(2026, 11, 15, 12), Decimal("2.50"))]
-    assert rate_at(rates, t(2026, 11, 15, 11), Decimal(9)) == Decimal("2.00")
-    assert rate_at(rates, t(2026, 11, 15, 12), Decimal(9)) == Decimal("2.50")
-    assert rate_at([], t(2026, 11, 15), Decimal(9)) == Decimal(9)
-    assert rate_at(rates, t(2025, 12, 31), Decimal(9)) == Decimal(9)
+    assert rate_at(rates, t(2026, 11, 15, 11)) == Decimal("2.00")
+    assert rate_at(rates, t(2026, 11, 15, 12)) == Decimal("2.50")
+    assert rate_at([], t(2026, 11, 15)) == Decimal(0)  # no card: no price, never a guess
+    assert rate_at(rates, t(2025, 12, 31)) == Decimal(0)
+    # At the same moment a card for the pool's own GPU model beats a blank one.
+    tie = [Rate(t(2026, 1, 1), Decimal("2.00")), Rate(t(2026, 1, 1), Decimal("2.20"), True)]
+    assert rate_at(tie, t(2026, 2, 1)) == rate_at(list(reversed(tie)), t(2026, 2, 1)) == \
+        Decimal("2.20")
 
 
 @pytest.mark.parametrize("route", ["dedicated_block", "confidential_pool"])

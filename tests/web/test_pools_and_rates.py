@@ -10,6 +10,7 @@ from django.utils import timezone
 from billing.models import RateCard, Statement
 from fleet.forms import label_errors
 from fleet.models import Pool, Route
+from fleet.pricing import pool_rate
 from tenants.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
@@ -62,14 +63,18 @@ def test_admin_adds_a_rate_and_the_pool_rate_follows_when_it_is_in_force(client,
     assert client.post(reverse("billing:rates"), {}).status_code == 403
     client.force_login(admin_user)
     past = (timezone.now() - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    shared = Pool.objects.get(slug="shared")
+    cards = RateCard.objects.filter(pool=shared).count()
     client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.10",
                                            "effective_from": past})
-    assert RateCard.objects.get().rate_per_device_hour == Decimal("3.10")
-    assert Pool.objects.get(slug="shared").rate_per_device_hour == Decimal("3.10")
-    future = (timezone.now() + dt.timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
+    assert RateCard.objects.filter(pool=shared).count() == cards + 1
+    assert pool_rate(shared.pk) == Decimal("3.10")  # the one price, in force now
+    future_at = timezone.now() + dt.timedelta(days=30)
+    future = future_at.strftime("%Y-%m-%dT%H:%M")
     client.post(reverse("billing:rates"), {"pool": "shared", "rate": "4.00",
                                            "effective_from": future})
-    assert Pool.objects.get(slug="shared").rate_per_device_hour == Decimal("3.10")
+    assert pool_rate(shared.pk) == Decimal("3.10")
+    assert pool_rate(shared.pk, future_at + dt.timedelta(minutes=1)) == Decimal("4.00")
     bad = client.post(reverse("billing:rates"), {"pool": "shared", "rate": "abc",
                                                  "effective_from": future})
     assert b"must be a number" in bad.content and b'value="abc"' in bad.content
@@ -82,7 +87,7 @@ def test_a_rate_cannot_start_inside_a_closed_month(client, admin_user, tenant, p
     response = client.post(reverse("billing:rates"), {
         "pool": "shared", "rate": "1.00", "effective_from": "2026-01-15T00:00"})
     assert b"is closed already" in response.content
-    assert not RateCard.objects.exists()
+    assert not RateCard.objects.filter(rate_per_device_hour=Decimal("1.00")).exists()
 
 
 def test_the_pool_rate_has_one_owner_the_rate_card(client, admin_user, pools):
@@ -90,14 +95,14 @@ def test_the_pool_rate_has_one_owner_the_rate_card(client, admin_user, pools):
     shows the card's rate, read-only, with the way to change it."""
     client.force_login(admin_user)
     shared = pools[Route.SHARED_POOL]
-    before = Pool.objects.get(pk=shared.pk).rate_per_device_hour
+    before = pool_rate(shared.pk)
     url = reverse("fleet:pool_edit", args=["shared"])
     assert client.post(url, pool_post(shared, rate_per_device_hour="99.00")).status_code == 302
-    assert Pool.objects.get(pk=shared.pk).rate_per_device_hour == before
+    assert pool_rate(shared.pk) == before
     page = client.get(url).content.decode()
     assert 'name="rate_per_device_hour"' not in page
     assert reverse("billing:rates") in page and "rate card in force" in page
     client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.30",
                                            "effective_from": "2020-01-01T00:00"})
-    assert Pool.objects.get(pk=shared.pk).rate_per_device_hour == Decimal("3.30")
+    assert pool_rate(shared.pk) == Decimal("3.30")
     assert "3.30" in client.get(url).content.decode()

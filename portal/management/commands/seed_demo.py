@@ -63,8 +63,14 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         tenants = {t["slug"]: Tenant.objects.update_or_create(slug=t["slug"], defaults=t)[0]
                    for t in TENANTS}
+        from fleet.services import pool_set_rate
+
         for p in POOLS:
-            Pool.objects.update_or_create(slug=p["slug"], defaults=p)
+            fields = dict(p)
+            rate = fields.pop("rate_per_device_hour")
+            pool, _ = Pool.objects.update_or_create(slug=fields["slug"], defaults=fields)
+            if not pool.rate_cards.exists():
+                pool_set_rate(pool=pool, rate=rate)
         self._fleet()
         users = {}
         User = get_user_model()
@@ -114,16 +120,14 @@ class Command(BaseCommand):
         from DCGM metrics with billing.services.rollup_usage.
         """
         from billing.domain import amount, hour_charge, month_start
-        from billing.models import RateCard, UsageHour
+        from billing.models import UsageHour
         from billing.services import refresh_months
         from fleet.models import Allocation
+        from fleet.pricing import rate_at, rate_history
         from portal.demo_usage import demo_level
 
         now = timezone.now().replace(minute=0, second=0, microsecond=0)
-        year_start = now.replace(month=1, day=1, hour=0)
-        for pool in Pool.objects.all():
-            RateCard.objects.get_or_create(pool=pool, effective_from=year_start, defaults={
-                "rate_per_device_hour": pool.rate_per_device_hour})
+        rates = rate_history(Pool.objects.values_list("pk", flat=True))
         rows, touched = [], set()
         # Provisioning runs after this command commits, so approved allocations are pending.
         for alloc in Allocation.objects.filter(status__in=("pending", "active")).select_related(
@@ -137,7 +141,7 @@ class Command(BaseCommand):
                         ).quantize(Decimal("1"))
                 charge = hour_charge(alloc.route, allocated=allocated, used=used,
                                      credit=Decimal(0))
-                rate = alloc.pool.rate_per_device_hour
+                rate = rate_at(rates[alloc.pool_id], hour)
                 rows.append(UsageHour(allocation=alloc, tenant_id=alloc.tenant_id,
                                       pool=alloc.pool, hour=hour, allocated_s=allocated,
                                       used_s=used, credit_s=0, charged_s=charge.charged,
