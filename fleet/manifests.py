@@ -392,7 +392,9 @@ def _dedicated_guard(spec: AllocationSpec) -> list[dict]:
         {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
          "values": list(spec.platform_namespaces)},
         {"key": LABEL_TENANT, "operator": "NotIn", "values": [spec.tenant]}]}
-    return _admission_policies(spec, f"{spec.namespace}-dedicated",
+    # The API server quotes the policy's name in every refusal, and refusals go to other
+    # tenants: the name says which allocation, never whose.
+    return _admission_policies(spec, f"aifactory-a{spec.allocation_id}-dedicated",
                                dedicated_guard_rules(spec), selector)
 
 
@@ -425,7 +427,7 @@ def confidential_guard_rules(spec: AllocationSpec) -> tuple[list[tuple[str, str]
 def _confidential_guard(spec: AllocationSpec) -> list[dict]:
     both, pods = confidential_guard_rules(spec)
     return _admission_policies(
-        spec, f"{spec.namespace}-confidential", both,
+        spec, f"aifactory-a{spec.allocation_id}-confidential", both,
         {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}, pod_only=pods)
 
 

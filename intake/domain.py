@@ -44,6 +44,28 @@ ISOLATION_LABELS = {
 }
 FILL_LABELS = {Fill.SMALL: "Small (a fraction of a device)", Fill.FULL: "Full (whole devices)"}
 
+# The intake matrix, once: (isolation origin's row, device fill) → route. route_request reads
+# it and the form's matrix display renders it (matrix_table).
+ORIGIN_ROWS = (("binding", "Contractual or regulatory"), ("habitual", "Habitual"))
+ROUTING_MATRIX: dict[tuple[str, Fill], Route] = {
+    ("binding", Fill.SMALL): Route.CONFIDENTIAL_POOL,
+    ("binding", Fill.FULL): Route.DEDICATED_BLOCK,
+    ("habitual", Fill.SMALL): Route.MIG_VCLUSTER,
+    ("habitual", Fill.FULL): Route.SHARED_POOL,
+}
+
+
+def origin_row(isolation: Isolation) -> str:
+    return "binding" if isolation.is_binding else "habitual"
+
+
+def matrix_table(active: tuple[str, str] | None) -> dict:
+    """The matrix as the form shows it, the answered cell marked."""
+    return {"matrix": [{"label": label, "cells": [
+        {"route": ROUTING_MATRIX[(row, fill)], "active": active == (row, str(fill))}
+        for fill in Fill]} for row, label in ORIGIN_ROWS],
+        "matrix_cols": [FILL_LABELS[fill] for fill in Fill]}
+
 
 @dataclass(frozen=True)
 class MigProfile:
@@ -146,7 +168,7 @@ class RouteDecision:
         """The intake-matrix cell: (binding|habitual, small|full)."""
         if self.isolation is None or self.fill is None:
             return None
-        return ("binding" if self.isolation.is_binding else "habitual", str(self.fill))
+        return (origin_row(self.isolation), str(self.fill))
 
 
 def validate_answers(a: IntakeAnswers) -> tuple[tuple[str, str], ...]:
@@ -248,31 +270,28 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
 
     ref = f" ({a.reference.strip()})" if a.isolation.is_binding else ""
     origin = a.isolation.value
-    if a.isolation.is_binding and fill is Fill.FULL:
-        route = Route.DEDICATED_BLOCK
+    route = ROUTING_MATRIX[(origin_row(a.isolation), fill)]
+    if route is Route.DEDICATED_BLOCK:
         size = (f"{whole} whole device(s) fill whole nodes" if a.fill is Fill.FULL else
                 f"its {whole} replica(s) need whole devices (no MIG slice holds them), and "
                 "whole devices behind a binding boundary come as whole nodes")
         reason = (f"Dedicated block: the {origin} boundary{ref} needs hardware that no other "
                   f"tenant shares, and {size}. Whole validated nodes are reserved for the "
                   "tenant; their idle hours are priced back to the tenant that required them.")
-    elif a.isolation.is_binding:
-        route = Route.CONFIDENTIAL_POOL
+    elif route is Route.CONFIDENTIAL_POOL:
         whole = count
         reason = (f"Confidential pool: the {origin} boundary{ref} is not softened by a MIG "
                   f"slice, so each of the {count} replica(s) gets a whole device on nodes "
                   "running the confidential-compute BIOS profile. Whole devices are charged "
                   "whether used or not.")
         profile_name, count = "", 0
-    elif fill is Fill.SMALL:
-        route = Route.MIG_VCLUSTER
+    elif route is Route.MIG_VCLUSTER:
         share = mig_device_equivalents(profile_name, count, dict(a.mig_weights))
         reason = (f"MIG under vCluster: {count} × {profile_name} slice(s) "
                   f"(= {format_devices(share)} device(s)) through DRA claims, with a virtual "
                   "control plane of the tenant's own. A habitual preference for separation is "
                   "met by that control plane; the physical GPUs are shared with other tenants.")
     else:
-        route = Route.SHARED_POOL
         reason = (f"Shared pool: {whole} whole device(s) under a Kueue quota in the shared "
                   "cohort, borrowing beyond it when peers are idle. A habitual boundary is "
                   "not a compliance requirement, so no hardware is reserved.")

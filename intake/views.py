@@ -16,7 +16,6 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.manifests import tenant_may_see
-from fleet.models import Route
 from tenants.access import (
     require_platform_admin,
     roles_for,
@@ -26,7 +25,15 @@ from tenants.access import (
 from tenants.models import Tenant
 
 from . import services
-from .domain import FILL_LABELS, ISOLATION_LABELS, Fill, Isolation, Status, submit_blocked
+from .domain import (
+    FILL_LABELS,
+    ISOLATION_LABELS,
+    Fill,
+    Isolation,
+    Status,
+    matrix_table,
+    submit_blocked,
+)
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
 from .selectors import (
@@ -56,16 +63,7 @@ def _lead_tenants(user):
 
 
 def matrix_context(cell) -> dict:
-    rows = [("binding", "Contractual or regulatory"), ("habitual", "Habitual")]
-    cols = [("small", "Small (a fraction)"), ("full", "Full (whole devices)")]
-    routes = {("binding", "small"): Route.CONFIDENTIAL_POOL,
-              ("binding", "full"): Route.DEDICATED_BLOCK,
-              ("habitual", "small"): Route.MIG_VCLUSTER,
-              ("habitual", "full"): Route.SHARED_POOL}
-    return {"matrix": [
-        {"label": rl, "cells": [{"route": routes[(r, c)], "active": cell == (r, c)}
-                                for c, _ in cols]}
-        for r, rl in rows], "matrix_cols": [label for _, label in cols]}
+    return matrix_table(cell)
 
 
 def _preview_context(form: CapacityRequestForm) -> dict:

@@ -52,6 +52,12 @@ def test_every_cell_of_the_matrix(isolation, fill, route):
     assert d.route is route
     assert d.reason.startswith(route.label)
     assert d.cell == ("binding" if isolation.is_binding else "habitual", fill.value)
+    # The form's matrix display is the same table, with this cell marked.
+    from intake.domain import matrix_table
+
+    table = matrix_table(d.cell)
+    marked = [c["route"] for row in table["matrix"] for c in row["cells"] if c["active"]]
+    assert marked == [route]
 
 
 def test_binding_reason_quotes_the_evidence():
