@@ -101,6 +101,9 @@ class Allocation(models.Model):
     drift_report = models.TextField(blank=True)
     drift_checked_at = models.DateTimeField(null=True, blank=True)
     expiry_notice_sent = models.BooleanField(default=False)
+    # Where the promise came from, as data ("request #12"): fleet never reads intake's
+    # tables, and never parses audit prose for it.
+    origin = models.CharField(max_length=80, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

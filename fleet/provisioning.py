@@ -199,16 +199,13 @@ def gitops_mode() -> bool:
 
 
 def _provenance(alloc: Allocation) -> dict[str, str]:
-    """Request and approver of an allocation, from its audit trail (fleet does not read
-    intake's tables)."""
+    """Request and approver of an allocation: its origin field and who created it."""
     from tenants.models import AuditEvent
 
     created = AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk,
                                         action="allocation.created").first()
-    reason = created.reason if created else ""
-    request = reason.split(":", 1)[0] if reason.startswith("Approved request") else "—"
     return {"tenant": alloc.tenant.slug, "namespace": alloc.namespace,
-            "route": alloc.get_route_display(), "request": request.replace("Approved ", ""),
+            "route": alloc.get_route_display(), "request": alloc.origin or "—",
             "approver": created.actor_name if created else "—"}
 
 

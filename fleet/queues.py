@@ -172,12 +172,14 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
     evicted_reason = _s((cond.get("Evicted") or {}).get("reason"))
     if true("Finished"):
         state = FINISHED
-    elif true("QuotaReserved") and admission:
-        state = ADMITTED
     elif spec.get("active") is False or (true("Evicted") and is_deactivation(evicted_reason)):
         # `spec.active` is the truth Kueue acts on; the eviction reason says why (a user, a
-        # time limit, a requeuing limit, an admission check).
+        # time limit, a requeuing limit, an admission check). Seen from Kueue v0.17: right
+        # after deactivation QuotaReserved and Admitted are still True while its pods stop;
+        # it is already not running work, and never will again unless reactivated.
         state = DEACTIVATED
+    elif true("QuotaReserved") and admission:
+        state = ADMITTED
     else:
         state = PENDING
     stop = None

@@ -50,11 +50,11 @@ def _queue_provisioning(allocation_id: int) -> None:
 def allocation_create(*, tenant: Tenant, pool: Pool, route: str, whole_devices: int,
                       mig_profile: str, mig_count: int, device_equivalents: Decimal,
                       starts_at: dt.datetime, ends_at: dt.datetime | None, by, reason: str,
-                      namespace: str) -> Allocation:
+                      namespace: str, origin: str = "") -> Allocation:
     allocation = Allocation.objects.create(
         tenant=tenant, pool=pool, route=route, whole_devices=whole_devices,
         mig_profile=mig_profile, mig_count=mig_count, device_equivalents=device_equivalents,
-        namespace=namespace, starts_at=starts_at, ends_at=ends_at,
+        namespace=namespace, starts_at=starts_at, ends_at=ends_at, origin=origin,
     )
     audit_record(actor=by, subject=allocation, tenant=tenant, action="allocation.created",
                  to_state=allocation.status, reason=reason, data={

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 from django.shortcuts import get_object_or_404
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
 from rest_framework.decorators import action
@@ -18,9 +17,10 @@ from tenants.idempotency import IdempotentWritesMixin
 from tenants.models import Tenant
 
 from . import services
-from .domain import ALL_MIG_PROFILES, Status, validate_answers, validate_request_fields
+from .domain import ALL_MIG_PROFILES, Status
 from .models import CapacityRequest
-from .selectors import answers_for, offered_mig_profiles, plan_answers
+from .selectors import answers_for, plan_answers
+from .validation import request_field_errors
 
 SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
 
@@ -72,26 +72,12 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
             "decision_reason", "decided_at", "allocation", "created_at",
         ]
 
-    def validate_mig_profile(self, value: str) -> str:
-        # The same profiles the form offers: those of the active MIG pools.
-        offered = [p.name for p in offered_mig_profiles()]
-        if value and value not in offered:
-            raise serializers.ValidationError(
-                f"{value} is not offered here; choose one of {', '.join(offered)}.")
-        return value
-
     def validate(self, attrs):
+        """The service's own validation (intake.validation), as field errors."""
         merged = {f: getattr(self.instance, f) for f in services.EDITABLE_FIELDS} \
             if self.instance else {}
-        merged.update(attrs)
-        draft = CapacityRequest(**{k: v for k, v in merged.items() if k != "tenant"})
-        errors: dict[str, list[str]] = {}
-        for name, message in validate_answers(answers_for(draft.answers(), draft.gpu_model)):
-            errors.setdefault(name, []).append(message)
-        for name, message in validate_request_fields(
-                starts_on=draft.starts_on, ends_on=draft.ends_on, memory_gb=draft.memory_gb,
-                today=timezone.localdate(), new=self.instance is None):
-            errors.setdefault(name, []).append(message)
+        merged.update({k: v for k, v in attrs.items() if k != "tenant"})
+        errors = request_field_errors(merged, new=self.instance is None)
         if errors:
             raise serializers.ValidationError(errors)
         if merged.get("isolation_origin") == "habitual":

@@ -12,10 +12,11 @@ from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
 from tenants.widgets import FastSelect
 
-from .domain import IntakeAnswers, Status, validate_answers, validate_request_fields
+from .domain import IntakeAnswers, Status
 from .models import STATUS_CHOICES, CapacityRequest
 from .selectors import ReviewQueueFilter, answers_for
 from .services import EDITABLE_FIELDS
+from .validation import request_field_errors
 
 
 def _mig_choices() -> list[tuple[str, str]]:
@@ -98,15 +99,13 @@ class CapacityRequestForm(forms.ModelForm):
                 data[name] = 0
         if data.get("isolation_origin") == "habitual":
             data["isolation_reference"] = ""  # evidence belongs to binding origins only
-        for name, message in validate_answers(self.answers()):
+        # The service's own validation, shown on the fields (intake.validation).
+        fields = {name: data.get(name) for name in EDITABLE_FIELDS if name in data}
+        if self.instance.pk:
+            fields = {name: getattr(self.instance, name) for name in EDITABLE_FIELDS} | fields
+        for name, messages in request_field_errors(fields, new=not self.instance.pk).items():
             if name in self.fields and name not in self.errors:
-                self.add_error(name, message)
-        for name, message in validate_request_fields(
-                starts_on=data.get("starts_on"), ends_on=data.get("ends_on"),
-                memory_gb=data.get("memory_gb"), today=timezone.localdate(),
-                new=not self.instance.pk):
-            if name in self.fields and name not in self.errors:
-                self.add_error(name, message)
+                self.add_error(name, " ".join(messages))
         return data
 
     def answers(self) -> IntakeAnswers:

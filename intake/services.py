@@ -22,7 +22,6 @@ from .domain import (
     Status,
     check_transition,
     override_decision,
-    validate_request_fields,
 )
 from .models import CapacityRequest
 from .selectors import approval_plan, plan_for_request, pool_for_route, request_decision
@@ -62,15 +61,18 @@ def _check(request: CapacityRequest, action: str, by, reason: str = "") -> Statu
 
 
 def _clean_fields(fields: dict[str, Any], *, new: bool = True) -> dict[str, Any]:
+    """The one validation (intake.validation) every writer goes through, form and API
+    included; a refusal names each field with its message."""
+    from .validation import normalised, request_field_errors
+
     unknown = set(fields) - set(EDITABLE_FIELDS)
     if unknown:
         raise IntakeError(f"Unknown fields: {', '.join(sorted(unknown))}.")
-    errors = validate_request_fields(
-        starts_on=fields.get("starts_on"), ends_on=fields.get("ends_on"),
-        memory_gb=fields.get("memory_gb"), today=timezone.localdate(), new=new)
+    errors = request_field_errors(fields, new=new)
     if errors:
-        raise IntakeError(" ".join(m for _, m in errors), fields=dict(errors))
-    return fields
+        raise IntakeError(" ".join(m for messages in errors.values() for m in messages),
+                          fields={name: " ".join(messages) for name, messages in errors.items()})
+    return normalised(fields)
 
 
 @transaction.atomic
@@ -116,10 +118,10 @@ def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> C
     if not request.is_editable:
         raise IntakeError(f"This request is {request.get_status_display().lower()}; only "
                           "drafts and requests with changes requested can be edited.")
-    merged = {name: getattr(request, name) for name in EDITABLE_FIELDS} | fields
-    _clean_fields(merged, new=False)
+    merged = _clean_fields({name: getattr(request, name) for name in EDITABLE_FIELDS} | fields,
+                           new=False)
     changed = {}
-    for name, value in fields.items():
+    for name, value in merged.items():
         if getattr(request, name) != value:
             changed[name] = {"from": str(getattr(request, name)), "to": str(value)}
             setattr(request, name, value)
@@ -219,6 +221,7 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
         mig_count=decision.mig_count, device_equivalents=plan.held_devices,
         starts_at=starts_at, ends_at=ends_at, by=by, namespace=approval.namespace,
         reason=f"Approved request #{request.pk}: {decision.reason}",
+        origin=f"request #{request.pk}",
     )
     try:
         allocation_reserve_nodes(allocation=allocation, names=approval.nodes, count=plan.nodes,

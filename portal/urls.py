@@ -13,7 +13,7 @@ urlpatterns = [
     path("", include("fleet.urls")),
     path("", include("billing.urls")),
     path("metrics", views.metrics, name="metrics"),
-    path("api/", include("intake.api_urls")),
+    path("api/", include("portal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
     path("django-admin/", admin.site.urls),

@@ -30,6 +30,9 @@ fi
 
 bash scripts/venv.sh test
 bash scripts/assets.sh test
+# Lint first: a finding fails the run (the same command CI runs).
+echo "test: ruff check"
+.venv/bin/ruff check .
 set +e
 .venv/bin/python -m tests.harness "$@"
 rc=$?

@@ -52,7 +52,14 @@ def test_submit_routes_prices_and_audits(tenant, lead, pools):
 
 
 def test_submit_refuses_missing_evidence_and_keeps_the_draft(tenant, lead, pools):
-    req = make_request(tenant, lead, isolation_origin="contractual", isolation_reference="")
+    # The service refuses such a draft as the form and the API do (one validation)...
+    with pytest.raises(services.IntakeError) as refused:
+        make_request(tenant, lead, isolation_origin="contractual", isolation_reference="")
+    assert "isolation_reference" in refused.value.fields
+    assert not CapacityRequest.objects.exists()
+    # ...and a draft saved before that rule (evidence removed under it) is stopped at submit.
+    req = make_request(tenant, lead, isolation_origin="contractual", isolation_reference="MSA-77")
+    CapacityRequest.objects.filter(pk=req.pk).update(isolation_reference="")
     with pytest.raises(services.IntakeError) as err:
         services.request_submit(request=req, by=lead)
     assert "isolation_reference" in err.value.fields

@@ -47,6 +47,8 @@ def _without_allocation_id(manifests: list[dict], allocation_id: int) -> list[di
                         else walk(v)) for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v) for v in value]
+        if isinstance(value, str):  # guard policies are named by their allocation
+            return value.replace(f"aifactory-a{allocation_id}-", "aifactory-a<allocation>-")
         return value
     return [walk(m) for m in manifests]
 

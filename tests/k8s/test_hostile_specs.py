@@ -251,45 +251,35 @@ def test_updates_and_bindings_cannot_walk_around_the_guard(admin_kube, dedicated
         admin_kube.delete("v1", "Pod", name, ns)
 
 
-def test_an_older_pod_with_a_broad_toleration_stays_updatable(admin_kube, fleet,
-                                                              dedicated_world):
-    """A pod that tolerated everything before the block existed must stay updatable (labels,
-    finalizers): only the tolerations a write adds are checked. The old pod is made while
-    the guard does not watch its namespace (a binding's namespace selector is read per
-    request), then the namespace is watched again."""
-    w = dedicated_world
-    ns = w["other"].namespace
-    name = f"old-{uuid.uuid4().hex[:6]}"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
-           "spec": pod_spec(tolerations=[{"operator": "Exists"}])}
-    fleet.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": ns, "labels": {"aifactory.io/tenant": w["owner"]}}}, force=True)
+def test_an_older_pod_with_a_broad_toleration_stays_updatable(
+        admin_kube, fleet, admin_user, django_capture_on_commit_callbacks):  # noqa: F811
+    """A pod that tolerated everything before a block existed must stay updatable (labels,
+    finalizers): only the tolerations a write adds are checked. Guards left by earlier tests
+    are removed first, so the old pod really is made while nothing guards its namespace."""
+    group = "admissionregistration.k8s.io/v1"
+    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        for obj in admin_kube.list(group, kind,
+                                   label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
+            admin_kube.delete(group, kind, obj["metadata"]["name"])
+    ns = f"legacy-{uuid.uuid4().hex[:6]}"
+    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    old = wrap("Pod", ns, pod_spec(tolerations=[{"operator": "Exists"}]))
+    eventually(lambda: admin_kube.apply(old), timeout=20)  # the deletions take a moment
     try:
-        eventually(lambda: _accepted(admin_kube, pod), timeout=20)
-    finally:
-        fleet.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": ns, "labels": {"aifactory.io/tenant": w["other"].tenant.slug}}},
-            force=True)
-    try:
-        labelled = copy.deepcopy(pod)
+        owner, lead = _tenant(uuid.uuid4().hex[:6])
+        _req, ded = approve(owner, lead, admin_user, Route.DEDICATED_BLOCK,
+                            django_capture_on_commit_callbacks)
+        assert ded.status == "active", ded.status_message
+        like_it = wrap("Pod", ns, pod_spec(tolerations=[{"operator": "Exists"}]))
+        said = eventually(lambda: _refused(admin_kube, like_it), timeout=20)
+        assert "toleration of every taint" in said  # a new pod like it: refused
+        labelled = copy.deepcopy(old)
         labelled["metadata"]["labels"] = {"touched": "yes"}
-        assert eventually(lambda: _guarded(admin_kube, pod, labelled), timeout=20)
+        admin_kube.apply(labelled)  # the old one: still updatable
+        assert admin_kube.get("v1", "Pod", old["metadata"]["name"], ns)["metadata"][
+            "labels"]["touched"] == "yes"
     finally:
-        admin_kube.delete("v1", "Pod", name, ns)
-
-
-def _accepted(who, manifest) -> None:
-    who.apply(manifest, force=True)
-
-
-def _guarded(who, original, labelled) -> bool:
-    # The guard watches the namespace again: a brand-new pod like the old one is refused...
-    fresh = copy.deepcopy(original)
-    fresh["metadata"]["name"] += "-new"
-    assert "toleration of every taint" in outcome(who, fresh)
-    # ...while the old one can still be changed.
-    who.apply(labelled, force=True)
-    return True
+        admin_kube.delete("v1", "Namespace", ns)
 
 
 CONFIDENTIAL_CASES = [
@@ -314,8 +304,8 @@ def test_confidential_namespace_against_the_catalogue(control_plane, fleet, admi
     _req, conf = approve(tenant, lead, admin_user, Route.CONFIDENTIAL_POOL,
                          django_capture_on_commit_callbacks)
     rc = allocation_spec(conf).confidential_runtime_class
-    fleet.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-                 "metadata": {"name": rc}, "handler": "kata"}, force=True)
+    fleet.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",  # as other tests
+                 "metadata": {"name": rc}, "handler": rc}, force=True)
     fleet.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                  "metadata": {"name": "runc"}, "handler": "runc"}, force=True)
     eventually(lambda: _quota_known(fleet, conf.namespace), timeout=60)

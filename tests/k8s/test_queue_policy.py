@@ -58,8 +58,14 @@ def _quota_units(alloc) -> int:
 @pytest.mark.parametrize("route", [Route.SHARED_POOL, Route.DEDICATED_BLOCK,
                                    Route.CONFIDENTIAL_POOL, Route.MIG_VCLUSTER])
 def test_priority_preempts_within_the_tenants_own_queue_on_every_route(
-        route, kueue, fleet, tenant, lead, admin_user, priorities,
+        route, kueue, fleet, tenant, lead, admin_user, priorities, pools,
         django_capture_on_commit_callbacks):
+    from fleet.models import Pool
+
+    if route in (Route.SHARED_POOL, Route.MIG_VCLUSTER):
+        # A cohort of its own: with idle peers Kueue would borrow for the urgent job rather
+        # than preempt (its documented preference); here there is nothing to borrow.
+        Pool.objects.filter(pk=pools[route].pk).update(cohort=f"prio-{uuid.uuid4().hex[:6]}")
     alloc = provisioned(tenant, lead, admin_user, route, django_capture_on_commit_callbacks)
     cq = fleet.get(KUEUE, "ClusterQueue", alloc.namespace)
     assert cq["spec"]["preemption"]["withinClusterQueue"] == "LowerPriority"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -129,7 +130,12 @@ def test_a_worker_lost_mid_provision_is_finished_by_the_stall_check(
         requeue_stalled()  # a second beat before the worker got to it: harmless
         _until(lambda: Allocation.objects.get(pk=req.allocation_id).status == "active", 60,
                worker)
-        time.sleep(1)  # let the duplicate run too
+        # Wait for the duplicate itself, not for a while: both runs must have finished.
+        def both_ran() -> bool:
+            return len(re.findall(r"fleet\.tasks\.provision_allocation\[[^\]]+\] succeeded",
+                                  worker.log_path.read_text())) >= 2
+
+        _until(both_ran, 60, worker)
     finally:
         worker.stop()
     alloc = Allocation.objects.get(pk=req.allocation_id)

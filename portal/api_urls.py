@@ -1,8 +1,10 @@
+"""The REST API's router: it composes every app's viewsets, so it lives in the composition
+root (no app imports another's API)."""
+
 from rest_framework.routers import DefaultRouter
 
 from fleet.api import AllocationViewSet
-
-from .api import CapacityRequestViewSet
+from intake.api import CapacityRequestViewSet
 
 router = DefaultRouter()
 router.register("requests", CapacityRequestViewSet, basename="request")
