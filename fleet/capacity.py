@@ -13,19 +13,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-# Labels and annotations: GPU feature discovery's, and our burn-in pipeline's.
-GFD_PRODUCT = "nvidia.com/gpu.product"
-GFD_COUNT = "nvidia.com/gpu.count"
-GFD_MEMORY = "nvidia.com/gpu.memory"
-GFD_MIG_CAPABLE = "nvidia.com/mig.capable"
-GFD_MIG_CONFIG = "nvidia.com/mig.config"
-POOL_LABEL = "aifactory.io/pool"
-VALIDATED_LABEL = "aifactory.io/validated"
-BIOS_PROFILE_LABEL = "aifactory.io/bios-profile"
-BURN_IN_ANNOTATION = "aifactory.io/burn-in-date"
-FAILURE_ANNOTATION = "aifactory.io/validation-failure"
-DEFAULT_GPU_CONDITIONS = ("GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal")
-DRA_DRIVER = "gpu.nvidia.com"
+from .vocabulary import (  # noqa: F401 - the names this module's readers use
+    BIOS_PROFILE_LABEL,
+    BURN_IN_ANNOTATION,
+    DEFAULT_GPU_CONDITIONS,
+    DRA_DRIVER,
+    FAILURE_ANNOTATION,
+    GFD_COUNT,
+    GFD_MEMORY,
+    GFD_MIG_CAPABLE,
+    GFD_MIG_CONFIG,
+    GFD_PRODUCT,
+    VALIDATED_LABEL,
+    WHOLE_GPU,
+)
+from .vocabulary import LABEL_POOL as POOL_LABEL
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def parse_node(node: dict, *, slices: Iterable[dict] = (),
         if c and c.get("status") == "True":
             detail = c.get("message") or c.get("reason") or ""
             problems.append(f"{ctype}" + (f": {detail}" if detail else ""))
-    capacity = _int((status.get("capacity") or {}).get("nvidia.com/gpu"), -1)
+    capacity = _int((status.get("capacity") or {}).get(WHOLE_GPU), -1)
     count = capacity if capacity >= 0 else _int(labels.get(GFD_COUNT))
 
     whole, mig = None, Counter()

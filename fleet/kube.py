@@ -17,11 +17,13 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "aifactory-portal"
-LABEL_TENANT = "aifactory.io/tenant"
-LABEL_ALLOCATION = "aifactory.io/allocation"
-LABEL_ROUTE = "aifactory.io/route"
+from .vocabulary import (  # noqa: F401 - re-read by callers of the adapter
+    LABEL_ALLOCATION,
+    LABEL_ROUTE,
+    LABEL_TENANT,
+    MANAGED_BY,
+    MANAGER,
+)
 
 # Status codes where the same call may succeed later.
 RETRIABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})

@@ -11,15 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .domain import Route
-from .kube import LABEL_ALLOCATION, LABEL_ROUTE, LABEL_TENANT, MANAGED_BY, MANAGER
+from .vocabulary import (
+    CONFIDENTIAL_BIOS,
+    DEDICATED_LABEL,
+    DEDICATED_TAINT,
+    DRA_DRIVER,
+    KUEUE,
+    LABEL_ALLOCATION,
+    LABEL_POOL,
+    LABEL_ROUTE,
+    LABEL_TENANT,
+    MANAGED_BY,
+    MANAGER,
+    MIG_RESOURCE_PREFIX,
+    WHOLE_GPU,
+)
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
-LABEL_POOL = "aifactory.io/pool"
-DEDICATED_TAINT = "aifactory.io/dedicated"
-DEDICATED_LABEL = "aifactory.io/dedicated-to"
-CONFIDENTIAL_BIOS = {"aifactory.io/bios-profile": "confidential"}
-MIG_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: MIG devices carry its attributes
-WHOLE_GPU = "nvidia.com/gpu"
+MIG_DRIVER = DRA_DRIVER
 # Namespaces of the platform itself (CNI, kube-proxy, device plugins, DCGM): their
 # DaemonSets tolerate every taint and must keep running on every node, dedicated ones too.
 PLATFORM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
@@ -34,7 +42,7 @@ def mig_device_class(profile: str) -> str:
 
 def mig_resource(profile: str) -> str:
     """The logical resource Kueue counts a profile's claims under (deviceClassMappings)."""
-    return f"mig.aifactory.io/{profile}"
+    return f"{MIG_RESOURCE_PREFIX}{profile}"
 
 
 def kueue_device_class_mappings(profiles) -> list[dict]:
@@ -58,7 +66,7 @@ class AllocationSpec:
     whole_devices: int = 0
     mig_profile: str = ""
     mig_count: int = 0
-    device_class: str = "gpu.nvidia.com"
+    device_class: str = DRA_DRIVER
     nodes: tuple[str, ...] = ()  # dedicated block: the reserved nodes
     cohort: str = ""
     borrowing_limit: int = 0

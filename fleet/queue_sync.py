@@ -38,11 +38,11 @@ from .queues import (
     parse_workload,
     queue_order,
 )
+from .vocabulary import KUEUE, KUEUE_VISIBILITY
 
 log = logging.getLogger(__name__)
+VISIBILITY = KUEUE_VISIBILITY
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
-VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{}/pendingworkloads"
 FOLLOWED = tuple(sorted(lifecycle.FOLLOWED))
 
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-WHOLE_GPU = "nvidia.com/gpu"
-MIG_PREFIX = "mig.aifactory.io/"
+from .vocabulary import MIG_RESOURCE_PREFIX as MIG_PREFIX
+from .vocabulary import WHOLE_GPU
 
 PENDING, ADMITTED, FINISHED, GONE = "pending", "admitted", "finished", "gone"
 # Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start

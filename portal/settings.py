@@ -15,6 +15,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from fleet.vocabulary import DEFAULT_GPU_CONDITIONS
+
 from .env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -268,7 +270,7 @@ PORTAL_KUBECONFIG = env_str("PORTAL_KUBECONFIG")
 PORTAL_FIELD_MANAGER = env_str("PORTAL_FIELD_MANAGER", "aifactory-portal")
 # Node conditions (written by Node Problem Detector from DCGM) that make a GPU node unhealthy.
 PORTAL_GPU_CONDITION_TYPES = env_list(
-    "PORTAL_GPU_CONDITION_TYPES", ["GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal"])
+    "PORTAL_GPU_CONDITION_TYPES", list(DEFAULT_GPU_CONDITIONS))
 PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
 CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "fleet.tasks.sync_fleet",
                                       "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}

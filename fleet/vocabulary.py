@@ -1,0 +1,39 @@
+"""The platform's vocabulary, once: label and annotation keys, resource names, API groups and
+node conditions that the portal, GPU feature discovery, NVIDIA's DRA driver, Kueue and the
+burn-in pipeline agree on. Every room of fleet reads them from here."""
+
+from __future__ import annotations
+
+# Who manages an object, and whose it is
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "aifactory-portal"
+LABEL_TENANT = "aifactory.io/tenant"
+LABEL_ALLOCATION = "aifactory.io/allocation"
+LABEL_ROUTE = "aifactory.io/route"
+LABEL_POOL = "aifactory.io/pool"
+
+# Nodes: GPU feature discovery's labels, and our burn-in pipeline's
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_MIG_CAPABLE = "nvidia.com/mig.capable"
+GFD_MIG_CONFIG = "nvidia.com/mig.config"
+VALIDATED_LABEL = "aifactory.io/validated"
+BIOS_PROFILE_LABEL = "aifactory.io/bios-profile"
+CONFIDENTIAL_BIOS = {BIOS_PROFILE_LABEL: "confidential"}
+BURN_IN_ANNOTATION = "aifactory.io/burn-in-date"
+FAILURE_ANNOTATION = "aifactory.io/validation-failure"
+DEDICATED_TAINT = "aifactory.io/dedicated"
+DEDICATED_LABEL = "aifactory.io/dedicated-to"
+# Node conditions Node Problem Detector writes from DCGM (PORTAL_GPU_CONDITION_TYPES names
+# the ones that make a node unhealthy; these are its default).
+DEFAULT_GPU_CONDITIONS = ("GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal")
+
+# Resources
+WHOLE_GPU = "nvidia.com/gpu"
+DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: MIG devices carry its attributes
+MIG_RESOURCE_PREFIX = "mig.aifactory.io/"  # what Kueue counts a MIG profile's claims under
+
+# API groups and versions
+KUEUE = "kueue.x-k8s.io/v1beta2"
+KUEUE_VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{}/pendingworkloads"
