@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from fleet.domain import Route
-from fleet.pricing import borrowing_is_billed, money
+from fleet.inventory.pricing import borrowing_is_billed, money
 
 HOUR = dt.timedelta(hours=1)
 SECONDS_PER_HOUR = Decimal(3600)

@@ -187,7 +187,7 @@ def tenant_table(rows, months: list[dt.date]) -> list[dict]:
     from django.conf import settings
     from django.urls import reverse
 
-    from fleet.pricing import money_text
+    from fleet.inventory.pricing import money_text
 
     from .domain import hours_text
 

@@ -11,10 +11,10 @@ from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
-from fleet import lifecycle
+from fleet.allocations import lifecycle
+from fleet.inventory.pricing import money, rate_at, rate_history
+from fleet.inventory.selectors import mig_weights
 from fleet.models import Allocation, NodeOutage
-from fleet.pricing import money, rate_at, rate_history
-from fleet.selectors import mig_weights
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
 from tenants.models import Tenant

@@ -13,8 +13,9 @@ from tenants.access import roles_for, scope_to_tenants
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
 
+from .forms import LOCAL_QUEUE_MAX, PRIORITY_BOUNDS
 from .models import Allocation
-from .queue_explain import allocation_queue, cohort_views
+from .queues.explain import allocation_queue, cohort_views
 
 
 class AllocationSerializer(serializers.ModelSerializer):
@@ -117,8 +118,9 @@ class HistoryGroupSerializer(serializers.Serializer):
 class QueueQuerySerializer(serializers.Serializer):
     """Narrow the history to one LocalQueue and/or priority."""
 
-    local_queue = serializers.CharField(required=False, max_length=253)
-    priority = StrictIntegerField(required=False, min_value=-(2**31), max_value=2**31 - 1)
+    local_queue = serializers.CharField(required=False, max_length=LOCAL_QUEUE_MAX)
+    priority = StrictIntegerField(required=False, min_value=PRIORITY_BOUNDS[0],
+                                  max_value=PRIORITY_BOUNDS[1])
 
 
 class QueueSerializer(serializers.Serializer):
@@ -202,7 +204,7 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     def connect(self, request, pk=None):
         """How to use an active allocation: the cluster, a kubeconfig (OIDC, no secrets),
         the LocalQueue and an example workload for its route."""
-        from .selectors import connect_info
+        from .allocations.selectors import connect_info
 
         alloc = get_object_or_404(self.get_queryset(), pk=pk,
                                   status__in=(Allocation.Status.ACTIVE,

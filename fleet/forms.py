@@ -7,6 +7,8 @@ import re
 
 from django import forms
 
+from tenants.fields import AsciiIntegerField
+
 from .models import Pool
 
 # Kubernetes label syntax: optional DNS-subdomain prefix, a name of at most 63 characters.
@@ -23,6 +25,25 @@ def label_errors(selector: dict) -> list[str]:
         if not isinstance(value, str) or not LABEL_VALUE.match(value):
             errors.append(f"{value!r} is not a valid label value (for {key!r})")
     return errors
+
+
+# Kueue's priorities are 32-bit integers; a LocalQueue name is a DNS subdomain.
+PRIORITY_BOUNDS = (-(2**31), 2**31 - 1)
+LOCAL_QUEUE_MAX = 253
+
+
+class QueueNarrowForm(forms.Form):
+    """Narrow an allocation's queue history to one LocalQueue and/or priority (the page's
+    filter; the API's QueueQuerySerializer has the same bounds)."""
+
+    local_queue = forms.CharField(required=False, max_length=LOCAL_QUEUE_MAX)
+    priority = AsciiIntegerField(required=False, min_value=PRIORITY_BOUNDS[0],
+                                 max_value=PRIORITY_BOUNDS[1])
+
+    def narrowed(self) -> dict:
+        if not self.is_valid():
+            return {}
+        return {k: v for k, v in self.cleaned_data.items() if v not in (None, "")}
 
 
 class PoolForm(forms.ModelForm):

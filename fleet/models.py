@@ -9,7 +9,7 @@ from django.db import models
 
 from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
-from . import lifecycle
+from .allocations import lifecycle
 from .domain import Route
 
 __all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
@@ -45,7 +45,7 @@ class Pool(models.Model):
 
 class RateCard(models.Model):
     """Price per device-hour for a pool, from a moment on: the only place a price is kept
-    (fleet.pricing reads it for the preview, approval, the queue page and billing alike).
+    (fleet.inventory.pricing reads it for the preview, approval, the queue page and billing alike).
     A pool's first card starts at the beginning of time."""
 
     pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="rate_cards")
@@ -70,7 +70,7 @@ class Allocation(models.Model):
     """Capacity promised to a tenant. Created by approval; provisioned into Kubernetes."""
 
     Status = lifecycle.AllocationStatus
-    # Statuses that hold capacity in a pool (fleet.lifecycle names every such set).
+    # Statuses that hold capacity in a pool (fleet.allocations.lifecycle names every such set).
     HOLDING = tuple(sorted(lifecycle.HOLDING))
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="allocations")
@@ -152,7 +152,7 @@ class GpuNode(models.Model):
     state = models.CharField(max_length=20, db_index=True, default="unvalidated")
     reason = models.TextField(blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
-    # Digest of the facts last read (fleet.sync.facts_digest): a sync compares digests and
+    # Digest of the facts last read (fleet.inventory.sync.facts_digest): a sync compares digests and
     # touches only the nodes whose facts changed.
     facts_digest = models.CharField(max_length=40, blank=True)
 
@@ -164,20 +164,6 @@ class GpuNode(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def facts(self):
-        from .capacity import NodeFacts
-
-        return NodeFacts(
-            name=self.name, pool=self.pool_label, gpu_model=self.gpu_model,
-            gpu_count=self.gpu_count, gpu_memory_mib=self.gpu_memory_mib,
-            mig_capable=self.mig_capable, mig_config=self.mig_config,
-            validated=self.validated, bios_profile=self.bios_profile,
-            burn_in_date=self.burn_in_date, validation_failure=self.validation_failure,
-            ready=self.ready, health_problems=tuple(self.health_problems),
-            cordoned=self.cordoned, retiring=self.retiring, present=self.present,
-            dra_whole_gpus=self.dra_whole_gpus,
-            mig_devices=tuple(sorted((k, int(v)) for k, v in self.mig_devices.items())),
-        )
 
 
 class NodeOutage(models.Model):

@@ -12,12 +12,12 @@ from django.views.decorators.http import require_POST
 from tenants.access import require_platform_admin
 from tenants.audit import audit_for
 
-from .capacity import fleet_counts
+from .allocations.lifecycle import USABLE
+from .inventory.capacity import fleet_counts
+from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
+from .inventory.services import node_set_retiring
 from .kube import KubeError
-from .lifecycle import USABLE
 from .models import Allocation, GpuNode, Pool
-from .selectors import facts_by_pool, pool_capacity, pools_capacity
-from .sync import node_set_retiring
 
 NODE_STATES = ["schedulable", "cordoned", "unhealthy", "unvalidated", "retiring", "gone"]
 
@@ -71,7 +71,7 @@ def fleet_sync_now(request):
     require_platform_admin(request.user)
     from django.conf import settings
 
-    from .sync import fleet_sync
+    from .inventory.sync import fleet_sync
     from .tasks import sync_fleet
 
     try:
@@ -98,7 +98,7 @@ def node_detail(request, name: str):
             pool_allocations = Allocation.objects.filter(
                 pool=node.pool, status__in=Allocation.HOLDING).select_related("tenant")
     return render(request, "fleet/node_detail.html", {
-        "node": node, "facts": node.facts(), "events": audit_for(node).order_by("-at")[:100],
+        "node": node, "facts": node_facts(node), "events": audit_for(node).order_by("-at")[:100],
         "allocations": allocations, "pool_allocations": pool_allocations,
     })
 
@@ -124,13 +124,13 @@ def pool_list(request):
     require_platform_admin(request.user)
     from django.utils import timezone
 
-    from .pricing import pool_rates
+    from .inventory.pricing import pool_rates
 
     all_pools = list(Pool.objects.all())
     capacities = pools_capacity(all_pools)
     rates = pool_rates([p.pk for p in all_pools], timezone.now())
     for p in all_pools:
-        p.rate_now = rates[p.pk]  # the rate card in force (fleet.pricing)
+        p.rate_now = rates[p.pk]  # the rate card in force (fleet.inventory.pricing)
     pools = [(p, capacities[p.pk]) for p in all_pools]
     return render(request, "fleet/pools.html", {"pools": pools})
 
@@ -138,7 +138,7 @@ def pool_list(request):
 @login_required
 def pool_edit(request, slug: str):
     from .forms import PoolForm
-    from .services import pool_update
+    from .inventory.services import pool_update
 
     require_platform_admin(request.user)
     pool = get_object_or_404(Pool, slug=slug)
@@ -147,7 +147,7 @@ def pool_edit(request, slug: str):
         pool_update(form=form, by=request.user)
         messages.success(request, f"{pool.name} saved.")
         return redirect("fleet:pools")
-    from .pricing import pool_rate
+    from .inventory.pricing import pool_rate
 
     return render(request, "fleet/pool_form.html", {
         "pool": pool, "form": form, "rate_now": pool_rate(pool.pk),
@@ -160,13 +160,12 @@ def allocation_queue_panel(request, pk: int):
     what waits and why, borrowing and its price, preemptions, and history."""
     from tenants.access import roles_for, scope_to_tenants
 
-    from .api import QueueQuerySerializer
-    from .queue_explain import allocation_queue, history_chart
+    from .forms import QueueNarrowForm
+    from .queues.explain import allocation_queue, history_chart
 
     alloc = get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk)
-    query = QueueQuerySerializer(data=request.GET)  # the API's validation, one path
-    narrowed = query.validated_data if query.is_valid() else {}
+    narrowed = QueueNarrowForm(request.GET).narrowed()
     view = allocation_queue(alloc, **narrowed)
     return render(request, "partials/queue.html", {
         "alloc": alloc, "view": view, "chart": history_chart(view.history),
@@ -177,7 +176,7 @@ def allocation_queue_panel(request, pk: int):
 def cohorts(request):
     """Platform admins: every cohort at a glance, and who is blocked by whom."""
     from .models import ClusterQueueState
-    from .queue_explain import cohort_views, history_chart, oldest_wait_text, queue_history
+    from .queues.explain import cohort_views, history_chart, oldest_wait_text, queue_history
 
     require_platform_admin(request.user)
     followed = Allocation.objects.filter(pk__in=ClusterQueueState.objects.filter(
@@ -204,7 +203,7 @@ def _usable_allocation(request, pk: int) -> Allocation:
 @login_required
 def allocation_connect_panel(request, pk: int):
     """"Use it": the cluster, a kubeconfig, the queue and an example workload."""
-    from .selectors import connect_info
+    from .allocations.selectors import connect_info
 
     alloc = _usable_allocation(request, pk)
     return render(request, "partials/connect.html", {"alloc": alloc,
@@ -216,7 +215,7 @@ def allocation_connect_file(request, pk: int, what: str):
     """The kubeconfig or the example workload, as a YAML download."""
     from django.http import HttpResponse
 
-    from .selectors import connect_info
+    from .allocations.selectors import connect_info
 
     alloc = _usable_allocation(request, pk)
     info = connect_info(alloc)

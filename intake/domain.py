@@ -14,7 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
 from fleet.domain import SLICES_PER_DEVICE, Route, mig_device_equivalents
-from fleet.pricing import money
+from fleet.inventory.pricing import money
 
 HOURS_PER_MONTH = Decimal("730")  # 365 × 24 / 12: the usual cloud month
 MAX_REPLICAS = 512

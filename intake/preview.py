@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from fleet.allocations.manifests import render_manifests
+from fleet.allocations.provisioning import PreviewRow, preview
 from fleet.kube import KubeError
-from fleet.manifests import render_manifests
-from fleet.provisioning import PreviewRow, preview
 
 from .models import CapacityRequest
 from .selectors import approval_plan

@@ -8,11 +8,16 @@ from decimal import Decimal
 
 from django.db.models import Q, QuerySet
 
-from fleet.manifests import AllocationSpec
+from fleet.allocations.manifests import AllocationSpec
+from fleet.allocations.provisioning import spec_for
+from fleet.allocations.services import namespace_for
+from fleet.inventory.selectors import (
+    free_dedicated_nodes,
+    mig_weights,
+    pool_capacity,
+    pools_for_route,
+)
 from fleet.models import Pool, Route
-from fleet.provisioning import spec_for
-from fleet.selectors import free_dedicated_nodes, mig_weights, pool_capacity, pools_for_route
-from fleet.services import namespace_for
 
 from .domain import (
     Fill,
@@ -29,8 +34,8 @@ from .models import CapacityRequest
 
 
 def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None) -> PoolFacts:
-    """`rate`: the pool's rate now (fleet.pricing), when the caller read it with others."""
-    from fleet.pricing import pool_rate
+    """`rate`: the pool's rate now (fleet.inventory.pricing), read with others."""
+    from fleet.inventory.pricing import pool_rate
 
     cap = cap or pool_capacity(pool)
     return PoolFacts(
@@ -48,8 +53,8 @@ def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     """Every active pool with its facts, in a fixed number of queries (overview, review)."""
     from django.utils import timezone
 
-    from fleet.pricing import pool_rates
-    from fleet.selectors import pools_capacity
+    from fleet.inventory.pricing import pool_rates
+    from fleet.inventory.selectors import pools_capacity
 
     pools = list(Pool.objects.filter(active=True))
     capacities = pools_capacity(pools)
@@ -171,7 +176,7 @@ def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None
                      pool: Pool | None = None) -> tuple[RouteDecision, RequestPlan | None]:
     """The one plan of a request (form, request page, review page and approval alike): its
     route as decided (the admin's override included, once approved), the pool it was
-    approved into (else the route's pool), and the price there now (fleet.pricing)."""
+    approved into (else the route's pool), and the price there now (fleet.inventory.pricing)."""
     decision = decision or decided_route(request)
     if pool is None and request.pool_id:
         pool = Pool.objects.filter(pk=request.pool_id).first()  # fresh, not a cached relation
@@ -203,8 +208,8 @@ def request_events(request: CapacityRequest, *, show_fleet: bool = True):
 
 def why_not_yet(plan) -> str:
     """For a request that fits later: when, in words (an estimate from allocations' ends)."""
-    from fleet.capacity import earliest_free
-    from fleet.selectors import pool_endings
+    from fleet.inventory.capacity import earliest_free
+    from fleet.inventory.selectors import pool_endings
 
     if plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None:
         return ""

@@ -9,9 +9,13 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from fleet.lifecycle import RENEWABLE
+from fleet.allocations.lifecycle import RENEWABLE
+from fleet.allocations.services import (
+    allocation_create,
+    allocation_extend,
+    allocation_reserve_nodes,
+)
 from fleet.models import Pool, Route
-from fleet.services import allocation_create, allocation_extend, allocation_reserve_nodes
 from tenants.access import roles_for
 from tenants.audit import audit_record
 from tenants.models import Tenant

@@ -2,7 +2,7 @@
 
 from django.dispatch import receiver
 
-from fleet.lifecycle import REQUEST_STATUS_OF
+from fleet.allocations.lifecycle import REQUEST_STATUS_OF
 from fleet.signals import allocation_status_changed
 from tenants.notifications import Kind, notify, tenant_leads
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
-from fleet.manifests import tenant_may_see
+from fleet.allocations.manifests import tenant_may_see
 from tenants.access import (
     require_platform_admin,
     roles_for,
@@ -340,7 +340,7 @@ def request_manifests(request, pk: int):
     """The Kubernetes objects of a request: what approval would create, or what it did."""
     import yaml
 
-    from fleet.provisioning import allocation_manifests
+    from fleet.allocations.provisioning import allocation_manifests
 
     from .preview import request_manifests as preview_manifests
     from .preview import request_preview
@@ -372,7 +372,7 @@ def request_manifests(request, pk: int):
 @login_required
 @require_POST
 def allocation_retry(request, pk: int):
-    from fleet.services import allocation_retry as retry
+    from fleet.allocations.services import allocation_retry as retry
 
     require_platform_admin(request.user)
     obj = get_object_or_404(CapacityRequest.objects.select_related("allocation"), pk=pk)

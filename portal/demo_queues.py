@@ -3,7 +3,7 @@
 The embedded run has no cluster, so nothing runs; these rows are what the queue sync would
 have recorded after two weeks of work (running and waiting jobs, admissions with their
 waits, a reclaim preemption, borrowed hours), so the queue pages have something true to
-the real shapes to show. A real deployment records them from Kueue (fleet.queue_sync).
+the real shapes to show. A real deployment records them from Kueue (fleet.queues.sync).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from fleet.models import (
     QueueUsageHour,
     QueueWorkload,
 )
-from fleet.queues import Stop, explain_stop
+from fleet.queues.truth import Stop, explain_stop
 
 
 def _uid(rng: random.Random) -> str:

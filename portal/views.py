@@ -14,7 +14,7 @@ from django.views.decorators.cache import never_cache
 
 from billing.domain import SECONDS_PER_HOUR
 from billing.models import UsageMonth
-from fleet.lifecycle import USABLE
+from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
 from intake.domain import Status
 from intake.models import CapacityRequest

@@ -52,8 +52,8 @@ class PoolFactory(factory.django.DjangoModelFactory):
     def rate_per_device_hour(pool, create, extracted, **kwargs):
         """The pool's first rate card, from the beginning (prices live only in cards)."""
         if create and not pool.rate_cards.exists():
+            from fleet.inventory.pricing import BEGINNING
             from fleet.models import RateCard
-            from fleet.pricing import BEGINNING
 
             RateCard.objects.create(pool=pool, effective_from=BEGINNING,
                                     rate_per_device_hour=extracted or Decimal("2.00"))

@@ -31,7 +31,7 @@ def money(value) -> str:
     """An amount in the portal's currency: 'EUR 1,234.50'."""
     from django.conf import settings
 
-    from fleet.pricing import money_text
+    from fleet.inventory.pricing import money_text
 
     return money_text(value, settings.PORTAL_CURRENCY)
 
@@ -69,7 +69,7 @@ def action_label(action: str) -> str:
 @register.filter
 def duration(seconds) -> str:
     """Seconds as '42 s', '7 min', '3 h 5 min', '2 d 4 h'."""
-    from fleet.queues import duration as words
+    from fleet.queues.truth import duration as words
 
     try:
         return words(float(seconds))

@@ -2,8 +2,8 @@
 
 import pytest
 
+from fleet.inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
 from fleet.models import GpuNode
-from fleet.selectors import facts_by_pool, pool_capacity, pools_capacity
 
 pytestmark = pytest.mark.django_db
 
@@ -15,8 +15,8 @@ def test_facts_from_rows_equal_the_model_facts(pools):
                            mig_devices={"3g.40gb": 2, "1g.10gb": 7}, dra_whole_gpus=None)
     GpuNode.objects.create(name="b", pool=None, pool_label="", cordoned=True, retiring=True)
     rows = facts_by_pool(GpuNode.objects.all())
-    assert rows[shared.pk] == [GpuNode.objects.get(name="a").facts()]
-    assert rows[None] == [GpuNode.objects.get(name="b").facts()]
+    assert rows[shared.pk] == [node_facts(GpuNode.objects.get(name="a"))]
+    assert rows[None] == [node_facts(GpuNode.objects.get(name="b"))]
 
 
 def test_many_pools_at_once_equal_one_at_a_time(pools):
@@ -27,11 +27,11 @@ def test_many_pools_at_once_equal_one_at_a_time(pools):
                                    state="schedulable")
     from decimal import Decimal
 
-    from fleet.capacity import promisable_capacity
+    from fleet.inventory.capacity import promisable_capacity
 
     together = pools_capacity(pools.values())
     for pool in pools.values():
-        alone = promisable_capacity([n.facts() for n in GpuNode.objects.filter(pool=pool)],
+        alone = promisable_capacity([node_facts(n) for n in GpuNode.objects.filter(pool=pool)],
                                     allocated_devices=Decimal(0), reserved_nodes=[],
                                     allocated_mig={})
         assert together[pool.pk] == alone == pool_capacity(pool)

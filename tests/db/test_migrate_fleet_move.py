@@ -72,7 +72,7 @@ def test_rows_written_before_the_move_are_all_found_after_it(django_user_model):
     cards = list(RateCard.objects.order_by("effective_from"))
     assert [(c.pool.slug, c.rate_per_device_hour) for c in cards] == [
         ("dedicated", Decimal("2.5")), ("dedicated", Decimal("2.5"))]
-    from fleet.pricing import BEGINNING, pool_rate
+    from fleet.inventory.pricing import BEGINNING, pool_rate
 
     assert cards[0].effective_from == BEGINNING
     assert pool_rate(moved.pool_id, now) == Decimal("2.5")

@@ -1,5 +1,5 @@
 """One price: the preview, the approval, the request and review pages, the queue page's
-borrowed price and billing all read the rate of a pool at an instant from fleet.pricing —
+borrowed price and billing all read the rate of a pool at an instant from fleet.inventory.pricing —
 before and after a rate change, and after an admin's route override."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from billing.models import UsageHour
 from billing.services import ratecard_create, rollup_usage
+from fleet.inventory.pricing import money, pool_rate
 from fleet.models import Allocation, ClusterQueueState, Route
-from fleet.pricing import money, pool_rate
-from fleet.queue_explain import allocation_queue
+from fleet.queues.explain import allocation_queue
 from intake import services
 from intake.selectors import approval_plan, plan_for_request
 from tests.factories import make_request

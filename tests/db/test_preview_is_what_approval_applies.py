@@ -3,10 +3,10 @@ approval applies (the allocation's own id, unknown before approval, aside)."""
 
 import pytest
 
+from fleet.allocations.provisioning import allocation_manifests
+from fleet.inventory.sync import fleet_sync
 from fleet.kube import LABEL_ALLOCATION, DryRunBackend
 from fleet.models import Pool, Route
-from fleet.provisioning import allocation_manifests
-from fleet.sync import fleet_sync
 from intake import services
 from intake.preview import request_manifests
 from portal.demo_fleet import demo_fleet

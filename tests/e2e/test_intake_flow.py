@@ -84,12 +84,12 @@ def test_the_lead_downloads_what_runs_the_first_job(live_server, page, shot, ten
                                                     admin_user, pools, tmp_path):
     """After approval the lead opens the allocation and downloads the kubeconfig and the
     example; the example is exactly what the k8s tier applies as the tenant
-    (fleet.connect.example_workload for this allocation)."""
+    (fleet.allocations.connect.example_workload for this allocation)."""
     import yaml
     from django.conf import settings
 
-    from fleet.connect import example_workload
-    from fleet.provisioning import allocation_spec
+    from fleet.allocations.connect import example_workload
+    from fleet.allocations.provisioning import allocation_spec
     from intake import services
     from tests.factories import make_request
 

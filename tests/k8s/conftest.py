@@ -83,8 +83,8 @@ def kube(portal_kube):
 @pytest.fixture
 def fleet(admin_kube, kube, pools):
     """Two validated nodes for the dedicated pool, so a block can reserve one."""
+    from fleet.inventory.sync import fleet_sync
     from fleet.models import Pool, Route
-    from fleet.sync import fleet_sync
 
     from .gpu_nodes import create_gpu_node
 
@@ -144,7 +144,7 @@ def kueue(control_plane, admin_kube, tmp_path_factory):
     """The real Kueue controller (v0.17.0 from the module proxy) joined to the test cluster:
     its CRDs converting through its own webhook, its admission webhooks on loopback, the DRA
     gate on and the MIG device classes mapped. Up for the rest of the session."""
-    from fleet.manifests import kueue_device_class_mappings
+    from fleet.allocations.manifests import kueue_device_class_mappings
     from tests.harness.kueue import (
         KueueController,
         ensure_kueue,

@@ -6,9 +6,10 @@ import time
 
 import pytest
 
+from fleet.inventory.selectors import pool_capacity
+from fleet.inventory.services import node_set_retiring
+from fleet.inventory.sync import fleet_sync
 from fleet.models import Allocation, GpuNode, Route
-from fleet.selectors import pool_capacity
-from fleet.sync import fleet_sync, node_set_retiring
 from intake import services
 from intake.selectors import pool_facts
 from tenants.models import AuditEvent
@@ -227,7 +228,7 @@ def test_the_watch_shows_a_change_within_a_second(clean_nodes, portal_kube, pool
 
     from django.db import connections
 
-    from fleet.watch import watch_fleet
+    from fleet.inventory.watch import watch_fleet
 
     admin = clean_nodes
     create_gpu_node(admin, "w-0", labels={**VALID, "aifactory.io/pool": "shared"})

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleet.allocations.manifests import OWNED_KINDS
+from fleet.allocations.provisioning import allocation_provision, allocation_retire
+from fleet.allocations.services import allocation_retry
 from fleet.kube import LABEL_ALLOCATION, set_backend
-from fleet.manifests import OWNED_KINDS
 from fleet.models import Allocation, Route
-from fleet.provisioning import allocation_provision, allocation_retire
-from fleet.services import allocation_retry
 from fleet.tasks import follow_gitops
 from intake import services
 from tenants.models import AuditEvent

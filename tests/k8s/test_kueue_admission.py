@@ -14,10 +14,10 @@ import uuid
 
 import pytest
 
+from fleet.allocations.manifests import ceiling_devices, mig_device_class, mig_resource
+from fleet.allocations.provisioning import allocation_spec
 from fleet.kube import KubeError
-from fleet.manifests import ceiling_devices, mig_device_class, mig_resource
 from fleet.models import Route
-from fleet.provisioning import allocation_spec
 
 from .conftest import eventually
 from .test_provisioning import approve

@@ -8,15 +8,15 @@ import time
 import pytest
 from django.utils import timezone
 
-from fleet.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
-from fleet.manifests import OWNED_KINDS, render_manifests
-from fleet.models import Allocation, Pool, Route
-from fleet.provisioning import (
+from fleet.allocations.manifests import OWNED_KINDS, render_manifests
+from fleet.allocations.provisioning import (
     allocation_manifests,
     allocation_reconcile,
     allocation_spec,
 )
-from fleet.services import allocation_retry
+from fleet.allocations.services import allocation_retry
+from fleet.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
+from fleet.models import Allocation, Pool, Route
 from intake import services
 from intake.models import CapacityRequest
 from tenants.models import AuditEvent
@@ -105,7 +105,7 @@ def test_approve_provisions_every_object_of_the_route(route, kube, fleet, tenant
 
     # Provisioning again changes nothing.
     versions = [applied_state(live(kube, m)) for m in manifests]
-    from fleet.provisioning import allocation_provision
+    from fleet.allocations.provisioning import allocation_provision
 
     Allocation.objects.filter(pk=alloc.pk).update(status="pending")
     allocation_provision(alloc.pk)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from fleet.allocations.provisioning import allocation_manifests
+from fleet.inventory.sync import fleet_sync
 from fleet.kube import set_backend
 from fleet.models import Allocation, Pool, Route
-from fleet.provisioning import allocation_manifests
-from fleet.sync import fleet_sync
 from intake import services
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess, celery_worker
@@ -104,8 +104,8 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         capture_output=True, text=True, timeout=900)
     kubectl_s = time.monotonic() - started_k
     assert result.returncode == 0, result.stderr[-2000:]
-    from fleet.manifests import apply_waves
-    from fleet.provisioning import apply_together
+    from fleet.allocations.manifests import apply_waves
+    from fleet.allocations.provisioning import apply_together
 
     started_a = time.monotonic()
     for alloc in Allocation.objects.all():

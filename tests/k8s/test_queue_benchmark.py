@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from fleet.kube import MANAGED_BY, MANAGER
 from fleet.models import Allocation, QueueWorkload, Route
-from fleet.queue_sync import queue_sync
+from fleet.queues.sync import queue_sync
 
 from .conftest import eventually
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from fleet.allocations.provisioning import allocation_spec
 from fleet.models import Route
-from fleet.provisioning import allocation_spec
-from fleet.queue_sync import queue_sync
+from fleet.queues.sync import queue_sync
 
 from .conftest import eventually
 from .test_kueue_admission import condition, job, provisioned, wait_workload, workload_of

@@ -17,9 +17,9 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from fleet.allocations.provisioning import allocation_spec
 from fleet.models import ClusterQueueState, Pool, QueueEvent, QueueUsageHour, Route
-from fleet.provisioning import allocation_spec
-from fleet.queue_sync import queue_sync
+from fleet.queues.sync import queue_sync
 from tests.factories import TenantFactory, make_lead
 
 from .conftest import eventually

@@ -23,8 +23,8 @@ from django.utils import timezone
 from billing.domain import floor_hour
 from billing.models import UsageHour, UsageMonth
 from billing.services import rollup_usage
+from fleet.inventory.services import pool_set_rate
 from fleet.models import Allocation, Pool, Route
-from fleet.services import pool_set_rate
 from tenants.models import Tenant
 from tests.harness.prometheus import PrometheusServer, write_openmetrics
 

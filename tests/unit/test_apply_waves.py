@@ -4,8 +4,8 @@ before anything inside the namespace, access last."""
 
 import pytest
 
+from fleet.allocations.manifests import GUARD_KINDS, apply_waves, render_manifests
 from fleet.domain import Route
-from fleet.manifests import GUARD_KINDS, apply_waves, render_manifests
 from tests.unit.test_connect import spec
 
 pytestmark = pytest.mark.unit

@@ -15,7 +15,7 @@ from billing.domain import (
     utilisation,
 )
 from fleet.domain import mig_share as mig_weight
-from fleet.pricing import Rate, rate_at
+from fleet.inventory.pricing import Rate, rate_at
 
 UTC = dt.UTC
 H = dt.datetime(2026, 10, 31, 23, 0, tzinfo=UTC)

@@ -4,7 +4,7 @@ from decimal import Decimal
 
 import pytest
 
-from fleet.capacity import (
+from fleet.inventory.capacity import (
     NodeFacts,
     choose_dedicated_nodes,
     fleet_counts,
@@ -172,7 +172,7 @@ def test_mixed_gpu_models_are_counted_per_pool():
 def test_earliest_free_walks_the_allocations_ending_in_order():
     import datetime as dt
 
-    from fleet.capacity import earliest_free
+    from fleet.inventory.capacity import earliest_free
 
     t = lambda d: dt.datetime(2027, 1, d, tzinfo=dt.UTC)  # noqa: E731
     endings = [(t(20), Decimal(4)), (t(5), Decimal(2)), (t(10), Decimal(1))]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.connect import example_workload, how_to_connect, tenant_kubeconfig
+from fleet.allocations.connect import example_workload, how_to_connect, tenant_kubeconfig
+from fleet.allocations.manifests import AllocationSpec
 from fleet.domain import Route
-from fleet.manifests import AllocationSpec
 
 IMAGE = "registry.example/cuda:12"
 

@@ -3,9 +3,9 @@
 import pytest
 import yaml
 
+from fleet.allocations.gitops import NOT_COMMITTED, allocation_path, commit_message, directory_files
+from fleet.allocations.manifests import render_manifests
 from fleet.domain import Route
-from fleet.gitops import NOT_COMMITTED, allocation_path, commit_message, directory_files
-from fleet.manifests import render_manifests
 from tests.unit.test_connect import spec
 
 pytestmark = pytest.mark.unit

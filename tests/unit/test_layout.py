@@ -124,3 +124,64 @@ def test_no_import_cycles():
         if node not in state:
             visit(node)
     assert cycles == []
+
+
+# Inside fleet: the platform's vocabulary and the Kubernetes adapter below everything, then
+# three rooms with a direction of their own: inventory ← allocations ← queues. The app's
+# entry points (views, API, forms, admin, urls, the Celery task registry) compose them.
+FLEET_BELOW = {"fleet.kube", "fleet.domain", "fleet.vocabulary", "fleet.signals",
+               "fleet.models", "fleet.apps"}
+FLEET_ROOMS = ("fleet.inventory", "fleet.allocations", "fleet.queues.truth")
+FLEET_TOP = {"fleet.views", "fleet.api", "fleet.forms", "fleet.admin", "fleet.urls",
+             "fleet.tasks", "fleet"}
+# The ORM models are the rooms' shared state; their status choices come from the allocation
+# lifecycle's pure table (no queries, no other import).
+FLEET_EXCEPTIONS = {("fleet.models", "fleet.allocations.lifecycle")}
+# Within a room or among entry points: the writer never imports the page builder, and pages
+# never import the API's serializers.
+FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views", "fleet.api"),
+                   ("fleet.inventory.selectors", "fleet.allocations.provisioning")}
+
+
+def fleet_place(module: str) -> tuple[str, int]:
+    """('below', 0) | ('room', rank 1..3) | ('top', 9) for a fleet module."""
+    for rank, room in enumerate(FLEET_ROOMS, 1):
+        if module == room or module.startswith(room + "."):
+            return "room", rank
+    for below in FLEET_BELOW:
+        if module == below or module.startswith(below + "."):
+            return "below", 0
+    return "top", 9
+
+
+def _target(imported: str, modules: set[str]) -> str:
+    parts = imported.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()
+    return ".".join(parts)
+
+
+def test_fleet_rooms_point_one_way():
+    files = {module_name(p): p for p in sorted((ROOT / "fleet").rglob("*.py"))
+             if "migrations" not in p.parts}
+    wrong = []
+    for name, path in files.items():
+        _, own = fleet_place(name)
+        for line, imported in project_imports(path):
+            target = _target(imported, set(files))
+            if not target.startswith("fleet") or target == name or target == "fleet":
+                continue
+            if (name, target) in FLEET_EXCEPTIONS or target in FLEET_ROOMS:
+                continue
+            _, theirs = fleet_place(target)
+            if theirs > own or (name, target) in FLEET_FORBIDDEN:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert wrong == [], "fleet: vocabulary ← inventory ← allocations ← queues ← entry " \
+                        "points:\n" + "\n".join(wrong)
+
+
+def test_every_fleet_module_has_a_place():
+    """A new module lands in a room (or is named as vocabulary or an entry point)."""
+    stray = [module_name(p) for p in (ROOT / "fleet").glob("*.py")
+             if module_name(p) not in FLEET_BELOW | FLEET_TOP]
+    assert stray == []

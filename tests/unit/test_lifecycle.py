@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet import lifecycle
-from fleet.lifecycle import TRANSITIONS
-from fleet.lifecycle import AllocationStatus as S
+from fleet.allocations import lifecycle
+from fleet.allocations.lifecycle import TRANSITIONS
+from fleet.allocations.lifecycle import AllocationStatus as S
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ("tenants", "fleet", "intake", "billing", "portal")
@@ -59,7 +59,7 @@ def _sources():
 
 
 def test_no_allocation_status_is_written_outside_the_transition():
-    """Every status change goes through fleet.provisioning.allocation_transition (which
+    """Every status change goes through fleet.allocations.provisioning.allocation_transition (which
     checks the table and audits it): no `Allocation...update(status=...)`, no
     `alloc.status = ...` elsewhere."""
     offenders = []
@@ -80,7 +80,7 @@ def test_no_allocation_status_is_written_outside_the_transition():
 
 
 def test_no_status_sets_are_spelled_out_as_literals():
-    """Sets of allocation statuses come from fleet.lifecycle by name (a template's
+    """Sets of allocation statuses come from fleet.allocations.lifecycle by name (a template's
     `status in "active expiring"` was a substring test)."""
     literal = re.compile(r"""["'](active|expiring|provisioning|retired)["']\s*,\s*["']"""
                          r"""(active|expiring|provisioning|retired|failed|pending)["']""")

@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from fleet.queue_sync import transition_events
-from fleet.queues import (
+from fleet.queues.sync import transition_events
+from fleet.queues.truth import (
     ADMITTED,
     FINISHED,
     PENDING,
@@ -347,7 +347,7 @@ def test_a_workload_the_real_kueue_deactivated_is_not_waiting():
     """Captured from Kueue v0.17.0 in the k8s tier (tests/k8s/test_queue_policy.py): a Job
     past its declared time limit. Kueue set spec.active=false and Evicted=True with reason
     DeactivatedDueToMaximumExecutionTimeExceeded."""
-    from fleet.queues import DEACTIVATED, explain_deactivated
+    from fleet.queues.truth import DEACTIVATED, explain_deactivated
 
     obj = _real("kueue_workload_deactivated.json")
     assert obj["spec"]["active"] is False
@@ -374,7 +374,7 @@ def test_a_workload_the_real_kueue_deactivated_is_not_waiting():
 
 
 def test_a_deactivation_is_recorded_as_a_stop_once():
-    from fleet.queues import DEACTIVATED
+    from fleet.queues.truth import DEACTIVATED
 
     obj = _real("kueue_workload_deactivated.json")
     new = parse_workload(obj, cluster_queue_of={})

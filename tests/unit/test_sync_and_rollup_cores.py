@@ -6,8 +6,8 @@ from decimal import Decimal
 import pytest
 
 from billing.domain import allocation_hour
-from fleet.capacity import NodeFacts
-from fleet.sync import diff_fleet
+from fleet.inventory.capacity import NodeFacts
+from fleet.inventory.sync import diff_fleet
 
 pytestmark = pytest.mark.unit
 

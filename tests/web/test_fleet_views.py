@@ -3,9 +3,9 @@
 import pytest
 from django.urls import reverse
 
+from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend
 from fleet.models import GpuNode, Pool, Route
-from fleet.sync import fleet_sync
 from portal.demo_fleet import demo_fleet
 
 pytestmark = pytest.mark.django_db

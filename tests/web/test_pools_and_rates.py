@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from billing.models import RateCard, Statement
 from fleet.forms import label_errors
+from fleet.inventory.pricing import pool_rate
 from fleet.models import Pool, Route
-from fleet.pricing import pool_rate
 from tenants.models import AuditEvent
 
 pytestmark = pytest.mark.django_db

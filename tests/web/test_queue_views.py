@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fleet.kube import DryRunBackend
 from fleet.models import Allocation, QueueEvent, QueueWorkload, Route
-from fleet.queue_sync import queue_sync
+from fleet.queues.sync import queue_sync
 from portal.demo_queues import seed_demo_queues
 
 pytestmark = pytest.mark.django_db

@@ -367,9 +367,9 @@ def test_lead_renews_from_the_request_page(client, lead, member, approved):
 
 def test_tenants_never_see_node_names(client, lead, admin_user, tenant, pools,
                                       django_capture_on_commit_callbacks):
+    from fleet.inventory.sync import fleet_sync
     from fleet.kube import DryRunBackend
     from fleet.models import Pool, Route
-    from fleet.sync import fleet_sync
     from intake import services
     from portal.demo_fleet import demo_fleet
 

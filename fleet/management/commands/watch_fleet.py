@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from fleet.inventory.watch import watch_fleet
 from fleet.kube import KubeError, get_backend
-from fleet.watch import watch_fleet
 
 
 class Command(BaseCommand):

@@ -63,7 +63,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         tenants = {t["slug"]: Tenant.objects.update_or_create(slug=t["slug"], defaults=t)[0]
                    for t in TENANTS}
-        from fleet.services import pool_set_rate
+        from fleet.inventory.services import pool_set_rate
 
         for p in POOLS:
             fields = dict(p)
@@ -103,8 +103,8 @@ class Command(BaseCommand):
 
     def _fleet(self):
         """Sync a demo fleet through the real sync code, from a dry-run backend."""
+        from fleet.inventory.sync import fleet_sync
         from fleet.kube import DryRunBackend
-        from fleet.sync import fleet_sync
         from portal.demo_fleet import demo_fleet
 
         backend = DryRunBackend()
@@ -122,8 +122,8 @@ class Command(BaseCommand):
         from billing.domain import amount, hour_charge, month_start
         from billing.models import UsageHour
         from billing.services import refresh_months
+        from fleet.inventory.pricing import rate_at, rate_history
         from fleet.models import Allocation
-        from fleet.pricing import rate_at, rate_history
         from portal.demo_usage import demo_level
 
         now = timezone.now().replace(minute=0, second=0, microsecond=0)

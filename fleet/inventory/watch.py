@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 
-from .kube import DryRunBackend, KubeBackend, KubeError
+from ..kube import DryRunBackend, KubeBackend, KubeError
 from .sync import GPU_NODES, fleet_sync, record_node_events
 
 log = logging.getLogger(__name__)

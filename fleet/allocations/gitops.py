@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 
-from .kube import KubeError
+from ..kube import KubeError
 
 NOT_COMMITTED = frozenset({"Node"})
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from .vocabulary import MIG_RESOURCE_PREFIX as MIG_PREFIX
-from .vocabulary import WHOLE_GPU
+from ..vocabulary import MIG_RESOURCE_PREFIX as MIG_PREFIX
+from ..vocabulary import WHOLE_GPU
 
 PENDING, ADMITTED, FINISHED, GONE = "pending", "admitted", "finished", "gone"
 # Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start
@@ -462,7 +462,7 @@ def explain_deactivated(w: WorkloadFacts) -> str:
 
 
 def queue_policy_words(queue: QueueFacts) -> str:
-    """The queue policy every route renders (fleet.manifests.queue_preemption), as the
+    """The queue policy every route renders (fleet.allocations.manifests.queue_preemption), as the
     tenant reads it on its queue page."""
     own = ("Priority counts: a higher-priority job of yours (a WorkloadPriorityClass) "
            "preempts your own lower-priority ones when your quota is full.")

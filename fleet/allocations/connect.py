@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 
-from .domain import Route
+from ..domain import Route
 from .manifests import (
     DEDICATED_LABEL,
     DEDICATED_TAINT,

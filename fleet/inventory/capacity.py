@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from .vocabulary import (  # noqa: F401 - the names this module's readers use
+from ..vocabulary import (  # noqa: F401 - the names this module's readers use
     BIOS_PROFILE_LABEL,
     BURN_IN_ANNOTATION,
     DEFAULT_GPU_CONDITIONS,
@@ -27,7 +27,7 @@ from .vocabulary import (  # noqa: F401 - the names this module's readers use
     VALIDATED_LABEL,
     WHOLE_GPU,
 )
-from .vocabulary import LABEL_POOL as POOL_LABEL
+from ..vocabulary import LABEL_POOL as POOL_LABEL
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,13 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Sum
 
-from .capacity import PromisableCapacity, choose_dedicated_nodes, promisable_capacity
-from .models import Allocation, GpuNode, Pool
+from ..models import Allocation, GpuNode, Pool
+from .capacity import (
+    NodeFacts,
+    PromisableCapacity,
+    choose_dedicated_nodes,
+    promisable_capacity,
+)
 
 
 def mig_weights() -> dict[str, Decimal]:
@@ -105,35 +110,20 @@ def free_dedicated_nodes(pool: Pool, count: int) -> tuple[str, ...] | None:
     if not pool_nodes:
         return None
     reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
-    return tuple(choose_dedicated_nodes([n.facts() for n in pool_nodes], count=count,
+    return tuple(choose_dedicated_nodes([node_facts(n) for n in pool_nodes], count=count,
                                         reserved_nodes=reserved.values_list("name", flat=True)))
 
 
-def connect_info(allocation) -> dict:
-    """What a tenant needs to use an active allocation: the cluster, a kubeconfig, the
-    queue, an example workload and the steps (fleet/connect.py renders them)."""
-    from pathlib import Path
-
-    import yaml
-    from django.conf import settings
-
-    from .connect import LOCAL_QUEUE, example_workload, how_to_connect, tenant_kubeconfig
-    from .provisioning import allocation_spec
-
-    spec = allocation_spec(allocation)
-    ca = ""
-    if settings.PORTAL_CLUSTER_CA_FILE:
-        try:
-            ca = Path(settings.PORTAL_CLUSTER_CA_FILE).read_text()
-        except OSError:
-            ca = ""  # said on the page: the kubeconfig then needs the CA added by hand
-    server = settings.PORTAL_CLUSTER_API_URL
-    kubeconfig = tenant_kubeconfig(
-        spec, server=server or "https://kubernetes.invalid:6443", ca_pem=ca,
-        issuer=settings.KEYCLOAK_SERVER_URL or "https://keycloak.invalid/realms/ai-factory",
-        client_id=settings.PORTAL_KUBECTL_CLIENT_ID)
-    example = example_workload(spec, image=settings.PORTAL_EXAMPLE_IMAGE)
-    return {"server": server, "ca_configured": bool(ca), "namespace": spec.namespace,
-            "local_queue": LOCAL_QUEUE, "route": spec.route, "steps": how_to_connect(spec),
-            "kubeconfig": yaml.safe_dump(kubeconfig, sort_keys=False),
-            "example": yaml.safe_dump(example, sort_keys=False)}
+def node_facts(node) -> NodeFacts:
+    """A stored node as the pure capacity functions see it."""
+    return NodeFacts(
+        name=node.name, pool=node.pool_label, gpu_model=node.gpu_model,
+        gpu_count=node.gpu_count, gpu_memory_mib=node.gpu_memory_mib,
+        mig_capable=node.mig_capable, mig_config=node.mig_config,
+        validated=node.validated, bios_profile=node.bios_profile,
+        burn_in_date=node.burn_in_date, validation_failure=node.validation_failure,
+        ready=node.ready, health_problems=tuple(node.health_problems),
+        cordoned=node.cordoned, retiring=node.retiring, present=node.present,
+        dra_whole_gpus=node.dra_whole_gpus,
+        mig_devices=tuple(sorted((k, int(v)) for k, v in node.mig_devices.items())),
+    )

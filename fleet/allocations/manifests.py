@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .domain import Route
-from .vocabulary import (
+from ..domain import Route
+from ..vocabulary import (
     CONFIDENTIAL_BIOS,
     DEDICATED_LABEL,
     DEDICATED_TAINT,

@@ -10,6 +10,7 @@ import datetime as dt
 import os
 import threading
 from dataclasses import dataclass
+from typing import Protocol
 
 from django.conf import settings
 from django.db import transaction
@@ -19,8 +20,7 @@ from django.utils import timezone
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
-from . import lifecycle
-from .kube import (
+from ..kube import (
     LABEL_ALLOCATION,
     MANAGED_BY,
     MANAGER,
@@ -31,6 +31,9 @@ from .kube import (
     get_backend,
     prune,
 )
+from ..models import Allocation, Pool
+from ..signals import allocation_status_changed
+from . import lifecycle
 from .manifests import (
     OWNED_KINDS,
     AllocationSpec,
@@ -39,8 +42,6 @@ from .manifests import (
     node_release,
     render_manifests,
 )
-from .models import Allocation, Pool
-from .signals import allocation_status_changed
 
 S = Allocation.Status
 
@@ -175,19 +176,91 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
         if claimed is None:
             return Allocation.objects.get(pk=allocation_id)
     Allocation.objects.filter(pk=allocation_id).update(attempts=F("attempts") + 1)
-    manifests = allocation_manifests(alloc)
-    if gitops_mode():
+    return provisioning_sink().publish(alloc, allocation_manifests(alloc), backend)
+
+
+# ---------------------------------------------------------------------------------------
+# Provisioning sinks: where desired state goes. One interface, two implementations, chosen
+# by PORTAL_PROVISIONING; the lifecycle code above and below never asks which.
+
+
+class ProvisioningSink(Protocol):
+    def publish(self, alloc: Allocation, manifests: list[dict],
+                backend: KubeBackend) -> Allocation:
+        """Make the desired state real (or committed); the allocation as it stands after."""
+
+    def withdraw(self, alloc: Allocation, backend: KubeBackend) -> list:
+        """Remove the allocation's objects (or its directory); what was removed."""
+
+    def withdrawn_words(self, withdrawn: list) -> str: ...
+
+    def repair(self, alloc: Allocation, manifests: list[dict],
+               backend: KubeBackend) -> list[str]:
+        """Bring desired state back; what had drifted, in words."""
+
+    def prune_leftovers(self, backend: KubeBackend) -> list: ...
+
+
+class ApplySink:
+    """Server-side apply to the cluster, in waves; drift read and repaired object by object."""
+
+    def publish(self, alloc, manifests, backend):
+        _progress(alloc.pk, 0, len(manifests))
+        done = 0
+        for wave in apply_waves(manifests):
+            apply_together(backend, wave)
+            done += len(wave)
+            _progress(alloc.pk, done, len(manifests))
+        allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                              reason=f"Provisioned: {len(manifests)} object(s) applied in "
+                                     f"namespace {alloc.namespace}.")
+        return Allocation.objects.get(pk=alloc.pk)
+
+    def withdraw(self, alloc, backend):
+        return prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                     kinds=OWNED_KINDS)
+
+    def withdrawn_words(self, withdrawn):
+        return f"Retired: removed {len(withdrawn)} object(s)"
+
+    def repair(self, alloc, manifests, backend):
+        return _repair_in_cluster(alloc, manifests, backend)
+
+    def prune_leftovers(self, backend):
+        return _prune_leftovers(backend)
+
+
+class GitSink:
+    """Commit to Git for Argo CD or Flux; the cluster is followed (follow_gitops) until it
+    has every object. The repository is the desired state: repair re-publishes, and the
+    GitOps tool prunes what Git no longer holds."""
+
+    def publish(self, alloc, manifests, backend):
         return _publish(alloc, manifests, backend)
-    _progress(allocation_id, 0, len(manifests))
-    done = 0
-    for wave in apply_waves(manifests):
-        apply_together(backend, wave)
-        done += len(wave)
-        _progress(allocation_id, done, len(manifests))
-    allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
-                          reason=f"Provisioned: {len(manifests)} object(s) applied in namespace "
-                                 f"{alloc.namespace}.")
-    return Allocation.objects.get(pk=allocation_id)
+
+    def withdraw(self, alloc, backend):
+        return _unpublish(alloc)
+
+    def withdrawn_words(self, withdrawn):
+        if withdrawn:
+            return (f"Retired: its directory is removed from Git ({withdrawn[0]}); the GitOps "
+                    "tool prunes its objects")
+        return "Retired: nothing of it was in Git"
+
+    def repair(self, alloc, manifests, backend):
+        published = _publish_only(alloc)
+        return [f"its directory differed from the portal's and was committed again "
+                f"({published.commit[:12]})"] if published.changed else []
+
+    def prune_leftovers(self, backend):
+        return []
+
+
+SINKS: dict[str, ProvisioningSink] = {"apply": ApplySink(), "gitops": GitSink()}
+
+
+def provisioning_sink() -> ProvisioningSink:
+    return SINKS[settings.PORTAL_PROVISIONING]
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,13 +419,7 @@ def allocation_mark_expiring(allocation_id: int) -> None:
 
 
 def retired_reason(deleted: list, released: list[str]) -> str:
-    if not gitops_mode():
-        head = f"Retired: removed {len(deleted)} object(s)"
-    elif deleted:
-        head = (f"Retired: its directory is removed from Git ({deleted[0]}); the GitOps tool "
-                "prunes its objects")
-    else:
-        head = "Retired: nothing of it was in Git"
+    head = provisioning_sink().withdrawn_words(deleted)
     return head + (f", released {len(released)} dedicated node(s)" if released else "") + "."
 
 
@@ -367,11 +434,7 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status == S.RETIRED:
         return alloc
-    if gitops_mode():
-        deleted = _unpublish(alloc)
-    else:
-        deleted = prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
-                        kinds=OWNED_KINDS)
+    deleted = provisioning_sink().withdraw(alloc, backend)
     released = []
     for node in alloc.nodes.all():
         backend.apply(node_release(node.name))  # drops the labels and taint we owned
@@ -401,12 +464,13 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status not in lifecycle.RECONCILED:
         return []
-    if gitops_mode():
-        published = _publish_only(alloc)
-        return [f"its directory differed from the portal's and was committed again "
-                f"({published.commit[:12]})"] if published.changed else []
+    return provisioning_sink().repair(alloc, allocation_manifests(alloc), backend)
+
+
+def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
+                       backend: KubeBackend) -> list[str]:
     found = []
-    for manifest in allocation_manifests(alloc):
+    for manifest in manifests:
         key = ObjectKey.of(manifest)
         live = backend.get(key.api_version, key.kind, key.name, key.namespace)
         if live is None:
@@ -419,7 +483,7 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
         backend.apply(manifest, force=manifest["kind"] != "Node")
     # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
     # another role) are removed; the namespace itself is always among the desired.
-    desired = {ObjectKey.of(m) for m in allocation_manifests(alloc)}
+    desired = {ObjectKey.of(m) for m in manifests}
     for key in prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
                      kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
                      keep=desired):
@@ -436,8 +500,12 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
 
 
 def prune_leftovers(*, backend: KubeBackend | None = None) -> list[ObjectKey]:
-    """Objects the portal manages whose allocation is retired or unknown."""
-    backend = backend or get_backend()
+    """Objects the portal manages whose allocation is retired or unknown (the GitOps tool
+    prunes for itself what Git no longer holds)."""
+    return provisioning_sink().prune_leftovers(backend or get_backend())
+
+
+def _prune_leftovers(backend: KubeBackend) -> list[ObjectKey]:
     live_ids = {str(pk) for pk in Allocation.objects.exclude(status=S.RETIRED)
                 .values_list("pk", flat=True)}
     removed = []

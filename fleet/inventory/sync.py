@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from tenants.audit import audit_bulk, audit_record
 
+from ..kube import DryRunBackend, KubeBackend, KubeError, get_backend
+from ..models import Allocation, GpuNode, NodeOutage, Pool
 from .capacity import NodeFacts, node_changes, parse_node
-from .kube import DryRunBackend, KubeBackend, KubeError, get_backend
-from .models import Allocation, GpuNode, NodeOutage, Pool
+from .selectors import node_facts
 
 NODE_FIELDS = (
     "pool_label", "gpu_model", "gpu_count", "gpu_memory_mib", "mig_capable", "mig_config",
@@ -184,7 +185,7 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
     # Only what changed is loaded and locked.
     existing = {n.name: n for n in GpuNode.objects.select_for_update().filter(
         name__in=[f.name for f in live] + gone_names)}
-    diffs, gone = diff_fleet({name: row.facts() for name, row in existing.items()}, live)
+    diffs, gone = diff_fleet({name: node_facts(row) for name, row in existing.items()}, live)
     to_create, to_update, lost = [], [], []
     for diff in diffs:
         facts = diff.facts
@@ -288,31 +289,3 @@ def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
                      reason=f"Capacity under this allocation was lost: {reason}")
         flagged.append(alloc.pk)
     return flagged
-
-
-@transaction.atomic
-def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuNode:
-    """Mark a node for retirement (it leaves promisable capacity at once), or undo it."""
-    from tenants.access import require_platform_admin
-
-    require_platform_admin(by)
-    if not reason.strip():
-        raise ValueError("Give a reason: it is kept in the node's history.")
-    node = GpuNode.objects.select_for_update().get(pk=node.pk)
-    if node.retiring == retiring:
-        return node
-    node.retiring = retiring
-    node.retiring_reason = reason.strip() if retiring else ""
-    facts = node.facts()
-    node.state, node.reason = facts.state, facts.reason
-    node.save(update_fields=["retiring", "retiring_reason", "state", "reason"])
-    audit_record(actor=by, subject=node, action="node.retiring" if retiring else
-                 "node.retirement_cancelled", reason=reason)
-    now = timezone.now()
-    if retiring:
-        NodeOutage.objects.create(node=node, started_at=now, reason=f"Retiring: {reason}")
-        flag_allocations_on([node], by=by)
-    else:
-        NodeOutage.objects.filter(node=node, ended_at__isnull=True).update(ended_at=now)
-        clear_recovered_flags(by=by)
-    return node

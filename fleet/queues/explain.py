@@ -12,65 +12,35 @@ from decimal import Decimal
 from django.db.models import Count
 from django.utils import timezone
 
-from .domain import mig_share
-from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
-from .pricing import borrowing_is_billed, money, pool_rate
-from .queues import (
+from ..domain import mig_share
+from ..inventory.pricing import borrowing_is_billed, money, pool_rate
+from ..inventory.selectors import mig_weights
+from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from .reading import (
+    HISTORY_DAYS,
+    PendingLine,
+    _history_waits,
+    _pending_lines,
+    cohort_room,
+    queue_facts_of,
+    row_facts,
+)
+from .truth import (
     ADMITTED,
     DEACTIVATED,
     PENDING,
     CohortRow,
     DayFigures,
-    Estimate,
     QueueFacts,
-    Stop,
-    Waiting,
     WorkloadFacts,
     amount,
     cohort_board,
     duration,
-    estimate_start,
     explain_deactivated,
-    explain_pending,
     history_by_day,
     percentile,
-    queue_order,
     queue_policy_words,
 )
-from .selectors import mig_weights
-
-HISTORY_DAYS = 14
-
-
-def row_facts(row: QueueWorkload) -> WorkloadFacts:
-    """A stored workload as the pure functions see it."""
-    stop = Stop(row.stopped_at, row.stop_reason, row.stop_preemption, row.stop_detail) \
-        if row.stop_reason else None
-    return WorkloadFacts(
-        uid=row.uid, namespace=row.namespace, name=row.name, job=row.job,
-        local_queue=row.local_queue, cluster_queue=row.cluster_queue, priority=row.priority,
-        submitted_at=row.submitted_at, devices=row.devices, state=row.state,
-        admitted_at=row.admitted_at, finished_at=row.finished_at, max_seconds=row.max_seconds,
-        pending_reason=row.pending_reason, pending_raw=row.pending_detail, stop=stop,
-        requeued_at=row.requeued_at, resource_version=row.resource_version)
-
-
-def queue_facts_of(state: ClusterQueueState) -> QueueFacts:
-    return QueueFacts(name=state.name, cohort=state.cohort, resource=state.resource,
-                      nominal=state.nominal, borrowing_limit=state.borrowing_limit,
-                      usage=state.usage, borrowed=state.borrowed, pending=state.pending,
-                      admitted=state.admitted, active=state.active,
-                      inactive_reason=state.inactive_reason)
-
-
-@dataclass
-class PendingLine:
-    facts: WorkloadFacts
-    position: int | None
-    position_source: str
-    waited_seconds: float
-    waiting: Waiting
-    estimate: Estimate
 
 
 @dataclass
@@ -133,19 +103,6 @@ class QueueView:
         }
 
 
-def cohort_room(state: ClusterQueueState, peers: list[ClusterQueueState]
-                ) -> tuple[Decimal, Decimal]:
-    """What the rest of the cohort could lend `state` now, and how much of its unused quota
-    others borrow meanwhile (numbers, never who). `peers`: the other queues of its cohort."""
-    if not state.cohort:
-        return Decimal(0), Decimal(0)
-    nominal = sum((s.nominal for s in peers), state.nominal)
-    usage = sum((s.usage for s in peers), state.usage)
-    total_free = max(Decimal(0), nominal - usage)
-    own_free = max(Decimal(0), state.nominal - state.usage)
-    return max(Decimal(0), total_free - own_free), max(Decimal(0), own_free - total_free)
-
-
 def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Decimal,
                                                    Decimal]:
     state = ClusterQueueState.objects.filter(allocation=alloc).first()
@@ -153,42 +110,6 @@ def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Deci
         return state, Decimal(0), Decimal(0)
     peers = list(ClusterQueueState.objects.filter(cohort=state.cohort).exclude(pk=state.pk))
     return (state, *cohort_room(state, peers))
-
-
-def _history_waits(allocation_ids, since: dt.datetime
-                   ) -> dict[int, dict[tuple[str, int], list[float]]]:
-    """allocation → (LocalQueue, priority) → waits of its admissions since `since`."""
-    out: dict[int, dict[tuple[str, int], list[float]]] = defaultdict(lambda: defaultdict(list))
-    for alloc_id, lq, prio, wait in QueueEvent.objects.filter(
-            allocation_id__in=allocation_ids, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
-            wait_seconds__isnull=False).values_list("allocation_id", "local_queue", "priority",
-                                                    "wait_seconds"):
-        out[alloc_id][(lq, prio)].append(wait)
-    return out
-
-
-def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: Decimal,
-                   lent: Decimal, waits: dict[tuple[str, int], list[float]],
-                   now: dt.datetime) -> list[PendingLine]:
-    facts = [row_facts(r) for r in rows]
-    running = [f for f in facts if f.state == ADMITTED]
-    waiting = sorted((f for f in facts if f.state == PENDING), key=queue_order)
-    by_uid = {r.uid: r for r in rows}
-    lines = []
-    # BestEffortFIFO: a workload that can never fit does not hold back the ones behind it.
-    can_fit = [f for f in waiting if f.devices <= queue.ceiling]
-    for i, f in enumerate(waiting):
-        ahead = [a for a in can_fit if queue_order(a) < queue_order(f)]
-        why = explain_pending(f, queue, own_running=running, ahead=ahead,
-                              cohort_free=cohort_free, now=now, lent=lent)
-        est = estimate_start(f, why, own_running=running,
-                             history_waits=waits.get((f.local_queue, f.priority), []), now=now)
-        row = by_uid[f.uid]
-        since = f.requeued_at or f.submitted_at or now
-        lines.append(PendingLine(f, row.position if row.position is not None else i,
-                                 row.position_source or "computed",
-                                 (now - since).total_seconds(), why, est))
-    return lines
 
 
 def history_groups(alloc: Allocation, now: dt.datetime) -> list[dict]:
@@ -265,46 +186,6 @@ def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HI
                     allocation__in=allocations, hour__gte=start, borrowed_s__gt=0)
                 .select_related("allocation")] if not narrowed else []
     return history_by_day(admissions, preemptions, borrowed, since=since, until=now.date())
-
-
-def first_estimates(now: dt.datetime) -> int:
-    """Record the first start-time estimate of each new pending workload, so the estimates'
-    track record can be shown later (an estimate is only worth what its errors were).
-    A handful of queries whatever the number of queues (it runs in every queue sync)."""
-    new_uids = set(QueueWorkload.objects.filter(
-        state=PENDING, first_estimate_at__isnull=True, first_estimate_basis="")
-        .values_list("uid", flat=True))
-    if not new_uids:
-        return 0
-    alloc_ids = set(QueueWorkload.objects.filter(uid__in=new_uids)
-                    .values_list("allocation_id", flat=True))
-    states = {s.allocation_id: s for s in ClusterQueueState.objects.filter(
-        allocation_id__in=alloc_ids)}
-    cohorts: dict[str, list[ClusterQueueState]] = defaultdict(list)
-    for peer in ClusterQueueState.objects.filter(
-            cohort__in={s.cohort for s in states.values() if s.cohort}):
-        cohorts[peer.cohort].append(peer)
-    rows: dict[int, list[QueueWorkload]] = defaultdict(list)
-    for row in QueueWorkload.objects.filter(allocation_id__in=list(states),
-                                            state__in=(ADMITTED, PENDING)):
-        rows[row.allocation_id].append(row)
-    waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))
-    done = []
-    for alloc_id, state in states.items():
-        peers = [p for p in cohorts.get(state.cohort, []) if p.pk != state.pk]
-        cohort_free, lent = cohort_room(state, peers)
-        by_uid = {r.uid: r for r in rows[alloc_id]}
-        for line in _pending_lines(queue_facts_of(state), rows[alloc_id], cohort_free, lent,
-                                   waits[alloc_id], now):
-            if line.facts.uid in new_uids:
-                row = by_uid[line.facts.uid]
-                row.first_estimate_at, row.first_estimate_basis = line.estimate.at, \
-                    line.estimate.basis
-                done.append(row)
-    # Only the first estimate counts: rows that have one are never selected again.
-    QueueWorkload.objects.bulk_update(done, ["first_estimate_at", "first_estimate_basis"],
-                                      batch_size=500)
-    return len(done)
 
 
 @dataclass

@@ -22,11 +22,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from . import lifecycle
-from .kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, get_backend
-from .models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
-from .queue_explain import first_estimates, row_facts
-from .queues import (
+from ..allocations import lifecycle
+from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, get_backend
+from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from ..vocabulary import KUEUE, KUEUE_VISIBILITY
+from .reading import first_estimates, row_facts
+from .truth import (
     ADMITTED,
     DEACTIVATED,
     FINISHED,
@@ -38,7 +39,6 @@ from .queues import (
     parse_workload,
     queue_order,
 )
-from .vocabulary import KUEUE, KUEUE_VISIBILITY
 
 log = logging.getLogger(__name__)
 VISIBILITY = KUEUE_VISIBILITY

@@ -12,8 +12,8 @@ from tenants.access import require_platform_admin
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
+from ..models import Allocation, GpuNode, Pool, Route
 from . import lifecycle
-from .models import Allocation, GpuNode, Pool, Route
 from .provisioning import allocation_transition
 from .tasks import provision_allocation
 
@@ -100,34 +100,6 @@ def allocation_extend(*, allocation: Allocation, ends_at: dt.datetime | None, by
                                   action="allocation.renewed",
                                   reason=f"Renewed until {until} (was {was}): {reason}")
     return moved
-
-
-@transaction.atomic
-def pool_set_rate(*, pool: Pool, rate: Decimal, by=None, effective_from=None) -> None:
-    """A pool's first price (from the beginning), or, later, a price from a moment on.
-    Billing's rate page adds future-dated cards with its own checks (closed months)."""
-    from .models import RateCard
-    from .pricing import BEGINNING
-
-    since = effective_from or BEGINNING
-    RateCard.objects.update_or_create(pool=pool, gpu_model="", effective_from=since,
-                                      defaults={"rate_per_device_hour": rate})
-    when = "the beginning" if since == BEGINNING else f"{since:%Y-%m-%d %H:%M} UTC"
-    audit_record(actor=by, subject=pool, action="rate.created",
-                 reason=f"{pool.name}: {rate} per device-hour from {when}.")
-
-
-@transaction.atomic
-def pool_update(*, form, by) -> Pool:
-    """Save an admin's pool edit with an audit row naming what changed."""
-    require_platform_admin(by)
-    changed = sorted(form.changed_data)
-    pool = form.save()
-    if changed:
-        audit_record(actor=by, subject=pool, action="pool.updated",
-                     reason=f"{pool.name}: changed {', '.join(changed)}.",
-                     data={name: str(form.cleaned_data.get(name)) for name in changed})
-    return pool
 
 
 @transaction.atomic

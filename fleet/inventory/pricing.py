@@ -54,7 +54,7 @@ def money_text(value, currency: str | None = None) -> str:
 def borrowing_is_billed(route: str) -> bool:
     """Borrowed device-hours are charged on every route whose queue may borrow (a cohort's
     shared pool and MIG pool); the queue page prices borrowing only where this says so."""
-    from .domain import Route
+    from ..domain import Route
 
     return route in (Route.SHARED_POOL, Route.MIG_VCLUSTER)
 
@@ -66,7 +66,7 @@ def rate_history(pool_ids: Iterable[int]) -> dict[int, list[Rate]]:
     query."""
     from django.db.models import F, Q
 
-    from .models import RateCard
+    from ..models import RateCard
 
     out: dict[int, list[Rate]] = defaultdict(list)
     cards = RateCard.objects.filter(pool_id__in=list(pool_ids)).filter(

@@ -1,0 +1,118 @@
+"""Background work of allocations: provisioning, expiry, reconcile, GitOps follow-up. Tasks
+take ids and are safe to run twice."""
+
+from celery import shared_task
+from django.utils import timezone
+
+from ..kube import KubeError
+
+UNEXPECTED_ERROR_RETRIES = 2
+
+
+# max_retries=None: the task counts retries itself (PORTAL_PROVISION_MAX_RETRIES) and then
+# fails the allocation with the message, rather than letting Celery raise.
+@shared_task(bind=True, name="fleet.tasks.provision_allocation", acks_late=True,
+             max_retries=None)
+def provision_allocation(self, allocation_id: int) -> str:
+    """Apply an allocation's objects; retry transient errors with back-off, fail on the rest."""
+    from django.conf import settings
+
+    from .provisioning import allocation_fail, allocation_provision
+
+    try:
+        return allocation_provision(allocation_id).status
+    except Exception as exc:
+        retries = settings.PORTAL_PROVISION_MAX_RETRIES
+        if not isinstance(exc, KubeError):
+            # Not the cluster's answer but our own failure (a library error, the database
+            # away): retried a couple of times, then the allocation fails with the message
+            # instead of hanging in "provisioning" until the stall check.
+            retries = min(retries, UNEXPECTED_ERROR_RETRIES)
+            exc = KubeError(f"Unexpected error while provisioning: "
+                            f"{exc.__class__.__name__}: {exc}", retriable=True)
+        if exc.retriable and self.request.retries < retries:
+            from ..models import Allocation
+
+            Allocation.objects.filter(pk=allocation_id).update(
+                status_message=f"Retrying after a transient error: {exc.message}")
+            delay = min(300, settings.PORTAL_PROVISION_RETRY_SECONDS * 2 ** self.request.retries)
+            raise self.retry(exc=exc, countdown=delay) from exc
+        allocation_fail(allocation_id, exc.message if not exc.retriable else
+                        f"Gave up after {self.request.retries} retries: {exc.message}")
+        return "failed"
+
+
+@shared_task(name="fleet.tasks.requeue_stalled")
+def requeue_stalled() -> str:
+    """Queue provisioning again where its task was lost (beat, every minute)."""
+    from django.conf import settings
+
+    from tenants.audit import audit_record
+
+    from ..models import Allocation
+    from .provisioning import stalled_provisioning
+
+    stall = timezone.timedelta(seconds=settings.PORTAL_PROVISION_STALL_SECONDS)
+    pks = stalled_provisioning(timezone.now(), stall)
+    for alloc in Allocation.objects.filter(pk__in=pks).select_related("tenant"):
+        audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.requeued",
+                     reason=f"Provisioning queued again: no progress for "
+                            f"{settings.PORTAL_PROVISION_STALL_SECONDS} s "
+                            f"(status {alloc.status}).")
+        provision_allocation.delay(alloc.pk)
+    return f"{len(pks)} stalled allocation(s) queued again"
+
+
+@shared_task(name="fleet.tasks.expire_allocations")
+def expire_allocations() -> str:
+    from django.conf import settings
+
+    from .provisioning import (
+        allocation_mark_expiring,
+        allocation_retire,
+        allocations_due,
+    )
+
+    notice = timezone.timedelta(days=settings.PORTAL_EXPIRY_NOTICE_DAYS)
+    expiring, retire = allocations_due(timezone.now(), notice)
+    for pk in expiring:
+        allocation_mark_expiring(pk)
+    for pk in retire:
+        allocation_retire(pk)
+    return f"{len(expiring)} expiring, {len(retire)} retired"
+
+
+@shared_task(name="fleet.tasks.reconcile_allocations", autoretry_for=(KubeError,),
+             retry_backoff=True, max_retries=3)
+def reconcile_allocations() -> str:
+    from ..kube import DryRunBackend, get_backend
+    from ..models import Allocation
+    from .provisioning import allocation_reconcile, prune_leftovers
+
+    if isinstance(get_backend(), DryRunBackend):
+        # The dry run's record lives in one process: a fresh one would report every object
+        # "deleted" and write a drift repair into each allocation's trail.
+        return "reconcile skipped: the dry-run backend has no cluster to drift from"
+    drifted = 0
+    from .lifecycle import RECONCILED
+
+    for pk in Allocation.objects.filter(status__in=RECONCILED).values_list(
+            "pk", flat=True):
+        drifted += bool(allocation_reconcile(pk))
+    removed = prune_leftovers()  # nothing in GitOps mode: its tool prunes what Git lost
+    return f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
+
+
+@shared_task(name="fleet.tasks.follow_gitops", autoretry_for=(KubeError,), retry_backoff=True,
+             max_retries=3)
+def follow_gitops() -> str:
+    """GitOps mode: committed allocations become active when the cluster has their objects."""
+    from ..models import Allocation
+    from .provisioning import gitops_mode, gitops_progress
+
+    if not gitops_mode():
+        return "not in GitOps mode"
+    ids = list(Allocation.objects.filter(status="provisioning").values_list("pk", flat=True))
+    active = sum(gitops_progress(pk).status == "active" for pk in ids)
+    return f"{len(ids)} committed allocation(s) followed, {active} now active"

@@ -1,0 +1,70 @@
+"""Writes of the inventory: pools, their rates, and nodes marked for retirement. Each audits
+in the same transaction."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.access import require_platform_admin
+from tenants.audit import audit_record
+
+from ..models import GpuNode, NodeOutage, Pool
+from .selectors import node_facts
+from .sync import clear_recovered_flags, flag_allocations_on
+
+
+@transaction.atomic
+def pool_set_rate(*, pool: Pool, rate: Decimal, by=None, effective_from=None) -> None:
+    """A pool's first price (from the beginning), or, later, a price from a moment on.
+    Billing's rate page adds future-dated cards with its own checks (closed months)."""
+    from ..inventory.pricing import BEGINNING
+    from ..models import RateCard
+
+    since = effective_from or BEGINNING
+    RateCard.objects.update_or_create(pool=pool, gpu_model="", effective_from=since,
+                                      defaults={"rate_per_device_hour": rate})
+    when = "the beginning" if since == BEGINNING else f"{since:%Y-%m-%d %H:%M} UTC"
+    audit_record(actor=by, subject=pool, action="rate.created",
+                 reason=f"{pool.name}: {rate} per device-hour from {when}.")
+
+
+@transaction.atomic
+def pool_update(*, form, by) -> Pool:
+    """Save an admin's pool edit with an audit row naming what changed."""
+    require_platform_admin(by)
+    changed = sorted(form.changed_data)
+    pool = form.save()
+    if changed:
+        audit_record(actor=by, subject=pool, action="pool.updated",
+                     reason=f"{pool.name}: changed {', '.join(changed)}.",
+                     data={name: str(form.cleaned_data.get(name)) for name in changed})
+    return pool
+
+
+@transaction.atomic
+def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuNode:
+    """Mark a node for retirement (it leaves promisable capacity at once), or undo it."""
+    require_platform_admin(by)
+    if not reason.strip():
+        raise ValueError("Give a reason: it is kept in the node's history.")
+    node = GpuNode.objects.select_for_update().get(pk=node.pk)
+    if node.retiring == retiring:
+        return node
+    node.retiring = retiring
+    node.retiring_reason = reason.strip() if retiring else ""
+    facts = node_facts(node)
+    node.state, node.reason = facts.state, facts.reason
+    node.save(update_fields=["retiring", "retiring_reason", "state", "reason"])
+    audit_record(actor=by, subject=node, action="node.retiring" if retiring else
+                 "node.retirement_cancelled", reason=reason)
+    now = timezone.now()
+    if retiring:
+        NodeOutage.objects.create(node=node, started_at=now, reason=f"Retiring: {reason}")
+        flag_allocations_on([node], by=by)
+    else:
+        NodeOutage.objects.filter(node=node, ended_at__isnull=True).update(ended_at=now)
+        clear_recovered_flags(by=by)
+    return node
