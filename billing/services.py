@@ -16,6 +16,7 @@ from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
 from fleet.models import Allocation, NodeOutage
 from tenants.audit import audit_record
+from tenants.errors import DomainError
 from tenants.fields import decimal_for_column
 from tenants.models import Tenant
 
@@ -35,10 +36,8 @@ from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, U
 BILLED = tuple(sorted(lifecycle.BILLED))
 
 
-class BillingError(Exception):
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+class BillingError(DomainError):
+    """A refusal of billing (a rate, a close, an adjustment)."""
 
 
 @dataclass
@@ -303,13 +302,9 @@ def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
 
 
 def require_billing_role(user) -> None:
-    from django.core.exceptions import PermissionDenied
+    from tenants.access import require_billing_writer
 
-    from tenants.access import roles_for
-
-    roles = roles_for(user)
-    if not (roles.finance or roles.platform_admin):
-        raise PermissionDenied("Only finance and platform admins close and adjust statements.")
+    require_billing_writer(user)
 
 
 @transaction.atomic

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from fleet.models import Allocation, Route
-from tenants.access import roles_for, visible_tenants
+from tenants.access import billing_scope, require_rates_reader, roles_for, visible_tenants
 from tenants.models import Tenant
 
 from . import services
@@ -34,13 +34,8 @@ SORTS = {"name": lambda r: (r.name.lower(), r.tenant_id),
 
 
 def _billing_reader(user):
-    """Finance and admins see every tenant; leads and members their own."""
-    roles = roles_for(user)
-    if roles.sees_all_tenants:
-        return None
-    if not roles.tenant_ids:
-        raise PermissionDenied("Billing is for finance, admins and a tenant's own people.")
-    return roles.tenant_ids
+    """Finance and admins see every tenant; leads and members their own (tenants.access)."""
+    return billing_scope(user)
 
 
 MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
@@ -241,9 +236,7 @@ def rates(request):
 
     from .models import RateCard
 
-    roles = roles_for(request.user)
-    if not (roles.platform_admin or roles.finance):
-        raise PermissionDenied("Rate cards are for platform admins and finance.")
+    roles = require_rates_reader(request.user)
     errors = {}
     if request.method == "POST":
         if not roles.platform_admin:

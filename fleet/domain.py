@@ -8,6 +8,8 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.db.models import TextChoices
 
+from tenants.errors import DomainError
+
 
 class Route(TextChoices):
     """The four cells of the intake matrix; each pool serves exactly one."""
@@ -41,3 +43,7 @@ def mig_device_equivalents(profile: str, count: int,
                            weights: Mapping[str, Decimal | str] | None = None) -> Decimal:
     """`count` slices of `profile` as device-equivalents, to the places allocations store."""
     return (mig_share(profile, weights) * count).quantize(DEVICE_PLACES, rounding=ROUND_HALF_UP)
+
+
+class FleetError(DomainError, ValueError):
+    """A refusal of the fleet (a ValueError too, for callers that catch it so)."""

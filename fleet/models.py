@@ -11,6 +11,7 @@ from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .allocations import lifecycle
 from .domain import Route
+from .vocabulary import NodeState, WorkloadState
 
 __all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
 
@@ -149,7 +150,8 @@ class GpuNode(models.Model):
     # Set by a platform admin in the portal; takes the node out of promisable capacity.
     retiring = models.BooleanField(default=False)
     retiring_reason = models.TextField(blank=True)
-    state = models.CharField(max_length=20, db_index=True, default="unvalidated")
+    state = models.CharField(max_length=20, db_index=True, choices=NodeState.CHOICES,
+                             default=NodeState.UNVALIDATED)
     reason = models.TextField(blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
     # Digest of the facts last read (fleet.inventory.sync.facts_digest): a sync compares digests and
@@ -187,12 +189,12 @@ class NodeOutage(models.Model):
 class QueueWorkload(models.Model):
     """A Kueue Workload in an allocation's namespace, as the portal last read it."""
 
-    class State(models.TextChoices):
-        PENDING = "pending", "Pending"
-        ADMITTED = "admitted", "Running"
-        DEACTIVATED = "deactivated", "Deactivated"
-        FINISHED = "finished", "Finished"
-        GONE = "gone", "Deleted"
+    class State(models.TextChoices):  # the values of fleet.vocabulary.WorkloadState
+        PENDING = WorkloadState.PENDING, "Pending"
+        ADMITTED = WorkloadState.ADMITTED, "Running"
+        DEACTIVATED = WorkloadState.DEACTIVATED, "Deactivated"
+        FINISHED = WorkloadState.FINISHED, "Finished"
+        GONE = WorkloadState.GONE, "Deleted"
 
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE,
                                    related_name="workloads")

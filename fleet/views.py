@@ -18,8 +18,9 @@ from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools
 from .inventory.services import node_set_retiring
 from .kube import KubeError
 from .models import Allocation, GpuNode, Pool
+from .vocabulary import NodeState
 
-NODE_STATES = ["schedulable", "cordoned", "unhealthy", "unvalidated", "retiring", "gone"]
+NODE_STATES = list(NodeState.ALL)
 
 
 def _pool_rows(nodes_by_pool: dict):

@@ -29,6 +29,25 @@ DEDICATED_LABEL = "aifactory.io/dedicated-to"
 # the ones that make a node unhealthy; these are its default).
 DEFAULT_GPU_CONDITIONS = ("GpuXidError", "GpuEccError", "GpuNvlinkError", "GpuThermal")
 
+# States, each defined once (choices for the models, names for the pure functions)
+class NodeState:
+    """What a GPU node is to the portal, in the order a fleet page lists them."""
+
+    SCHEDULABLE, CORDONED, UNHEALTHY = "schedulable", "cordoned", "unhealthy"
+    UNVALIDATED, RETIRING, GONE = "unvalidated", "retiring", "gone"
+    ALL = (SCHEDULABLE, CORDONED, UNHEALTHY, UNVALIDATED, RETIRING, GONE)
+    CHOICES = [(s, s.capitalize()) for s in ALL]
+
+
+class WorkloadState:
+    """A Kueue Workload as the portal reads it (fleet.queues.truth)."""
+
+    PENDING, ADMITTED, DEACTIVATED = "pending", "admitted", "deactivated"
+    FINISHED, GONE = "finished", "gone"
+    CHOICES = [(PENDING, "Pending"), (ADMITTED, "Running"), (DEACTIVATED, "Deactivated"),
+               (FINISHED, "Finished"), (GONE, "Deleted")]
+
+
 # Resources
 WHOLE_GPU = "nvidia.com/gpu"
 DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: MIG devices carry its attributes

@@ -540,12 +540,17 @@ def check_transition(*, action: str, status: Status, is_admin: bool, is_lead: bo
     return TransitionCheck(True, rule.to_state, "")
 
 
+def no_pool_message(route: Route | str, gpu_model: str = "") -> str:
+    """The one sentence for a route no active pool serves (with this GPU model)."""
+    return (f"No active pool serves {Route(route).label}"
+            + (f" with {gpu_model}" if gpu_model else ""))
+
+
 def submit_blocked(decision: RouteDecision, plan: RequestPlan | None, gpu_model: str) -> str:
     """Why submitting these answers cannot pass (the service would refuse it), or ''. Only
     what no edit of the dates or a wait can fix: the form disables its submit with it."""
     if decision.route and plan is None:
-        return (f"No active pool serves {Route(decision.route).label}"
-                + (f" with {gpu_model}" if gpu_model else "") + ": change the answers.")
+        return no_pool_message(decision.route, gpu_model) + ": change the answers."
     if plan is not None and plan.fit is Fit.NEVER:
         return plan.fit_reason
     return ""

@@ -18,6 +18,7 @@ from fleet.allocations.services import (
 from fleet.models import Pool, Route
 from tenants.access import roles_for
 from tenants.audit import audit_record
+from tenants.errors import DomainError
 from tenants.models import Tenant
 
 from .domain import (
@@ -25,6 +26,7 @@ from .domain import (
     Fit,
     Status,
     check_transition,
+    no_pool_message,
     override_decision,
 )
 from .models import CapacityRequest
@@ -37,13 +39,8 @@ EDITABLE_FIELDS = (
 )
 
 
-class IntakeError(Exception):
-    """A domain refusal with a message for the user and optional field errors."""
-
-    def __init__(self, message: str, *, fields: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.fields = fields or {}
+class IntakeError(DomainError):
+    """A refusal of the intake: a message for the user and optional field errors."""
 
 
 def _check(request: CapacityRequest, action: str, by, reason: str = "") -> Status:
@@ -144,9 +141,8 @@ def request_submit(*, request: CapacityRequest, by) -> CapacityRequest:
     if not decision.ok:
         raise IntakeError(decision.reason, fields=dict(decision.errors))
     if plan is None:
-        raise IntakeError(f"No active pool serves {Route(decision.route).label}"
-                          + (f" with {request.gpu_model}" if request.gpu_model else "")
-                          + ".", fields={"gpu_model": "No pool offers this GPU model here."})
+        raise IntakeError(no_pool_message(decision.route, request.gpu_model) + ".",
+                          fields={"gpu_model": "No pool offers this GPU model here."})
     if plan.errors:
         raise IntakeError(" ".join(m for _, m in plan.errors), fields=dict(plan.errors))
     if request.renews_id:
@@ -208,7 +204,7 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
     pool = pool_for_route(decision, request.gpu_model,
                           None if overridden else (request.pool if request.pool_id else None))
     if pool is None:
-        raise IntakeError(f"No active pool serves {Route(decision.route).label}.")
+        raise IntakeError(no_pool_message(decision.route) + ".")
     # Lock the pool, then plan once: numbers read before the lock could be stale.
     pool = Pool.objects.select_for_update(of=("self",)).get(pk=pool.pk)
     approval = approval_plan(request, decision=decision, pool=pool)

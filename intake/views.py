@@ -17,6 +17,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.allocations.manifests import tenant_may_see
 from tenants.access import (
+    require_lead_of,
     require_platform_admin,
     roles_for,
     scope_to_tenants,
@@ -134,9 +135,7 @@ def request_new(request):
 
 
 def _require_lead_of(user, obj: CapacityRequest) -> None:
-    """Acting on a request is for the tenant's leads: anyone else who may see it gets 403."""
-    if not roles_for(user).can_file_for(obj.tenant_id):
-        raise PermissionDenied("Only a team lead of this tenant may do that.")
+    require_lead_of(user, obj.tenant_id)
 
 
 def _attach(form, exc: services.IntakeError) -> None:

@@ -8,9 +8,9 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 
 def exception_handler(exc, context):
-    from intake.services import IntakeError
+    from tenants.errors import DomainError
 
-    if isinstance(exc, IntakeError):
+    if isinstance(exc, DomainError):  # every app's refusals, mapped once
         return Response({"message": exc.message, "extra": {"fields": exc.fields}},
                         status=status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)

@@ -117,7 +117,35 @@ def require_platform_admin(user) -> PortalRoles:
 
 
 def require_lead_of(user, tenant_id: int) -> PortalRoles:
+    """Acting for a tenant (filing, editing, renewing) is for its leads: anyone else who may
+    see the object gets 403."""
     roles = roles_for(user)
     if not roles.can_file_for(tenant_id):
-        raise PermissionDenied("Only a team lead of this tenant may do this.")
+        raise PermissionDenied("Only a team lead of this tenant may do that.")
     return roles
+
+
+def require_billing_writer(user) -> PortalRoles:
+    """Closing, reopening and adjusting statements, and setting budgets."""
+    roles = roles_for(user)
+    if not (roles.finance or roles.platform_admin):
+        raise PermissionDenied("Only finance and platform admins close and adjust statements.")
+    return roles
+
+
+def require_rates_reader(user) -> PortalRoles:
+    roles = roles_for(user)
+    if not (roles.platform_admin or roles.finance):
+        raise PermissionDenied("Rate cards are for platform admins and finance.")
+    return roles
+
+
+def billing_scope(user) -> list[int] | None:
+    """The tenants whose billing the user reads: None for every tenant (finance, admins),
+    else its own (leads and members); nobody else reads billing."""
+    roles = roles_for(user)
+    if roles.sees_all_tenants:
+        return None
+    if not roles.tenant_ids:
+        raise PermissionDenied("Billing is for finance, admins and a tenant's own people.")
+    return roles.tenant_ids

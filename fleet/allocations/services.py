@@ -12,12 +12,14 @@ from tenants.access import require_platform_admin
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
+from ..domain import FleetError
 from ..models import Allocation, GpuNode, Pool, Route
 from . import lifecycle
 from .provisioning import allocation_transition
 from .tasks import provision_allocation
 
 log = logging.getLogger(__name__)
+
 
 
 def namespace_for(tenant: Tenant, suffix: str) -> str:
@@ -73,7 +75,7 @@ def allocation_reserve_nodes(*, allocation: Allocation, names: tuple[str, ...] |
     if allocation.route != Route.DEDICATED_BLOCK or count <= 0 or names is None:
         return []
     if len(names) < count:
-        raise ValueError(f"only {len(names)} free validated node(s), {count} needed")
+        raise FleetError(f"only {len(names)} free validated node(s), {count} needed")
     allocation.nodes.set(GpuNode.objects.filter(pool=allocation.pool, name__in=names))
     audit_record(actor=by, subject=allocation, tenant=allocation.tenant,
                  action="allocation.nodes_reserved",
@@ -89,7 +91,7 @@ def allocation_extend(*, allocation: Allocation, ends_at: dt.datetime | None, by
     the lifecycle's one transition, which audits it)."""
     alloc = Allocation.objects.select_for_update(of=("self",)).get(pk=allocation.pk)
     if alloc.status not in lifecycle.RENEWABLE:
-        raise ValueError(f"only an active or expiring allocation can be renewed; this one is "
+        raise FleetError(f"only an active or expiring allocation can be renewed; this one is "
                          f"{alloc.get_status_display().lower()}")
     old_end = alloc.ends_at
     Allocation.objects.filter(pk=alloc.pk).update(ends_at=ends_at, expiry_notice_sent=False)
@@ -111,5 +113,5 @@ def allocation_retry(*, allocation: Allocation, by) -> None:
                                   reason="Retry requested by a platform admin.",
                                   action="allocation.retry")
     if moved is None:
-        raise ValueError("Only a failed allocation can be retried.")
+        raise FleetError("Only a failed allocation can be retried.")
     _queue_provisioning(allocation.pk)

@@ -26,6 +26,7 @@ from ..vocabulary import (  # noqa: F401 - the names this module's readers use
     GFD_PRODUCT,
     VALIDATED_LABEL,
     WHOLE_GPU,
+    NodeState,
 )
 from ..vocabulary import LABEL_POOL as POOL_LABEL
 
@@ -69,16 +70,16 @@ class NodeFacts:
     @property
     def state(self) -> str:
         if not self.present:
-            return "gone"
+            return NodeState.GONE
         if self.retiring:
-            return "retiring"
+            return NodeState.RETIRING
         if not self.validated:
-            return "unvalidated"
+            return NodeState.UNVALIDATED
         if not self.healthy:
-            return "unhealthy"
+            return NodeState.UNHEALTHY
         if self.cordoned:
-            return "cordoned"
-        return "schedulable"
+            return NodeState.CORDONED
+        return NodeState.SCHEDULABLE
 
     @property
     def reason(self) -> str:

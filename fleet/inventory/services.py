@@ -11,6 +11,7 @@ from django.utils import timezone
 from tenants.access import require_platform_admin
 from tenants.audit import audit_record
 
+from ..domain import FleetError
 from ..models import GpuNode, NodeOutage, Pool
 from .selectors import node_facts
 from .sync import clear_recovered_flags, flag_allocations_on
@@ -49,7 +50,7 @@ def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuN
     """Mark a node for retirement (it leaves promisable capacity at once), or undo it."""
     require_platform_admin(by)
     if not reason.strip():
-        raise ValueError("Give a reason: it is kept in the node's history.")
+        raise FleetError("Give a reason: it is kept in the node's history.")
     node = GpuNode.objects.select_for_update().get(pk=node.pk)
     if node.retiring == retiring:
         return node

@@ -14,6 +14,7 @@ from tenants.audit import audit_bulk, audit_record
 
 from ..kube import DryRunBackend, KubeBackend, KubeError, get_backend
 from ..models import Allocation, GpuNode, NodeOutage, Pool
+from ..vocabulary import NodeState
 from .capacity import NodeFacts, node_changes, parse_node
 from .selectors import node_facts
 
@@ -210,7 +211,7 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
             NodeOutage.objects.filter(node=row, ended_at__isnull=True).update(ended_at=now)
     for name in gone:
         row = existing[name]
-        row.present, row.state = False, "gone"
+        row.present, row.state = False, NodeState.GONE
         row.facts_digest = ""  # if it comes back, it is read afresh
         row.reason = "The node is no longer in the cluster."
         to_update.append(row)
@@ -260,7 +261,7 @@ def clear_recovered_flags(*, by=None) -> list[int]:
     cleared = []
     for alloc in (Allocation.objects.exclude(flagged_reason="")
                   .select_related("tenant").prefetch_related("nodes")):
-        if any(n.state != "schedulable" for n in alloc.nodes.all()):
+        if any(n.state != NodeState.SCHEDULABLE for n in alloc.nodes.all()):
             continue
         alloc.flagged_reason, alloc.flagged_at = "", None
         alloc.save(update_fields=["flagged_reason", "flagged_at"])

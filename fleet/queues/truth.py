@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..vocabulary import MIG_RESOURCE_PREFIX as MIG_PREFIX
-from ..vocabulary import WHOLE_GPU
+from ..vocabulary import WHOLE_GPU, WorkloadState
 
-PENDING, ADMITTED, FINISHED, GONE = "pending", "admitted", "finished", "gone"
+PENDING, ADMITTED, FINISHED, GONE = (WorkloadState.PENDING, WorkloadState.ADMITTED,
+                                     WorkloadState.FINISHED, WorkloadState.GONE)
 # Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start
 # until someone reactivates it. Never shown as waiting, never given a position.
-DEACTIVATED = "deactivated"
+DEACTIVATED = WorkloadState.DEACTIVATED
 
 
 def is_device_resource(name: str) -> bool:
