@@ -159,13 +159,18 @@ def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime 
                                          hour=hour)
     if allocated <= 0:
         return None
+    if used is not None:
+        # Use is measured per namespace over the whole hour; an allocation that held its
+        # devices for part of it cannot have used more than it held (invariant: used ≤
+        # allocated, idle = allocated − used).
+        used = min(used, allocated)
     credit = credit_device_seconds(outages=outages, starts_at=starts_at, ends_at=ends_at,
                                    hour=hour)
     charge = hour_charge(route, allocated=allocated, used=used, credit=credit,
                          borrowed=borrowed)
     return AllocationHour(allocated, used, credit, charge.charged, rate,
                           amount(charge.charged, rate),
-                          borrowed if route == Route.SHARED_POOL else Decimal(0))
+                          borrowed if borrowing_is_billed(route) else Decimal(0))
 
 
 # ---------------------------------------------------------------------------------------

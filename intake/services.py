@@ -154,6 +154,9 @@ def request_submit(*, request: CapacityRequest, by) -> CapacityRequest:
     request.route = decision.route.value
     request.route_reason = decision.reason
     request.pool = Pool.objects.get(pk=plan.pool.pool_id)
+    # A resubmitted request has no decision yet: the earlier one (changes requested) stays
+    # in the audit trail, not on the page as if it applied.
+    request.decided_by, request.decided_at, request.decision_reason = None, None, ""
     request.save()
     audit_record(actor=by, subject=request, tenant=request.tenant, action="request.submitted",
                  from_state=from_state, to_state=request.status,

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
+from fleet.allocations.lifecycle import IN_PROGRESS
 from fleet.allocations.manifests import tenant_may_see
 from tenants.access import (
     require_lead_of,
@@ -198,8 +199,7 @@ def request_detail(request, pk: int):
         "req": obj, "decision": decision, "plan": plan, "why_not_yet": why_not_yet(plan),
         "events": request_events(obj, show_fleet=roles.platform_admin),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
-        "polling": obj.allocation is not None and obj.allocation.status in (
-            "pending", "provisioning"),
+        "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,
         "isolation_label": ISOLATION_LABELS.get(Isolation(obj.isolation_origin)),
         "fill_label": FILL_LABELS.get(Fill(obj.device_fill)),
         **matrix_context(decision.cell),
@@ -308,8 +308,7 @@ def review_detail(request, pk: int):
         "why_not_yet": why_not_yet(plan) if obj.status == Status.SUBMITTED else "",
         "pending": obj.status == Status.SUBMITTED,
         "events": request_events(obj, show_fleet=True),
-        "polling": obj.allocation is not None and obj.allocation.status in (
-            "pending", "provisioning"),
+        "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,
         "queue_qs": query, "queue_errors": queue_form.errors and queue_form.error_list(),
         "queue_url": _with_query(reverse("intake:review_queue"), query),
         "next_req": following,
@@ -324,7 +323,7 @@ def _allocation_context(obj: CapacityRequest) -> dict:
     if alloc is not None:
         alloc.refresh_from_db()
     return {"req": obj, "alloc": alloc,
-            "polling": alloc is not None and alloc.status in ("pending", "provisioning")}
+            "polling": alloc is not None and alloc.status in IN_PROGRESS}
 
 
 @login_required

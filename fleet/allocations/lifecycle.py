@@ -45,6 +45,8 @@ FOLLOWED = frozenset({S.PROVISIONING, S.ACTIVE, S.EXPIRING})
 BILLED = frozenset({S.ACTIVE, S.EXPIRING, S.RETIRED})
 # Provisioning has nothing more to do.
 PROVISIONED = frozenset({S.ACTIVE, S.EXPIRING, S.RETIRED})
+# Approved and on its way: pages poll for progress.
+IN_PROGRESS = frozenset({S.PENDING, S.PROVISIONING})
 # Provisioning may (re)start from here.
 STARTABLE = frozenset({S.PENDING, S.FAILED})
 # Its end has come: retire it (everything that is not retired yet).

@@ -6,7 +6,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,12 +23,11 @@ def free_port() -> int:
 
 def wait_until(check: Callable[[], bool], *, timeout: float, what: str,
                interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise TimeoutError(f"{what} not ready after {timeout:.0f}s")
+    """A process or port being ready: tests.harness.waiting.eventually on a boolean."""
+    from .waiting import eventually
+
+    eventually(lambda: bool(check()), timeout=timeout, interval=interval, retry_on=(),
+               what=f"{what} ready")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

@@ -12,6 +12,7 @@ import yaml
 from fleet.kube import KubeError, KubernetesBackend
 from tests.harness.controlplane import ControlPlane, ensure_binaries, ensure_controller_manager
 from tests.harness.crds import OWN_CRDS, crd_files
+from tests.harness.waiting import eventually as _eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,14 +104,8 @@ def fleet(admin_kube, kube, pools):
 
 
 def eventually(fn, timeout: float = 10):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except (AssertionError, KubeError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    """The one waiting helper, retrying while the cluster has not caught up yet."""
+    return _eventually(fn, timeout=timeout, retry_on=(AssertionError, KubeError))
 
 
 def _webhook_cert(pki: Path, out: Path, address: str) -> None:

@@ -147,3 +147,21 @@ def test_right_sizing_speaks_up_only_for_low_use():
     assert "smaller quota" in right_sizing("shared_pool", Decimal(100), Decimal(10))
     assert right_sizing("shared_pool", Decimal(100), Decimal(60)) == ""
     assert right_sizing("mig_vcluster", Decimal(0), Decimal(0)) == ""
+
+
+def test_an_allocation_that_starts_mid_hour_never_used_more_than_it_held():
+    """Use is measured per namespace over the whole hour; an allocation that held its
+    devices from 10:45 cannot have used 3,000 device-seconds of that hour (before: 0.84 h
+    allocated beside 7.40 h used, shown as 100 %)."""
+    from billing.domain import allocation_hour
+
+    hour = t(2026, 12, 1, 10)
+    row = allocation_hour(route="shared_pool", starts_at=t(2026, 12, 1, 10, 45), ends_at=None,
+                          devices=Decimal(1), hour=hour, used=Decimal(3000), outages=[],
+                          rate=Decimal(2))
+    assert row.allocated == Decimal(900) and row.used == Decimal(900)
+    assert row.allocated - row.used == 0  # idle = allocated − used, never negative
+    full = allocation_hour(route="shared_pool", starts_at=t(2026, 12, 1), ends_at=None,
+                           devices=Decimal(2), hour=hour, used=Decimal(3000), outages=[],
+                           rate=Decimal(2))
+    assert full.used == Decimal(3000) <= full.allocated

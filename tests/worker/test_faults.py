@@ -24,6 +24,7 @@ from tenants.models import AuditEvent
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess, celery_worker
 from tests.harness.services import RedisServer
+from tests.harness.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,13 +48,11 @@ def _point_celery_at(url: str) -> None:
 
 
 def _until(condition, timeout: float, worker: ManagedProcess):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        worker.raise_if_dead()
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"not reached in {timeout}s:\n{worker.log_path.read_text()[-3000:]}")
+    try:
+        eventually(lambda: bool(condition()), timeout=timeout, interval=0.3, retry_on=(),
+                   between=worker.raise_if_dead)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}:\n{worker.log_path.read_text()[-3000:]}") from None
 
 
 @pytest.fixture
