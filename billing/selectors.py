@@ -52,6 +52,13 @@ def _filtered_months(tenant_ids, months: list[dt.date], *, route: str = "", q: s
     return qs
 
 
+def filtered_tenant_ids(tenant_ids, months: list[dt.date], *, route: str = "", q: str = ""
+                        ) -> list[int]:
+    """The tenants the overview's filters leave (for billing.figures)."""
+    return list(_filtered_months(tenant_ids, months, route=route, q=q)
+                .values_list("tenant_id", flat=True).distinct())
+
+
 def overview(tenant_ids, months: list[dt.date], *, route: str = "", q: str = ""
              ) -> tuple[list[TenantRow], list[dict]]:
     """Tenants × months, and per-month totals for the cards and the chart, of the tenants

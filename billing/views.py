@@ -22,8 +22,17 @@ from tenants.models import Tenant
 
 from . import services
 from .domain import month_bounds, month_start
+from .figures import apply_to_overview, month_figures, tenant_month
 from .models import UsageHour
-from .selectors import budget_view, last_months, month_chart, overview, overview_page, tenant_table
+from .selectors import (
+    budget_view,
+    filtered_tenant_ids,
+    last_months,
+    month_chart,
+    overview,
+    overview_page,
+    tenant_table,
+)
 
 # The exports' order, the same as the page's SQL (billing.selectors.ORDERINGS): ties by name.
 SORTS = {"name": lambda r: (r.name.lower(), r.tenant_id),
@@ -65,13 +74,20 @@ def finance_overview(request):
     f = filters.values()
     months = last_months(f["months"], timezone.localdate())
     if request.GET.get("format") in ("csv", "focus"):
-        rows, _ = overview(tenant_ids, months, route=f["route"], q=f["q"])
+        rows, totals = overview(tenant_ids, months, route=f["route"], q=f["q"])
+        apply_to_overview(rows, totals, month_figures(
+            tenant_ids=[r.tenant_id for r in rows], months=months, route=f["route"]))
         rows.sort(key=SORTS[f["sort"]])
         if request.GET.get("format") == "csv":
             return _csv(rows, months)
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
     page, rows, totals = overview_page(tenant_ids, months, route=f["route"], q=f["q"],
                                        sort=f["sort"], page=request.GET.get("page"))
+    # The numbers shown are the one number of billing.figures (statement = page = exports).
+    filtered = None if not f["q"] and tenant_ids is None else filtered_tenant_ids(
+        tenant_ids, months, route=f["route"], q=f["q"])
+    everything = month_figures(tenant_ids=filtered, months=months, route=f["route"])
+    apply_to_overview(rows, totals, everything)
     grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
              "used_h": sum(t["used_h"] for t in totals),
              "amount": sum(t["amount"] for t in totals)}
@@ -138,7 +154,8 @@ def statement(request, slug: str, month: str):
     tenant = _tenant_for(request.user, slug)
     m = _month(month)
     stmt, lines = services.statement_for(tenant, m)
-    total = sum((line.amount for line in lines), Decimal(0))
+    figures = tenant_month(tenant.pk, m)  # the one number: lines to the cent + adjustments
+    total = figures.usage_amount
     adjustments = list(stmt.adjustments.select_related("by")) if stmt else []
     roles = roles_for(request.user)
     from .budgets import status_for
@@ -148,7 +165,7 @@ def statement(request, slug: str, month: str):
         else None,
         "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
         "adjustments": adjustments,
-        "final": total + sum((a.amount for a in adjustments), Decimal(0)),
+        "final": figures.final,
         "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
         and m < month_start(timezone.now()),
         "can_adjust": (roles.finance or roles.platform_admin) and stmt and stmt.closed,

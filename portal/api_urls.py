@@ -3,10 +3,12 @@ root (no app imports another's API)."""
 
 from rest_framework.routers import DefaultRouter
 
+from billing.api import BillingViewSet
 from fleet.api import AllocationViewSet
 from intake.api import CapacityRequestViewSet
 
 router = DefaultRouter()
 router.register("requests", CapacityRequestViewSet, basename="request")
 router.register("allocations", AllocationViewSet, basename="allocation")
+router.register("billing", BillingViewSet, basename="billing")
 urlpatterns = router.urls

@@ -6,14 +6,13 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Sum
+from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
-from billing.domain import SECONDS_PER_HOUR
-from billing.models import UsageMonth
+from billing.figures import month_figures
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
 from intake.domain import Status
@@ -100,21 +99,31 @@ def metrics(request):
         "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",
         "# TYPE aifactory_allocated_device_hours counter",
     ]
-    totals = (UsageMonth.objects.values("tenant__slug", "pool__slug")
-              .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
-                        amount=Sum("amount")).order_by("tenant__slug", "pool__slug"))
+    # The one number (billing.figures): the same lines, cents and adjustments as statements.
+    per_pool: dict[tuple[str, str], dict[str, Decimal]] = {}
+    per_tenant: dict[str, Decimal] = {}
+    for f in month_figures():
+        per_tenant[f.tenant] = per_tenant.get(f.tenant, Decimal(0)) + f.final
+        for pool, figures in f.by_pool.items():
+            acc = per_pool.setdefault((f.tenant, pool), {k: Decimal(0) for k in figures})
+            for k, v in figures.items():
+                acc[k] += v
     used_lines, amount_lines = [], []
-    for t in totals:
-        labels = f'tenant="{t["tenant__slug"]}",pool="{t["pool__slug"]}"'
-        lines.append(f"aifactory_allocated_device_hours{{{labels}}} "
-                     f"{Decimal(t['allocated'] or 0) / SECONDS_PER_HOUR:.4f}")
-        used_lines.append(f"aifactory_used_device_hours{{{labels}}} "
-                          f"{Decimal(t['used'] or 0) / SECONDS_PER_HOUR:.4f}")
-        amount_lines.append(f"aifactory_charged_amount{{{labels}}} {Decimal(t['amount'] or 0):.4f}")
+    for (tenant, pool), t in sorted(per_pool.items()):
+        labels = f'tenant="{tenant}",pool="{pool}"'
+        lines.append(f"aifactory_allocated_device_hours{{{labels}}} {t['allocated_h']:.4f}")
+        used_lines.append(f"aifactory_used_device_hours{{{labels}}} {t['used_h']:.4f}")
+        amount_lines.append(f"aifactory_charged_amount{{{labels}}} {t['amount']:.2f}")
+    statement_lines = [f'aifactory_statement_amount{{tenant="{tenant}"}} {amount:.2f}'
+                       for tenant, amount in sorted(per_tenant.items())]
     lines += ["# HELP aifactory_used_device_hours Device-hours measured busy (DCGM), by tenant.",
               "# TYPE aifactory_used_device_hours counter", *used_lines,
-              "# HELP aifactory_charged_amount Charges at the rate card, by tenant.",
+              "# HELP aifactory_charged_amount Charges at the rate card (lines to the cent), "
+              "by tenant and pool.",
               "# TYPE aifactory_charged_amount counter", *amount_lines,
+              "# HELP aifactory_statement_amount What the tenant's statements add up to, "
+              "adjustments included (every month).",
+              "# TYPE aifactory_statement_amount counter", *statement_lines,
               "# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
               "# TYPE aifactory_capacity_requests gauge"]
     for r in (CapacityRequest.objects.values("tenant__slug", "status").annotate(n=Count("id"))

@@ -113,6 +113,8 @@ MATRIX: dict[str, Row] = {
     "request-request-changes": Row("post", "request", {"anonymous": API_ANON, "admin": 400,
                                                        **ADMIN_ONLY}),
     "allocation-list": Row("get", "", everyone(200, anonymous=API_ANON)),
+    "billing-list": Row("get", "", everyone(200, anonymous=API_ANON)),  # each its own tenants
+    "billing-detail": Row("get", "statement", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-detail": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-queue": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-connect": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
@@ -180,7 +182,7 @@ def _args(kind: str, world) -> list:
         "": [], "request": [world["request"].pk], "allocation": [world["allocation"].pk],
         "node": [world["node"].name], "pool": [world["pool"].slug],
         "month": ["acme", month], "hours": ["acme", month, world["allocation"].pk],
-        "preview": [],
+        "preview": [], "statement": [f"acme:{month}"],
     }[kind]
 
 

@@ -1,0 +1,170 @@
+"""One number per tenant and month: what every page, export, API field and metric shows.
+
+A month's charge is the sum of its statement lines, each rounded to the cent (as a statement
+prints them), plus the adjustments made after closing; a closed month reads its frozen lines,
+an open one the live usage. Hours are the lines' hours; idle is allocated − used per line.
+`docs/invariants.md` lists what the property tests check against this.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from fleet.inventory.pricing import money
+
+from .domain import SECONDS_PER_HOUR
+
+ZERO = Decimal(0)
+
+
+def hours(seconds) -> Decimal:
+    return Decimal(seconds or 0) / SECONDS_PER_HOUR
+
+
+@dataclass
+class MonthFigures:
+    tenant_id: int
+    tenant: str  # slug
+    month: dt.date
+    allocated_h: Decimal = ZERO
+    used_h: Decimal = ZERO
+    idle_h: Decimal = ZERO
+    borrowed_h: Decimal = ZERO
+    credit_h: Decimal = ZERO
+    charged_h: Decimal = ZERO
+    usage_amount: Decimal = ZERO  # Σ lines, each to the cent
+    adjustments: Decimal = ZERO
+    closed: bool = False
+    pending_hours: int = 0
+    lines: int = 0
+    by_pool: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+
+    @property
+    def final(self) -> Decimal:
+        return self.usage_amount + self.adjustments
+
+    @property
+    def currency(self) -> str:
+        from django.conf import settings
+
+        return settings.PORTAL_CURRENCY
+
+
+def month_figures(*, tenant_ids: Iterable[int] | None = None,
+                  months: Iterable[dt.date] | None = None, route: str = ""
+                  ) -> list[MonthFigures]:
+    """Every (tenant, month) with usage, a statement or an adjustment, among the tenants and
+    months given (None: all). With a route, only that route's lines, and no adjustment (an
+    adjustment is the whole tenant-month's). Four queries whatever the size."""
+    from tenants.models import Tenant
+
+    from .models import Adjustment, Statement, StatementLine, UsageMonth
+
+    def scoped(qs, tenant_field: str, month_field: str):
+        if tenant_ids is not None:
+            qs = qs.filter(**{f"{tenant_field}__in": list(tenant_ids)})
+        if months is not None:
+            qs = qs.filter(**{f"{month_field}__in": list(months)})
+        return qs
+
+    closed = {(s["tenant_id"], s["month"]): s["pk"] for s in scoped(
+        Statement.objects.filter(closed_at__isnull=False), "tenant_id", "month")
+        .values("pk", "tenant_id", "month")}
+    out: dict[tuple[int, dt.date], MonthFigures] = {}
+    slugs = dict(Tenant.objects.values_list("pk", "slug"))
+
+    def row(tenant_id: int, month: dt.date) -> MonthFigures:
+        key = (tenant_id, month)
+        if key not in out:
+            out[key] = MonthFigures(tenant_id, slugs.get(tenant_id, ""), month,
+                                    closed=key in closed)
+        return out[key]
+
+    usage = scoped(UsageMonth.objects, "tenant_id", "month")
+    if route:
+        usage = usage.filter(allocation__route=route)
+    for u in usage.values(
+            "tenant_id", "month", "pool__slug", "allocated_s", "used_s", "borrowed_s",
+            "credit_s", "charged_s", "amount", "pending_hours"):
+        if (u["tenant_id"], u["month"]) in closed:
+            continue  # a closed month is its frozen lines
+        f = row(u["tenant_id"], u["month"])
+        allocated, used = hours(u["allocated_s"]), hours(u["used_s"])
+        f.allocated_h += allocated
+        f.used_h += used
+        f.idle_h += max(ZERO, allocated - used)
+        f.borrowed_h += hours(u["borrowed_s"])
+        f.credit_h += hours(u["credit_s"])
+        f.charged_h += hours(u["charged_s"])
+        f.usage_amount += money(u["amount"] or 0)
+        f.pending_hours += u["pending_hours"] or 0
+        f.lines += 1
+        pool = f.by_pool.setdefault(u["pool__slug"], {"allocated_h": ZERO, "used_h": ZERO,
+                                                      "amount": ZERO})
+        pool["allocated_h"] += allocated
+        pool["used_h"] += used
+        pool["amount"] += money(u["amount"] or 0)
+    by_statement = {pk: key for key, pk in closed.items()}
+    frozen = StatementLine.objects.filter(statement_id__in=list(by_statement))
+    if route:
+        frozen = frozen.filter(route=route)
+    for line in frozen.values(
+            "statement_id", "allocation__pool__slug", "allocated_h", "used_h", "idle_h",
+            "credit_h", "charged_h", "amount"):
+        f = row(*by_statement[line["statement_id"]])
+        f.allocated_h += line["allocated_h"]
+        f.used_h += line["used_h"]
+        f.idle_h += line["idle_h"]
+        f.credit_h += line["credit_h"]
+        f.charged_h += line["charged_h"]
+        f.usage_amount += line["amount"]
+        f.lines += 1
+        pool = f.by_pool.setdefault(line["allocation__pool__slug"], {
+            "allocated_h": ZERO, "used_h": ZERO, "amount": ZERO})
+        pool["allocated_h"] += line["allocated_h"]
+        pool["used_h"] += line["used_h"]
+        pool["amount"] += line["amount"]
+    adjustments: dict[tuple[int, dt.date], Decimal] = defaultdict(Decimal)
+    made = scoped(Adjustment.objects, "statement__tenant_id", "statement__month").values(
+        "statement__tenant_id", "statement__month", "amount")
+    for a in [] if route else made:
+        adjustments[(a["statement__tenant_id"], a["statement__month"])] += a["amount"]
+    for key, amount in adjustments.items():
+        row(*key).adjustments += amount
+    return sorted(out.values(), key=lambda f: (f.tenant, f.month))
+
+
+def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures]) -> None:
+    """Put the one number into the finance overview's rows and month totals (the page sorts
+    and pages tenants in SQL; the figures it shows are these)."""
+    by_tenant: dict[int, list[MonthFigures]] = defaultdict(list)
+    for f in figures:
+        by_tenant[f.tenant_id].append(f)
+    for r in rows:
+        mine = by_tenant.get(r.tenant_id, [])
+        r.months = {f.month: {"allocated_h": f.allocated_h, "used_h": f.used_h,
+                              "amount": f.final} for f in mine}
+        r.allocated_h = sum((f.allocated_h for f in mine), ZERO)
+        r.used_h = sum((f.used_h for f in mine), ZERO)
+        r.amount = sum((f.final for f in mine), ZERO)
+    per_month: dict[dt.date, list[MonthFigures]] = defaultdict(list)
+    for f in figures:
+        per_month[f.month].append(f)
+    for t in totals:
+        mine = per_month.get(t["month"], [])
+        t.update(allocated_h=sum((f.allocated_h for f in mine), ZERO),
+                 used_h=sum((f.used_h for f in mine), ZERO),
+                 amount=sum((f.final for f in mine), ZERO))
+
+
+def tenant_month(tenant_id: int, month: dt.date) -> MonthFigures:
+    found = month_figures(tenant_ids=[tenant_id], months=[month])
+    if found:
+        return found[0]
+    from tenants.models import Tenant
+
+    return MonthFigures(tenant_id, Tenant.objects.get(pk=tenant_id).slug, month)
