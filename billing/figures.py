@@ -22,7 +22,10 @@ ZERO = Decimal(0)
 
 
 def hours(seconds) -> Decimal:
-    return Decimal(seconds or 0) / SECONDS_PER_HOUR
+    """Device-seconds as hours to 4 places, per line (as a statement line holds them), so
+    sums and differences of what is shown are exact: idle = allocated − used, line by
+    line and in total."""
+    return (Decimal(seconds or 0) / SECONDS_PER_HOUR).quantize(Decimal("0.0001"))
 
 
 @dataclass

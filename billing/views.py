@@ -120,7 +120,7 @@ def _csv(rows, months) -> HttpResponse:
         for m in months:
             cell = r.months.get(m)
             if cell:
-                idle = max(Decimal(0), cell["allocated_h"] - cell["used_h"])
+                idle = cell["allocated_h"] - cell["used_h"]  # exact: both to 4 places
                 out.writerow([r.slug, f"{m:%Y-%m}", f"{cell['allocated_h']:.4f}",
                               f"{cell['used_h']:.4f}", f"{idle:.4f}", f"{cell['amount']:.2f}"])
     return response
