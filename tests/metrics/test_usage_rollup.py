@@ -162,7 +162,8 @@ def test_borrowing_is_charged_from_admissions_not_from_dcgm(prometheus, allocati
     acme, globex, _ = allocations
     QueueUsageHour.objects.create(allocation=acme, hour=BASE + dt.timedelta(hours=1),
                                   used_s=Decimal(3 * 1200), borrowed_s=Decimal(1200))
-    # A MIG queue's borrowing is measured too, but its route charges its slices only.
+    # A MIG queue's borrowing is measured and charged too (every route that may borrow pays
+    # for what it borrowed: fleet.inventory.pricing.borrowing_is_billed), as device-shares.
     QueueUsageHour.objects.create(allocation=globex, hour=BASE + dt.timedelta(hours=1),
                                   used_s=Decimal(5 * 1200), borrowed_s=Decimal(1200))
     rollup_usage(start=BASE, end=BASE + dt.timedelta(hours=HOURS),
@@ -173,4 +174,8 @@ def test_borrowing_is_charged_from_admissions_not_from_dcgm(prometheus, allocati
     assert second.amount == Decimal("5.8333")  # 8,400 device-seconds at 2.50 an hour
     assert UsageMonth.objects.get(allocation=acme).borrowed_s == 1200
     mig = rows(globex)[1]
-    assert mig.borrowed_s == 0 and mig.charged_s == mig.allocated_s
+    from fleet.domain import mig_share
+
+    share = Decimal(1200) * mig_share(globex.mig_profile)  # a slice is its share of a device
+    assert mig.borrowed_s.quantize(Decimal("0.01")) == share.quantize(Decimal("0.01"))
+    assert mig.charged_s == mig.allocated_s - mig.credit_s + mig.borrowed_s
