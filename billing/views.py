@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import re
-from decimal import Decimal
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required

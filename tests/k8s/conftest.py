@@ -83,7 +83,9 @@ def kube(portal_kube):
 
 @pytest.fixture
 def fleet(admin_kube, kube, pools):
-    """Two validated nodes for the dedicated pool, so a block can reserve one."""
+    """Two validated nodes for the dedicated pool, so a block can reserve one; no guard
+    policy left by an earlier test (the database is rolled back between tests and its ids
+    restart after a flush, so a leftover policy could bind a namespace name used again)."""
     from fleet.inventory.sync import fleet_sync
     from fleet.models import Pool, Route
 
@@ -96,6 +98,11 @@ def fleet(admin_kube, kube, pools):
         cohort="mig-a100")
     for node in admin_kube.list("v1", "Node"):
         admin_kube.delete("v1", "Node", node["metadata"]["name"])
+    group = "admissionregistration.k8s.io/v1"
+    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        for obj in admin_kube.list(group, kind,
+                                   label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
+            admin_kube.delete(group, kind, obj["metadata"]["name"])
     for i in range(2):
         create_gpu_node(admin_kube, f"blk-{i}", labels={"aifactory.io/validated": "true",
                                                     "aifactory.io/pool": "dedicated"})

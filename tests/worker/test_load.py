@@ -59,9 +59,9 @@ def gunicorn(tmp_path):
     def up() -> bool:
         proc.raise_if_dead()
         try:
-            return requests.get(f"{url}/healthz", timeout=2).status_code in (200, 503)
-        except requests.ConnectionError:
-            return False
+            return requests.get(f"{url}/healthz", timeout=5).status_code in (200, 503)
+        except (requests.ConnectionError, requests.Timeout):
+            return False  # workers still booting (a busy machine): ask again
 
     wait_until(up, timeout=60, what="gunicorn")
     yield url
