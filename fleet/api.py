@@ -37,8 +37,7 @@ class AllocationSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None and roles_for(request.user).platform_admin:
             return obj.flagged_reason
-        return ("A node under this allocation failed validation or health checks; the "
-                "platform team is moving it.")
+        return obj.flag_words
 
 
 class QueueFiguresSerializer(serializers.Serializer):

@@ -115,6 +115,19 @@ class Allocation(models.Model):
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
 
+    @property
+    def flag_words(self) -> str:
+        """What a tenant is told about a flagged allocation, in words that are true: a
+        planned retirement is not a failure. Node names stay the platform's business."""
+        if not self.flagged_reason:
+            return ""
+        states = {n.state for n in self.nodes.all()}
+        if states and states <= {NodeState.RETIRING, NodeState.SCHEDULABLE}:
+            return ("A node under this allocation is being retired by the platform team "
+                    "(planned, not a failure); they are moving the allocation to another.")
+        return ("A node under this allocation failed validation or health checks; the "
+                "platform team is moving it.")
+
     # For templates and serializers: the lifecycle's named sets, never string literals.
     @property
     def is_usable(self) -> bool:

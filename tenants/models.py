@@ -143,6 +143,7 @@ class NotificationKind(models.TextChoices):
     PROVISIONING_FAILED = "provisioning_failed", "Provisioning failed"
     ALLOCATION_EXPIRING = "allocation_expiring", "An allocation is about to expire"
     BUDGET_THRESHOLD = "budget_threshold", "A tenant's spend crossed a budget threshold"
+    CAPACITY_CHANGED = "capacity_changed", "A node under one of my allocations is lost or retired"
 
 
 class NotificationOptOut(models.Model):

@@ -6,13 +6,12 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.db import transaction
-from django.utils import timezone
 
 from tenants.access import require_platform_admin
 from tenants.audit import audit_record
 
 from ..domain import FleetError
-from ..models import GpuNode, NodeOutage, Pool
+from ..models import GpuNode, Pool
 from .selectors import node_facts
 from .sync import clear_recovered_flags, flag_allocations_on
 
@@ -61,11 +60,10 @@ def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuN
     node.save(update_fields=["retiring", "retiring_reason", "state", "reason"])
     audit_record(actor=by, subject=node, action="node.retiring" if retiring else
                  "node.retirement_cancelled", reason=reason)
-    now = timezone.now()
+    # A planned retirement of a healthy node is no outage: no credit (tenants keep using it
+    # until they are moved); only failed validation or health opens an outage (fleet sync).
     if retiring:
-        NodeOutage.objects.create(node=node, started_at=now, reason=f"Retiring: {reason}")
         flag_allocations_on([node], by=by)
     else:
-        NodeOutage.objects.filter(node=node, ended_at__isnull=True).update(ended_at=now)
         clear_recovered_flags(by=by)
     return node

@@ -273,6 +273,16 @@ def clear_recovered_flags(*, by=None) -> list[int]:
     return cleared
 
 
+def _tell_leads(alloc: Allocation) -> None:
+    """The tenant's leads hear it too (an e-mail, after commit), in the tenant's words."""
+    from tenants.notifications import Kind, notify, tenant_leads
+
+    notify(tenant_leads(alloc.tenant), Kind.CAPACITY_CHANGED,
+           f"{alloc.namespace}: a node under it is changing",
+           f"{alloc.flag_words}\n\nYour allocation {alloc.namespace} keeps its quota; the "
+           "allocation's page shows its state.")
+
+
 def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
     """Flag holding allocations whose reserved nodes can no longer be promised."""
     flagged = []
@@ -288,5 +298,6 @@ def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
         alloc.save(update_fields=["flagged_reason", "flagged_at"])
         audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.flagged",
                      reason=f"Capacity under this allocation was lost: {reason}")
+        _tell_leads(alloc)
         flagged.append(alloc.pk)
     return flagged
