@@ -1,0 +1,190 @@
+"""From admission to running, per route, through the real scheduler and simulated GPU nodes
+(kwok): the "Use it" example Job, submitted as the tenant, is admitted by the real Kueue,
+placed by kube-scheduler where the route promises (a dedicated block on its own nodes; the
+confidential pool on confidential nodes; MIG on a node whose DRA driver publishes slices of
+the approved profile, the claim allocated one), runs and succeeds. Another tenant's pod is
+never placed on a dedicated block."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from fleet.allocations.connect import example_workload
+from fleet.allocations.provisioning import allocation_spec
+from fleet.models import Route
+from tests.harness.placement import KWOK_ANNOTATION, Placement, start_delays
+
+from .conftest import eventually
+from .gpu_nodes import create_gpu_node, patch_node, resource_slice
+from .test_provisioning import approve
+from .test_tenant_access import IMAGE, _tenant, as_identity
+
+pytestmark = [pytest.mark.django_db]
+VALID = {"aifactory.io/validated": "true"}
+FAKE = {KWOK_ANNOTATION: "fake"}
+
+
+@pytest.fixture(scope="module")
+def placement(control_plane, kueue, tmp_path_factory):
+    started = time.monotonic()
+    p = Placement(tmp_path_factory.mktemp("placement")).start(control_plane.admin_kubeconfig)
+    print(f"\nplacement: kube-scheduler and kwok ready in {time.monotonic() - started:.1f}s "
+          "(builds included)")
+    yield p
+    p.stop()
+
+
+def _kwok_node(admin, name: str, labels: dict, **kw) -> None:
+    create_gpu_node(admin, name, labels={**VALID, **labels}, annotations=FAKE, **kw)
+    _untaint(admin, name)
+
+
+def _untaint(admin, name: str) -> None:
+    # The API server taints a new Node not-ready; only the node-lifecycle controller (off
+    # here: no kubelets) would lift it once kwok reports the node Ready.
+    def ready() -> None:
+        node = admin.get("v1", "Node", name)
+        conditions = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
+        assert conditions.get("Ready") == "True", conditions
+        taints = [t for t in node["spec"].get("taints") or []
+                  if not t["key"].startswith("node.kubernetes.io/")]
+        if taints != (node["spec"].get("taints") or []):
+            patch_node(admin, name, {"spec": {"taints": taints or None}})
+
+    eventually(ready, timeout=30)
+
+
+@pytest.fixture
+def simulated_fleet(fleet, placement, pools):
+    """The fixture fleet's dedicated nodes handed to kwok, plus a shared, a confidential and
+    a MIG node (its DRA driver publishing 2g.20gb slices)."""
+    from fleet.inventory.sync import fleet_sync
+    from fleet.models import Pool
+
+    admin = fleet
+    for name in ("blk-0", "blk-1"):
+        patch_node(admin, name, {"metadata": {"annotations": FAKE}})  # a merge: labels stay
+        _untaint(admin, name)
+    _kwok_node(admin, "shr-0", {"aifactory.io/pool": "shared"})
+    _kwok_node(admin, "conf-0", {"aifactory.io/pool": "confidential",
+                                 "aifactory.io/bios-profile": "confidential"})
+    Pool.objects.filter(pk=pools[Route.CONFIDENTIAL_POOL].pk).update(
+        node_selector={"aifactory.io/pool": "confidential"})
+    _kwok_node(admin, "mig-0", {"aifactory.io/pool": "mig"},
+               product="NVIDIA-A100-SXM4-80GB", mig_config="all-2g.20gb")
+    admin.apply(resource_slice("mig-0", product="NVIDIA A100-SXM4-80GB", gpus=2,
+                               mig={0: ["2g.20gb"] * 3, 1: ["2g.20gb"] * 3}), force=True)
+    fleet_sync()
+    yield admin
+    for name in ("shr-0", "conf-0", "mig-0"):
+        admin.delete("v1", "Node", name)
+    admin.delete("resource.k8s.io/v1", "ResourceSlice", "mig-0-gpu.nvidia.com")
+
+
+def _allocated_devices(admin, namespace: str) -> list[dict]:
+    claims = admin.list("resource.k8s.io/v1", "ResourceClaim", namespace=namespace)
+    devices = [r for c in claims for r in ((c.get("status") or {}).get("allocation") or {})
+               .get("devices", {}).get("results", [])]
+    assert devices, claims
+    return devices
+
+
+def _pods(admin, namespace: str, job: str) -> list[dict]:
+    return admin.list("v1", "Pod", namespace=namespace, label_selector=f"job-name={job}")
+
+
+def _succeeded(admin, namespace: str, job: str, placement) -> dict:
+    placement.raise_if_dead()
+    found = admin.get("batch/v1", "Job", job, namespace)
+    assert (found.get("status") or {}).get("succeeded") == 1, found.get("status")
+    return found
+
+
+@pytest.mark.parametrize("route", [Route.SHARED_POOL, Route.DEDICATED_BLOCK,
+                                   Route.CONFIDENTIAL_POOL, Route.MIG_VCLUSTER])
+def test_the_example_runs_where_the_route_promises(route, control_plane, simulated_fleet,
+                                                   placement, admin_user,
+                                                   django_capture_on_commit_callbacks):
+    admin = simulated_fleet
+    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    _req, alloc = approve(tenant, lead, admin_user, route, django_capture_on_commit_callbacks)
+    alloc.refresh_from_db()
+    assert alloc.status == "active", alloc.status_message
+    spec = allocation_spec(alloc)
+    if route is Route.CONFIDENTIAL_POOL:
+        admin.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                     "metadata": {"name": spec.confidential_runtime_class},
+                     "handler": spec.confidential_runtime_class}, force=True)
+    job = example_workload(spec, image=IMAGE)
+    # MIG: the pod runs long enough to read its claim's allocation while it holds it.
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = start_delays(
+        run_ms=3000 if route is Route.MIG_VCLUSTER else 500)
+    name = job["metadata"]["name"]
+    started = time.monotonic()
+    as_identity(control_plane, f"{tenant.slug}-lead",
+                [f"oidc:/tenants/{tenant.slug}/leads"]).apply(job)
+    devices = []
+    if route is Route.MIG_VCLUSTER:
+        devices = eventually(lambda: _allocated_devices(admin, alloc.namespace), timeout=60)
+
+    try:
+        eventually(lambda: _succeeded(admin, alloc.namespace, name, placement), timeout=60)
+    except AssertionError:
+        print(placement.log_tail())
+        for pod in _pods(admin, alloc.namespace, name):
+            print("POD", pod["spec"].get("nodeName"), pod.get("status"))
+        raise
+    took = time.monotonic() - started
+    pod = _pods(admin, alloc.namespace, name)[0]
+    node = pod["spec"]["nodeName"]
+    print(f"\nBENCHMARK placement {route}: submitted → Succeeded in {took:.2f}s on {node}")
+    if route is Route.SHARED_POOL:
+        assert node == "shr-0"
+    elif route is Route.DEDICATED_BLOCK:
+        assert node in set(alloc.nodes.values_list("name", flat=True))
+    elif route is Route.CONFIDENTIAL_POOL:
+        assert node == "conf-0" and pod["spec"]["runtimeClassName"] == \
+            spec.confidential_runtime_class
+    else:
+        assert node == "mig-0"
+        # The scheduler allocated the claim a MIG device of the approved profile on that node.
+        assert len(devices) == 1 and devices[0]["driver"] == "gpu.nvidia.com" and \
+            devices[0]["pool"] == "mig-0" and "-mig-" in devices[0]["device"], devices
+
+
+def test_another_tenants_pod_never_lands_on_a_dedicated_block(
+        control_plane, simulated_fleet, placement, admin_user,
+        django_capture_on_commit_callbacks):
+    admin = simulated_fleet
+    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    _req, ded = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                        django_capture_on_commit_callbacks)
+    block = set(ded.nodes.values_list("name", flat=True))
+    # Eight pods of one GPU each, from a namespace the portal does not own: the scheduler
+    # places them on every other node with room, never on the block (its taint).
+    admin.apply({"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "intruders"}}, force=True)
+    names = []
+    for i in range(8):
+        name = f"probe-{uuid.uuid4().hex[:5]}-{i}"
+        names.append(name)
+        admin.apply({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": name, "namespace": "intruders"},
+                     "spec": {"containers": [{"name": "c", "image": IMAGE, "resources": {
+                         "requests": {"nvidia.com/gpu": "1"},
+                         "limits": {"nvidia.com/gpu": "1"}}}]}}, force=True)
+
+    def placed() -> list[str]:
+        nodes = [(admin.get("v1", "Pod", n, "intruders") or {}).get("spec", {}).get("nodeName")
+                 for n in names]
+        assert all(nodes), nodes
+        return nodes
+
+    try:
+        nodes = eventually(placed, timeout=60)
+        assert not block & set(nodes), (block, nodes)
+    finally:
+        admin.delete("v1", "Namespace", "intruders")
