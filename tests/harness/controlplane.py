@@ -142,48 +142,40 @@ def ensure_binaries(k8s_version: str = KUBERNETES_VERSION, log=print) -> Control
     return ControlPlaneBinaries(apiserver, etcd)
 
 
-def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
-    """Build kube-controller-manager in the API server's consumer module (its build cache
-    warm: ~3 min cold on 2 cores), once per version. With it, namespaces finish deleting,
-    admitted Jobs create pods, claims are made from templates and quota status is computed."""
+def build_kubernetes_command(command: str, k8s_version: str = KUBERNETES_VERSION,
+                             log=print) -> Path:
+    """Build one of Kubernetes' commands (kube-controller-manager, kube-scheduler, kubectl)
+    in the API server's consumer module, whose build cache is then warm, once per version."""
     binaries = ensure_binaries(k8s_version, log=log)
     root = build_dir(k8s_version)
-    kcm = root / "bin" / "kube-controller-manager"
-    if kcm.exists():
-        return kcm
-    env = _go_env()
-    started = time.monotonic()
-    module = root / "module"
-    subprocess.run(["go", "get", f"k8s.io/kubernetes/cmd/kube-controller-manager@{k8s_version}"],
-                   check=True, env=env, cwd=module)
-    log("controlplane: building kube-controller-manager")
-    subprocess.run(["go", "build", "-trimpath", "-ldflags", _version_ldflags(k8s_version),
-                    "-o", str(kcm) + ".tmp", "k8s.io/kubernetes/cmd/kube-controller-manager"],
-                   check=True, env=env, cwd=module)
-    os.replace(str(kcm) + ".tmp", kcm)
-    log(f"controlplane: kube-controller-manager built in {time.monotonic() - started:.0f}s "
-        f"(next to {binaries.kube_apiserver.name})")
-    return kcm
-
-
-def ensure_kubectl(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
-    """kubectl of the API server's version, built in the same consumer module (for the
-    provisioning benchmark on a machine without kubectl), once per version."""
-    ensure_binaries(k8s_version, log=log)
-    root = build_dir(k8s_version)
-    binary = root / "bin" / "kubectl"
+    binary = root / "bin" / command
     if binary.exists():
         return binary
     env = _go_env()
+    started = time.monotonic()
     module = root / "module"
-    subprocess.run(["go", "get", f"k8s.io/kubernetes/cmd/kubectl@{k8s_version}"], check=True,
-                   env=env, cwd=module)
-    log("controlplane: building kubectl")
+    subprocess.run(["go", "get", f"k8s.io/kubernetes/cmd/{command}@{k8s_version}"],
+                   check=True, env=env, cwd=module)
+    log(f"controlplane: building {command}")
     subprocess.run(["go", "build", "-trimpath", "-ldflags", _version_ldflags(k8s_version),
-                    "-o", str(binary) + ".tmp", "k8s.io/kubernetes/cmd/kubectl"],
+                    "-o", str(binary) + ".tmp", f"k8s.io/kubernetes/cmd/{command}"],
                    check=True, env=env, cwd=module)
     os.replace(str(binary) + ".tmp", binary)
+    log(f"controlplane: {command} built in {time.monotonic() - started:.0f}s "
+        f"(next to {binaries.kube_apiserver.name})")
     return binary
+
+
+def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
+    """kube-controller-manager (~3 min cold on 2 cores): with it, namespaces finish deleting,
+    admitted Jobs create pods, claims are made from templates and quota status is computed."""
+    return build_kubernetes_command("kube-controller-manager", k8s_version, log)
+
+
+def ensure_kubectl(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
+    """kubectl of the API server's version (for the provisioning benchmark on a machine
+    without kubectl)."""
+    return build_kubernetes_command("kubectl", k8s_version, log)
 
 
 # ---------------------------------------------------------------------------------------
