@@ -91,12 +91,10 @@ class BillingViewSet(viewsets.ViewSet):
         scope = billing_scope(request.user)
         tenant_ids = scope
         slug = request.query_params.get("tenant")
-        if slug:
-            tenant = get_object_or_404(visible_tenants(request.user), slug=slug[:40])
-            if scope is not None and tenant.pk not in scope:
-                tenant_ids = []
-            else:
-                tenant_ids = [tenant.pk]
+        if slug:  # a filter: a tenant you cannot see matches nothing (its existence unsaid)
+            tenant = visible_tenants(request.user).filter(slug=slug[:40]).first()
+            tenant_ids = [] if tenant is None or (scope is not None and tenant.pk not in scope) \
+                else [tenant.pk]
         first = parse_month(request.query_params["from"], "from") \
             if request.query_params.get("from") else None
         last = parse_month(request.query_params["to"], "to") \
