@@ -103,7 +103,9 @@ class BillingViewSet(viewsets.ViewSet):
                    if (first is None or f.month >= first) and (last is None or f.month <= last)]
         return Response([_with_currency(f) for f in figures])
 
-    @extend_schema(responses=StatementSerializer)
+    @extend_schema(responses=StatementSerializer, parameters=[OpenApiParameter(
+        "id", str, OpenApiParameter.PATH,
+        description="`<tenant slug>:<YYYY-MM>`, e.g. `acme-research:2026-11`")])
     def retrieve(self, request, pk=None):
         """One statement: `<tenant slug>:<YYYY-MM>`, its lines, adjustments and figures."""
         from .services import statement_for
