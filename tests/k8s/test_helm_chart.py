@@ -180,5 +180,6 @@ def test_the_controllers_act_on_what_the_chart_renders(helm, admin_kube, tmp_pat
         time.sleep(0.5)
     admin_kube.delete("v1", "Namespace", namespace)
     while admin_kube.get("v1", "Namespace", namespace) is not None:
-        assert time.monotonic() < deadline + 120, "the namespace was not deleted"
+        # kube-controller-manager deletes every object first (a busy machine: minutes)
+        assert time.monotonic() < deadline + 300, "the namespace was not deleted"
         time.sleep(0.5)

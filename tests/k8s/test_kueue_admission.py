@@ -141,7 +141,10 @@ def test_a_job_beyond_the_quota_waits_and_says_why(kueue, fleet, tenant, lead,  
                                                    django_capture_on_commit_callbacks):
     alloc = provisioned(tenant, lead, admin_user, Route.CONFIDENTIAL_POOL,
                         django_capture_on_commit_callbacks)
-    too_big = job(alloc.namespace, devices=alloc.whole_devices + 1)
+    rc = allocation_spec(alloc).confidential_runtime_class  # the guard asks for it
+    fleet.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                 "metadata": {"name": rc}, "handler": rc}, force=True)
+    too_big = job(alloc.namespace, devices=alloc.whole_devices + 1, runtime_class=rc)
     fleet.apply(too_big)
     wl = wait_workload(fleet, alloc.namespace, too_big["metadata"]["name"], want="pending",
                        kueue=kueue)
