@@ -25,14 +25,32 @@ def spent_in(tenant_ids, month: dt.date) -> dict[int, Decimal]:
         amount=Sum("amount"))}
 
 
+def budgets_in_force(tenant_ids, month: dt.date) -> dict[int, Decimal]:
+    """Each tenant's budget for `month`: the latest row from that month or before; none
+    where that row removed it. One query."""
+    out: dict[int, Decimal] = {}
+    seen: set[int] = set()
+    rows = Budget.objects.filter(from_month__lte=month).order_by("tenant_id", "-from_month")
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=list(tenant_ids))
+    for tenant_id, amount in rows.values_list("tenant_id", "monthly_amount"):
+        if tenant_id in seen:
+            continue
+        seen.add(tenant_id)
+        if amount is not None:
+            out[tenant_id] = amount
+    return out
+
+
 def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
                ) -> BudgetStatus | None:
-    budget = Budget.objects.filter(tenant=tenant).first()
-    if budget is None:
-        return None
+    """The budget in force in `month` (this month by default) against that month's spend."""
     month = month or month_start(now)
+    amount = budgets_in_force([tenant.pk], month).get(tenant.pk)
+    if amount is None:
+        return None
     spent = spent_in([tenant.pk], month).get(tenant.pk, Decimal(0))
-    return budget_status(budget=budget.monthly_amount, spent=spent, month=month, now=now)
+    return budget_status(budget=amount, spent=spent, month=month, now=now)
 
 
 def budgets_overview(now: dt.datetime, tenants=None
@@ -41,10 +59,10 @@ def budgets_overview(now: dt.datetime, tenants=None
     budgets page shows a page of them)."""
     month = month_start(now)
     tenants = list(Tenant.objects.order_by("name") if tenants is None else tenants)
-    budgets = {b.tenant_id: b for b in Budget.objects.filter(tenant__in=tenants)}
+    budgets = budgets_in_force([t.pk for t in tenants], month)
     spent = spent_in([t.pk for t in tenants], month)
-    return [(t, budget_status(budget=budgets[t.pk].monthly_amount,
-                              spent=spent.get(t.pk, Decimal(0)), month=month, now=now)
+    return [(t, budget_status(budget=budgets[t.pk], spent=spent.get(t.pk, Decimal(0)),
+                              month=month, now=now)
              if t.pk in budgets else None) for t in tenants]
 
 
@@ -71,18 +89,20 @@ def budget_set(*, tenant: Tenant, amount_value, by) -> Budget | None:
     budget is checked at once, so a tenant already past 50 % hears it now."""
     require_billing_role(by)
     amount = parse_budget(amount_value)
-    old = Budget.objects.filter(tenant=tenant).first()
-    if amount is None:
-        if old is not None:
-            audit_record(actor=by, subject=old, tenant=tenant, action="budget.removed",
-                         reason=f"Monthly budget of {old.monthly_amount} removed.")
-            old.delete()
+    month = month_start(timezone.now())
+    old = budgets_in_force([tenant.pk], month).get(tenant.pk)
+    if amount is None and old is None:
         return None
-    budget, _ = Budget.objects.update_or_create(tenant=tenant, defaults={
+    # From this month on; earlier months keep the budget that was in force then.
+    budget, _ = Budget.objects.update_or_create(tenant=tenant, from_month=month, defaults={
         "monthly_amount": amount, "set_by": by})
+    if amount is None:
+        audit_record(actor=by, subject=budget, tenant=tenant, action="budget.removed",
+                     reason=f"Monthly budget of {old} removed from {month:%B %Y} on.")
+        return None
     audit_record(actor=by, subject=budget, tenant=tenant, action="budget.set",
-                 reason=f"Monthly budget set to {amount}"
-                        + (f" (was {old.monthly_amount})." if old else "."))
+                 reason=f"Monthly budget set to {amount} from {month:%B %Y} on"
+                        + (f" (was {old})." if old is not None else "."))
     transaction.on_commit(lambda: check_budgets(timezone.now()))
     return budget
 
@@ -95,32 +115,37 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     from tenants.notifications import Kind, finance_people, notify, tenant_leads
 
     month = month_start(now)
-    budgets = list(Budget.objects.select_related("tenant"))
-    spent = spent_in([b.tenant_id for b in budgets], month)
-    done = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold"))
+    budgets = budgets_in_force(None, month)
+    tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=list(budgets))}
+    spent = spent_in(list(budgets), month)
+    done = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold",
+                                                                   "budget"))
     created = []
-    for b in budgets:
-        status = budget_status(budget=b.monthly_amount, spent=spent.get(b.tenant_id,
-                               Decimal(0)), month=month, now=now)
-        for threshold in status.crossed:
-            if (b.tenant_id, threshold) in done:
-                continue
-            try:
-                with transaction.atomic():
-                    alert = BudgetAlert.objects.create(
-                        tenant=b.tenant, month=month, threshold=threshold,
-                        spent=status.spent, budget=status.budget)
-                    reason = (f"{b.tenant.name} has spent {settings.PORTAL_CURRENCY} "
-                              f"{status.spent:,.2f} of its {settings.PORTAL_CURRENCY} "
-                              f"{status.budget:,.2f} budget for {month:%B %Y}: "
-                              f"{threshold}% crossed. {status.summary}")
-                    audit_record(actor=None, subject=alert, tenant=b.tenant,
-                                 action="budget.threshold", reason=reason)
-                    notify([*tenant_leads(b.tenant), *finance_people()],
-                           Kind.BUDGET_THRESHOLD,
-                           f"{b.tenant.name}: {threshold}% of the {month:%B} budget spent",
-                           reason, link=f"/billing/{b.tenant.slug}/{month:%Y-%m}/")
-            except IntegrityError:
-                continue  # another worker notified it first
-            created.append(alert)
+    for tenant_id, amount in budgets.items():
+        tenant = tenants[tenant_id]
+        status = budget_status(budget=amount, spent=spent.get(tenant_id, Decimal(0)),
+                               month=month, now=now)
+        new = [t for t in status.crossed if (tenant_id, t, status.budget) not in done]
+        if not new:
+            continue
+        try:
+            with transaction.atomic():
+                # Every threshold crossed is recorded, one notice is sent: the highest, with
+                # the true percentage (a budget set below the spend is one e-mail, not four).
+                alerts = [BudgetAlert.objects.create(
+                    tenant=tenant, month=month, threshold=t, spent=status.spent,
+                    budget=status.budget) for t in new]
+                top = max(new)
+                reason = (f"{tenant.name} has spent {settings.PORTAL_CURRENCY} "
+                          f"{status.spent:,.2f} of its {settings.PORTAL_CURRENCY} "
+                          f"{status.budget:,.2f} budget for {month:%B %Y} "
+                          f"({status.percent}%): past {top}%. {status.summary}")
+                audit_record(actor=None, subject=alerts[-1], tenant=tenant,
+                             action="budget.threshold", reason=reason)
+                notify([*tenant_leads(tenant), *finance_people()], Kind.BUDGET_THRESHOLD,
+                       f"{tenant.name}: {status.percent}% of the {month:%B} budget spent",
+                       reason, link=f"/billing/{tenant.slug}/{month:%Y-%m}/")
+        except IntegrityError:
+            continue  # another worker notified it first
+        created += alerts
     return created

@@ -121,17 +121,34 @@ class Adjustment(models.Model):
         return f"{self.amount} on {self.statement}"
 
 
-class Budget(models.Model):
-    """Finance's monthly spending budget for a tenant (in PORTAL_CURRENCY)."""
+def this_month():
+    from django.utils import timezone
 
-    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="budget")
-    monthly_amount = models.DecimalField(max_digits=14, decimal_places=2)
+    from .domain import month_start
+
+    return month_start(timezone.now())
+
+
+class Budget(models.Model):
+    """Finance's monthly spending budget for a tenant (in PORTAL_CURRENCY), from a month on:
+    the budget in force in a month is the latest row that starts at or before it (a blank
+    amount: no budget from then). Rows are history: a past statement shows the budget then."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budgets")
+    from_month = models.DateField(default=this_month)
+    monthly_amount = models.DecimalField(max_digits=14, decimal_places=2, null=True,
+                                         blank=True)
     set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
                                related_name="+")
     set_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "from_month"],
+                                               name="one_budget_per_tenant_and_month")]
+        ordering = ["tenant", "-from_month"]
+
     def __str__(self) -> str:
-        return f"{self.tenant} {self.monthly_amount}/month"
+        return f"{self.tenant} {self.monthly_amount}/month from {self.from_month:%Y-%m}"
 
 
 class BudgetAlert(models.Model):
@@ -145,8 +162,9 @@ class BudgetAlert(models.Model):
     at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "month", "threshold"],
-                                               name="one_alert_per_month_and_threshold")]
+        # Re-armed when the budget changes: a crossing is of one amount.
+        constraints = [models.UniqueConstraint(fields=["tenant", "month", "threshold", "budget"],
+                                               name="one_alert_per_month_threshold_budget")]
 
     def __str__(self) -> str:
         return f"{self.tenant} {self.threshold}% of {self.month:%Y-%m}"

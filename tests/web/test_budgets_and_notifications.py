@@ -75,7 +75,9 @@ def test_finance_sets_a_budget_the_lead_sees_it_with_a_forecast(client, finance_
     # Removing it: an empty amount.
     client.force_login(finance_user)
     client.post(reverse("billing:budgets"), {"tenant": tenant.slug, "amount": ""})
-    assert not Budget.objects.exists()
+    from billing.budgets import status_for
+
+    assert status_for(tenant, timezone.now()) is None  # no budget from this month on
     assert AuditEvent.objects.filter(action="budget.removed").exists()
 
 
@@ -86,11 +88,11 @@ def test_each_threshold_notifies_leads_and_finance_once_per_month(
     spend("155")  # 77.5 %: 50 and 75 crossed
     with django_capture_on_commit_callbacks(execute=True):
         alerts = check_budgets(timezone.now())
-    assert sorted(a.threshold for a in alerts) == [50, 75]
+    assert sorted(a.threshold for a in alerts) == [50, 75]  # both recorded...
     lead_mail = smtp_server.wait_for(lambda m: lead.email in m["to"])
     fin_mail = smtp_server.wait_for(lambda m: finance_user.email in m["to"])
-    assert len(lead_mail) == 2 and len(fin_mail) == 2
-    assert any("75% of the" in m["subject"] for m in lead_mail)
+    assert len(lead_mail) == 1 and len(fin_mail) == 1  # ...one notice, the true percentage
+    assert "77.5% of the" in lead_mail[0]["subject"]
     assert "EUR 155.00 of its EUR 200.00" in lead_mail[0]["body"]
     assert not smtp_server.to(member.email)  # members are not told about money
     with django_capture_on_commit_callbacks(execute=True):
@@ -98,10 +100,10 @@ def test_each_threshold_notifies_leads_and_finance_once_per_month(
     spend("230")
     with django_capture_on_commit_callbacks(execute=True):
         assert sorted(a.threshold for a in check_budgets(timezone.now())) == [90, 100]
-    assert len(smtp_server.wait_for(lambda m: lead.email in m["to"] and "100%" in m["subject"])
+    assert len(smtp_server.wait_for(lambda m: lead.email in m["to"] and "115.0%" in m["subject"])
                ) == 1
     assert BudgetAlert.objects.count() == 4
-    assert AuditEvent.objects.filter(action="budget.threshold").count() == 4
+    assert AuditEvent.objects.filter(action="budget.threshold").count() == 2  # one a notice
 
 
 def test_a_turned_off_kind_is_not_sent(client, tenant, lead, finance_user, spend, smtp_server,
@@ -171,3 +173,44 @@ def test_a_mail_outage_loses_nothing(settings, tenant, lead, admin_user, pools, 
     note.refresh_from_db()
     assert note.sent_at is not None and note.attempts == 2
     assert send_notifications([note.pk]) == 0  # never sent twice
+
+
+def test_a_budget_applies_from_its_month_on_and_history_is_kept(tenant, finance_user):
+    """Set in December, a budget is not October's: October's statement shows none (before,
+    "9047.5 % spent … over budget"); changing it later keeps the earlier month's."""
+    import datetime as dt
+
+    from billing import budgets
+    from billing.models import Budget
+
+    now = timezone.now()
+    this = month_start(now)
+    earlier = month_start(this - dt.timedelta(days=40))
+    budgets.budget_set(tenant=tenant, amount_value="100", by=finance_user)
+    assert budgets.status_for(tenant, now, earlier) is None
+    assert budgets.status_for(tenant, now).budget == Decimal("100.00")
+    # A budget that was set two months ago, then changed this month: both months keep theirs.
+    Budget.objects.filter(tenant=tenant).update(from_month=earlier)
+    budgets.budget_set(tenant=tenant, amount_value="250", by=finance_user)
+    assert budgets.status_for(tenant, now, earlier).budget == Decimal("100.00")
+    assert budgets.status_for(tenant, now).budget == Decimal("250.00")
+    assert Budget.objects.filter(tenant=tenant).count() == 2  # history kept
+    budgets.budget_set(tenant=tenant, amount_value="", by=finance_user)  # removed from now on
+    assert budgets.status_for(tenant, now) is None
+    assert budgets.status_for(tenant, now, earlier).budget == Decimal("100.00")
+
+
+def test_a_budget_set_below_the_spend_sends_one_notice_and_is_rearmed_by_a_change(
+        tenant, lead, finance_user, spend, smtp_server, django_capture_on_commit_callbacks):
+    from billing import budgets
+
+    spend("127")
+    with django_capture_on_commit_callbacks(execute=True):
+        budgets.budget_set(tenant=tenant, amount_value="100", by=finance_user)  # 127 %
+    mail = smtp_server.wait_for(lambda m: lead.email in m["to"])
+    assert len(mail) == 1 and "127.0% of the" in mail[0]["subject"]  # not four, not "50 %"
+    # A corrected budget is a new amount: its crossings are told anew (re-armed).
+    with django_capture_on_commit_callbacks(execute=True):
+        budgets.budget_set(tenant=tenant, amount_value="200", by=finance_user)  # 63.5 %
+    assert len(smtp_server.wait_for(lambda m: lead.email in m["to"] and "63.5%" in
+                                    m["subject"])) == 1
