@@ -7,22 +7,23 @@ import datetime as dt
 from decimal import Decimal
 
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 from django.utils import timezone
 
 from tenants.audit import audit_record
 from tenants.models import Tenant
 
 from .domain import BudgetStatus, budget_status, month_start
-from .models import Budget, BudgetAlert, UsageMonth
+from .models import Budget, BudgetAlert
 from .services import BillingError, require_billing_role
 
 
 def spent_in(tenant_ids, month: dt.date) -> dict[int, Decimal]:
-    """Each tenant's charges so far in `month` (the open statement's figures), one query."""
-    return {row["tenant_id"]: row["amount"] or Decimal(0) for row in UsageMonth.objects.filter(
-        tenant_id__in=tenant_ids, month=month).values("tenant_id").annotate(
-        amount=Sum("amount"))}
+    """Each tenant's charges in `month`: the one number its statement shows (billing.figures:
+    lines to the cent plus adjustments), so the budget card and the statement agree."""
+    from .figures import month_figures
+
+    return {f.tenant_id: f.final for f in month_figures(tenant_ids=list(tenant_ids),
+                                                        months=[month])}
 
 
 def budgets_in_force(tenant_ids, month: dt.date) -> dict[int, Decimal]:

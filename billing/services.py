@@ -23,7 +23,6 @@ from tenants.models import Tenant
 from . import prometheus
 from .domain import (
     HOUR,
-    SECONDS_PER_HOUR,
     allocation_hour,
     floor_hour,
     hours_between,
@@ -218,7 +217,9 @@ class Line:
 
 
 def _h(seconds) -> Decimal:
-    return (Decimal(seconds or 0) / SECONDS_PER_HOUR).quantize(Decimal("0.0001"))
+    from .figures import hours  # one rounding of hours for lines and figures alike
+
+    return hours(seconds)
 
 
 def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
@@ -237,7 +238,7 @@ def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
                            else f" · {alloc.device_equivalents.normalize():f} device(s)"),
             route=alloc.route, policy=POLICIES.get(alloc.route, ""),
             allocated_h=_h(m.allocated_s), used_h=_h(used),
-            idle_h=_h(max(Decimal(0), Decimal(m.allocated_s) - used)),
+            idle_h=max(Decimal(0), _h(m.allocated_s) - _h(used)),  # as figures count it
             credit_h=_h(m.credit_s), charged_h=_h(m.charged_s), amount=money(m.amount),
             pending_hours=m.pending_hours))
     return out
