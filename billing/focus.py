@@ -4,6 +4,10 @@ one price), in the columns the FOCUS specification (1.0) defines for usage-based
 The portal is the provider and invoice issuer; a tenant is the billing account (its cost
 centre) and sub-account; an allocation is the resource; a pool at its rate is the SKU price.
 Quantities are GPU-hours (a MIG slice counts as its share of a device, as everywhere).
+
+Costs are in cents and add up to the statement: an allocation's days share its statement
+line's amount (largest remainder), and a closed month's adjustments are rows of their own
+(ChargeCategory "Adjustment"), so Σ BilledCost per tenant and month is the statement's final.
 """
 
 from __future__ import annotations
@@ -61,7 +65,41 @@ class ChargeDay:
     used_seconds: Decimal
     charged_seconds: Decimal
     rate: Decimal
+    amount: Decimal  # exact (the hours' sum)
+    billed: Decimal | None = None  # to the cent, the days summing to the statement line
+
+
+@dataclass(frozen=True)
+class AdjustmentCharge:
+    """A closed month's correction, as finance entered it."""
+
+    tenant_slug: str
+    tenant_name: str
+    cost_centre: str
+    adjustment_id: int
+    billing_start: dt.datetime
+    billing_end: dt.datetime
     amount: Decimal
+    reason: str
+
+
+def cents_by_day(amounts: list[Decimal], total: Decimal) -> list[Decimal]:
+    """Round each day's exact amount to the cent so the days sum to `total` (the statement
+    line): floor every day, then give the cents left to the days that lost most in rounding
+    (ties: the earlier day). Each day moves by less than a cent from its exact amount as long
+    as `total` is the exact sum rounded; a frozen line that differs absorbs the difference
+    on its last day."""
+    cent = Decimal("0.01")
+    floors = [(a / cent).to_integral_value(rounding="ROUND_FLOOR") * cent for a in amounts]
+    left = int(((total - sum(floors, Decimal(0))) / cent).to_integral_value())
+    order = sorted(range(len(amounts)), key=lambda i: (-(amounts[i] - floors[i]), i))
+    out = list(floors)
+    if 0 <= left <= len(amounts):
+        for i in order[:left]:
+            out[i] += cent
+    elif out:  # a frozen line no longer equal to the hours (late data): the last day absorbs
+        out[-1] += left * cent
+    return out
 
 
 def _time(t: dt.datetime) -> str:
@@ -73,7 +111,7 @@ def _hours(seconds: Decimal) -> str:
 
 
 def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
-    cost = f"{Decimal(c.amount).quantize(Decimal('0.0001')):f}"
+    cost = f"{Decimal(c.amount if c.billed is None else c.billed).quantize(Decimal('0.01')):f}"
     rate = f"{Decimal(c.rate):f}"
     row = {name: "" for name, _ in FOCUS_COLUMNS}
     row.update({
@@ -96,6 +134,27 @@ def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
         "SkuId": f"{c.pool_slug}:{c.gpu_model}",
         "SkuPriceId": f"{c.pool_slug}:{c.gpu_model}@{rate}",
         "Tags": json.dumps({"tenant": c.tenant_slug, "route": c.route, "pool": c.pool_slug},
+                           sort_keys=True),
+    })
+    return row
+
+
+def focus_adjustment_row(a: AdjustmentCharge, *, currency: str, provider: str
+                         ) -> dict[str, str]:
+    cost = f"{Decimal(a.amount).quantize(Decimal('0.01')):f}"
+    row = {name: "" for name, _ in FOCUS_COLUMNS}
+    row.update({
+        "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
+        "BillingAccountId": a.cost_centre or a.tenant_slug, "BillingAccountName": a.tenant_name,
+        "SubAccountId": a.tenant_slug, "SubAccountName": a.tenant_name,
+        "BillingCurrency": currency,
+        "BillingPeriodStart": _time(a.billing_start), "BillingPeriodEnd": _time(a.billing_end),
+        "ChargePeriodStart": _time(a.billing_start), "ChargePeriodEnd": _time(a.billing_end),
+        "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
+        "ChargeDescription": a.reason[:500], "ChargeFrequency": "One-Time",
+        "ProviderName": provider, "PublisherName": provider, "InvoiceIssuerName": provider,
+        "ServiceCategory": "AI and Machine Learning", "ServiceName": "GPU capacity",
+        "Tags": json.dumps({"tenant": a.tenant_slug, "adjustment": a.adjustment_id},
                            sort_keys=True),
     })
     return row

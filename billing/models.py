@@ -89,7 +89,7 @@ class StatementLine(models.Model):
     allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="+")
     description = models.CharField(max_length=200)
     route = models.CharField(max_length=30)
-    policy = models.CharField(max_length=120)
+    policy = models.CharField(max_length=200)
     allocated_h = models.DecimalField(max_digits=14, decimal_places=4)
     used_h = models.DecimalField(max_digits=14, decimal_places=4)
     idle_h = models.DecimalField(max_digits=14, decimal_places=4)

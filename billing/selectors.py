@@ -181,6 +181,58 @@ def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
             billing_end=billing_end, used_seconds=d["used"] or Decimal(0),
             charged_seconds=d["charged"] or Decimal(0), rate=d["rate"],
             amount=d["amount"] or Decimal(0)))
+    return _in_cents(out)
+
+
+def _in_cents(days):
+    """Each allocation-month's days in cents, summing to its statement line (the frozen one
+    for a closed month)."""
+    from collections import defaultdict
+    from dataclasses import replace
+
+    from fleet.inventory.pricing import money
+
+    from .focus import cents_by_day
+    from .models import StatementLine
+
+    groups: dict[tuple[int, dt.datetime], list[int]] = defaultdict(list)
+    for i, d in enumerate(days):
+        groups[(d.allocation_id, d.billing_start)].append(i)
+    frozen = {(line["allocation_id"], line["statement__month"]): line["amount"]
+              for line in StatementLine.objects.filter(
+                  allocation_id__in={k[0] for k in groups},
+                  statement__closed_at__isnull=False).values(
+                  "allocation_id", "statement__month", "amount")}
+    out = list(days)
+    for (alloc_id, billing_start), idx in groups.items():
+        exact = [days[i].amount for i in idx]
+        total = frozen.get((alloc_id, billing_start.date()), money(sum(exact, Decimal(0))))
+        for i, cents in zip(idx, cents_by_day(exact, total), strict=True):
+            out[i] = replace(days[i], billed=cents)
+    return out
+
+
+def adjustment_charges(tenant_ids, months: list[dt.date], *,
+                       tenant_slugs: set[str] | None = None):
+    """Closed months' adjustments as FOCUS charges (one query)."""
+    from .domain import month_bounds
+    from .focus import AdjustmentCharge
+    from .models import Adjustment
+
+    qs = Adjustment.objects.filter(statement__month__in=months).select_related(
+        "statement__tenant").order_by("statement__month", "at", "pk")
+    if tenant_ids is not None:
+        qs = qs.filter(statement__tenant_id__in=tenant_ids)
+    if tenant_slugs is not None:
+        qs = qs.filter(statement__tenant__slug__in=tenant_slugs)
+    out = []
+    for a in qs:
+        t = a.statement.tenant
+        start, end = month_bounds(a.statement.month)
+        out.append(AdjustmentCharge(
+            tenant_slug=t.slug, tenant_name=t.name, cost_centre=t.cost_centre,
+            adjustment_id=a.pk, billing_start=start, billing_end=end, amount=a.amount,
+            reason=a.reason))
     return out
 
 

@@ -6,6 +6,7 @@ import csv
 import datetime as dt
 import re
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -114,14 +115,15 @@ def _csv(rows, months) -> HttpResponse:
     response["Content-Disposition"] = 'attachment; filename="device-hours.csv"'
     out = csv.writer(response)
     out.writerow(["tenant", "month", "allocated_device_hours", "used_device_hours",
-                  "idle_device_hours", "amount"])
+                  "idle_device_hours", "amount", "currency"])
     for r in rows:
         for m in months:
             cell = r.months.get(m)
             if cell:
                 idle = cell["allocated_h"] - cell["used_h"]  # exact: both to 4 places
                 out.writerow([r.slug, f"{m:%Y-%m}", f"{cell['allocated_h']:.4f}",
-                              f"{cell['used_h']:.4f}", f"{idle:.4f}", f"{cell['amount']:.2f}"])
+                              f"{cell['used_h']:.4f}", f"{idle:.4f}", f"{cell['amount']:.2f}",
+                              settings.PORTAL_CURRENCY])
     return response
 
 
@@ -130,8 +132,8 @@ def _focus(tenant_ids, months, route: str, slugs) -> HttpResponse:
     charge period (a day at one price)."""
     from django.conf import settings
 
-    from .focus import FOCUS_COLUMNS, focus_row
-    from .selectors import charge_days
+    from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
+    from .selectors import adjustment_charges, charge_days
 
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="focus-charges.csv"'
@@ -140,6 +142,10 @@ def _focus(tenant_ids, months, route: str, slugs) -> HttpResponse:
     for charge in charge_days(tenant_ids, months, route=route, tenant_slugs=slugs):
         out.writerow(focus_row(charge, currency=settings.PORTAL_CURRENCY,
                                provider=settings.PORTAL_PROVIDER_NAME))
+    if not route:  # an adjustment is the whole tenant-month's, as in billing.figures
+        for adjustment in adjustment_charges(tenant_ids, months, tenant_slugs=slugs):
+            out.writerow(focus_adjustment_row(adjustment, currency=settings.PORTAL_CURRENCY,
+                                              provider=settings.PORTAL_PROVIDER_NAME))
     return response
 
 
@@ -211,10 +217,30 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
     alloc = get_object_or_404(Allocation.objects.select_related("pool"), pk=allocation_id,
                               tenant=tenant)
     start, end = month_bounds(_month(month))
-    hours = UsageHour.objects.filter(allocation=alloc, hour__gte=start, hour__lt=end).order_by(
-        "hour")
-    return render(request, "billing/hours.html", {"tenant": tenant, "month": _month(month),
-                                                  "alloc": alloc, "hours": hours})
+    from django.core.paginator import Paginator
+    from django.db.models import Sum
+
+    from .figures import hours as to_hours
+
+    rows = UsageHour.objects.filter(allocation=alloc, hour__gte=start, hour__lt=end)
+    page = Paginator(rows.order_by("hour"), 7 * 24).get_page(request.GET.get("page"))
+    shown = [{"hour": h.hour, "pending": h.pending, "allocated_h": to_hours(h.allocated_s),
+              "used_h": None if h.used_s is None else to_hours(h.used_s),
+              "idle_h": None if h.used_s is None else to_hours(h.allocated_s) - to_hours(
+                  h.used_s),
+              "borrowed_h": to_hours(h.borrowed_s), "credit_h": to_hours(h.credit_s),
+              "charged_h": to_hours(h.charged_s), "rate": h.rate, "amount": h.amount}
+             for h in page]
+    sums = rows.aggregate(allocated=Sum("allocated_s"), used=Sum("used_s"),
+                          borrowed=Sum("borrowed_s"), charged=Sum("charged_s"),
+                          amount=Sum("amount"))
+    figures = tenant_month(tenant.pk, _month(month))
+    return render(request, "billing/hours.html", {
+        "tenant": tenant, "month": _month(month), "alloc": alloc, "hours": shown, "page": page,
+        "total": {"allocated_h": to_hours(sums["allocated"]), "used_h": to_hours(sums["used"]),
+                  "borrowed_h": to_hours(sums["borrowed"]),
+                  "charged_h": to_hours(sums["charged"]), "amount": sums["amount"] or 0},
+        "closed": figures.closed, "currency": settings.PORTAL_CURRENCY})
 
 
 @login_required

@@ -4,6 +4,8 @@ These tables were created by the tenants app; they keep their names (see migrati
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -114,6 +116,19 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
+
+    @property
+    def window_text(self) -> str:
+        """The window as the request stated it: an end at midnight is "through" the day
+        before (a request's end date is inclusive; the allocation's end is the instant after)."""
+        start = f"{self.starts_at:%Y-%m-%d %H:%M} UTC"
+        if self.ends_at is None:
+            return f"{start} → open-ended"
+        end = self.ends_at.astimezone(dt.UTC)
+        if end.time() == dt.time():
+            last = end.date() - dt.timedelta(days=1)
+            return f"{start} → through {last:%Y-%m-%d} (ends {end:%Y-%m-%d %H:%M} UTC)"
+        return f"{start} → {end:%Y-%m-%d %H:%M} UTC"
 
     @property
     def flag_words(self) -> str:

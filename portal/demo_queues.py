@@ -58,7 +58,8 @@ def seed_demo_queues(now: dt.datetime) -> int:
             "borrowing_limit": limit, "usage": usage,
             "borrowed": max(Decimal(0), usage - nominal),
             "pending": len(pending), "admitted": len(running), "observed_at": now})
-        made += _history(alloc, rng, now, nominal, cohort)
+        # Only a queue that may borrow has borrowed hours or reclaims in its past.
+        made += _history(alloc, rng, now, nominal, cohort if limit else "")
     return made
 
 

@@ -108,9 +108,23 @@ def _in_window(alloc: Allocation, hour: dt.datetime) -> bool:
 
 
 def check_invariants(allocs, tenant, finance_user) -> None:
-    month = f"{MONTH:%Y-%m}"
     hours = list(UsageHour.objects.filter(allocation__in=allocs))
     assert hours, "the world billed nothing"
+    check_hours(allocs)
+    figures = check_tenant_month(tenant, MONTH, finance_user)
+    check_metrics(tenant, finance_user, Decimal(figures["final"]))
+    # the statement's hours are the API's
+    allocated = sum((Decimal(h.allocated_s) for h in hours), Decimal(0)) / SECONDS_PER_HOUR
+    assert abs(Decimal(figures["allocated_device_hours"]) - allocated) < Decimal("0.001")
+
+
+def check_hours(allocs) -> None:
+    """Per allocation and hour: used ≤ allocated, the rate in force, borrowing as measured."""
+    from billing.domain import floor_hour
+    from fleet.inventory.pricing import borrowing_is_billed
+
+    finished = floor_hour(timezone.now())
+    hours = list(UsageHour.objects.filter(allocation__in=allocs))
     for h in hours:
         # per allocation and hour: used ≤ allocated, idle = allocated − used ≥ 0
         assert h.used_s is not None and 0 <= h.used_s <= h.allocated_s, (h.hour, h.used_s,
@@ -119,37 +133,58 @@ def check_invariants(allocs, tenant, finance_user) -> None:
         assert h.rate == pool_rate(h.pool_id, h.hour), (h.hour, h.rate)
     for alloc in allocs:
         # borrowed hours billed = borrowed queue-hours measured (where borrowing is billed)
-        from fleet.inventory.pricing import borrowing_is_billed
-
         billed = sum((h.borrowed_s for h in hours if h.allocation_id == alloc.pk), Decimal(0))
         measured = sum((q.borrowed_s for q in QueueUsageHour.objects.filter(allocation=alloc)
-                        if _in_window(alloc, q.hour)), Decimal(0))
+                        if _in_window(alloc, q.hour) and q.hour < finished), Decimal(0))
         expected = measured if borrowing_is_billed(alloc.route) else Decimal(0)
         assert billed == expected, (alloc.route, billed, expected)
-    # per tenant and month: statement = API = CSV = /metrics
+
+
+def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
+    """Per tenant and month: statement page = API (detail and list) = finance CSV = FOCUS
+    rows summed = the budget in force. Returns the API's figures."""
+    from billing.budgets import budgets_in_force
+
+    ym = f"{month:%Y-%m}"
     api = APIClient()
     api.force_authenticate(finance_user)
-    figures = api.get(f"/api/billing/{tenant.slug}:{month}/").json()["figures"]
+    figures = api.get(f"/api/billing/{tenant.slug}:{ym}/").json()["figures"]
     listed = [f for f in api.get(f"/api/billing/?tenant={tenant.slug}").json()
-              if f["month"] == str(MONTH)]
+              if f["month"] == str(month)]
     assert listed == [figures]
     client = Client()
     client.force_login(finance_user)
-    page = client.get(reverse("billing:statement", args=[tenant.slug, month]))
+    page = client.get(reverse("billing:statement", args=[tenant.slug, ym]))
     final = Decimal(figures["final"])
     assert page.context["final"] == final
     assert page.context["total"] == Decimal(figures["usage_amount"])
+    budget = budgets_in_force([tenant.pk], month).get(tenant.pk)
+    shown = page.context["budget"]
+    assert (shown.budget if shown else None) == budget, (ym, shown, budget)
+    months = (month_start(timezone.now()).year - month.year) * 12 + (
+        month_start(timezone.now()).month - month.month) + 1
+    overview = reverse("billing:overview") + f"?months={months}&q={tenant.slug}"
     rows = [r for r in csv.DictReader(io.StringIO(client.get(
-        reverse("billing:overview") + "?format=csv&months=3").content.decode()))
-        if r["tenant"] == tenant.slug and r["month"] == month]
+        overview + "&format=csv").content.decode()))
+        if r["tenant"] == tenant.slug and r["month"] == ym]
     assert [Decimal(r["amount"]) for r in rows] == [final]
     assert Decimal(rows[0]["idle_device_hours"]) == (
         Decimal(rows[0]["allocated_device_hours"]) - Decimal(rows[0]["used_device_hours"]))
+    assert Decimal(rows[0]["allocated_device_hours"]) == Decimal(
+        figures["allocated_device_hours"])
+    focus = [r for r in csv.DictReader(io.StringIO(client.get(
+        overview + "&format=focus").content.decode()))
+        if r["SubAccountId"] == tenant.slug and r["BillingPeriodStart"].startswith(ym)]
+    assert sum((Decimal(r["BilledCost"]) for r in focus), Decimal(0)) == final, ym
+    return figures
+
+
+def check_metrics(tenant, finance_user, finals: Decimal) -> None:
+    """/metrics: a tenant's statements added up (every month, adjustments included)."""
+    client = Client()
+    client.force_login(finance_user)
     metrics = client.get("/metrics").content.decode()
-    assert f'aifactory_statement_amount{{tenant="{tenant.slug}"}} {final:.2f}' in metrics
-    # the statement's hours are the API's
-    allocated = sum((Decimal(h.allocated_s) for h in hours), Decimal(0)) / SECONDS_PER_HOUR
-    assert abs(Decimal(figures["allocated_device_hours"]) - allocated) < Decimal("0.001")
+    assert f'aifactory_statement_amount{{tenant="{tenant.slug}"}} {finals:.2f}' in metrics
 
 
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -208,3 +243,32 @@ def test_regression_worlds(world, tenant, lead, admin_user, finance_user, pools,
         Adjustment.objects.create(statement=Statement.objects.get(tenant=tenant, month=MONTH),
                                   amount=world["adjustment"], reason="kept", by=finance_user)
     check_invariants(allocs, tenant, finance_user)
+
+
+def test_the_seeded_demo_keeps_every_invariant(finance_user):
+    """`make run`'s world, made by the services in time order: every number agrees."""
+    from django.core.management import call_command
+
+    from billing.figures import month_figures
+    from tenants.models import Tenant
+
+    call_command("seed_demo", stdout=io.StringIO())
+    allocs = list(Allocation.objects.all())
+    assert len(allocs) >= 4 and UsageHour.objects.exists()
+    check_hours(allocs)
+    months = month_figures()
+    assert any(f.closed and f.adjustments for f in months)  # a closed month with a credit
+    assert any(f.borrowed_h for f in months)  # borrowing billed
+    for tenant in Tenant.objects.all():
+        finals = Decimal(0)
+        for f in [f for f in months if f.tenant_id == tenant.pk]:
+            figures = check_tenant_month(tenant, f.month, finance_user)
+            finals += Decimal(figures["final"])
+        check_metrics(tenant, finance_user, finals)
+    for alloc in allocs:
+        # the allocation's window is its request's: from the day asked (or the approval,
+        # if later) through the last day asked
+        req = alloc.request
+        assert alloc.starts_at.date() == req.starts_on, alloc
+        assert alloc.ends_at == dt.datetime.combine(
+            req.ends_on + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC), alloc

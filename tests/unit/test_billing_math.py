@@ -165,3 +165,35 @@ def test_an_allocation_that_starts_mid_hour_never_used_more_than_it_held():
                            devices=Decimal(2), hour=hour, used=Decimal(3000), outages=[],
                            rate=Decimal(2))
     assert full.used == Decimal(3000) <= full.allocated
+
+
+# --- FOCUS costs in cents that add up to the statement line --------------------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from billing.focus import cents_by_day  # noqa: E402
+from fleet.inventory.pricing import money  # noqa: E402
+
+
+@given(st.lists(st.decimals("0", "500", places=4), min_size=1, max_size=31))
+def test_days_in_cents_sum_to_the_line_and_stay_within_a_cent(days):
+    line = money(sum(days, Decimal(0)))
+    cents = cents_by_day(days, line)
+    assert sum(cents, Decimal(0)) == line
+    assert all(abs(c - d) < Decimal("0.01") for c, d in zip(cents, days, strict=True))
+    assert all(c == c.quantize(Decimal("0.01")) for c in cents)
+
+
+def test_a_frozen_line_that_differs_is_absorbed_by_the_last_day():
+    assert cents_by_day([Decimal("1.004"), Decimal("2.004")], Decimal("5.00")) == [
+        Decimal("1.00"), Decimal("4.00")]
+
+
+def test_every_routes_policy_fits_the_statement_line():
+    """A MIG line's policy (126 characters) once failed closing a month on PostgreSQL."""
+    from billing.domain import POLICIES
+    from billing.models import StatementLine
+
+    limit = StatementLine._meta.get_field("policy").max_length
+    assert all(len(text) <= limit for text in POLICIES.values())

@@ -66,8 +66,8 @@ def test_overview_sorts_filters_and_exports_csv(client, finance_user, billed):
     assert b"<html" not in rows.content
     csv = client.get(reverse("billing:overview"), {"format": "csv"}).content.decode()
     assert csv.splitlines()[0] == ("tenant,month,allocated_device_hours,used_device_hours,"
-                                   "idle_device_hours,amount")
-    assert f"acme,{LAST_MONTH:%Y-%m},4.0000,1.0000,3.0000,10.00" in csv
+                                   "idle_device_hours,amount,currency")
+    assert f"acme,{LAST_MONTH:%Y-%m},4.0000,1.0000,3.0000,10.00,EUR" in csv
 
 
 @pytest.mark.parametrize(("who", "status"), [
@@ -82,7 +82,12 @@ def test_statement_page(client, users, billed, who, status):
         assert b"Used 25.0% of its allocated hours" in response.content  # right-sizing
         hours = client.get(reverse("billing:hours", args=["acme", f"{LAST_MONTH:%Y-%m}",
                                                           billed[0].pk]))
-        assert hours.status_code == 200 and b"14400" in hours.content
+        assert hours.status_code == 200
+        body = hours.content.decode()
+        # device-hours and money, not raw device-seconds: 4 devices for an hour, 1 used
+        assert "4.0000\u00a0h" in body.replace("&nbsp;", "\u00a0") and "14400" not in body
+        assert "3.0000\u00a0h" in body.replace("&nbsp;", "\u00a0")  # idle
+        assert "EUR\u00a010.00" in body.replace("&nbsp;", "\u00a0")  # the month's line
 
 
 def test_finance_closes_a_month_and_corrects_it_with_an_adjustment(client, finance_user,
@@ -176,7 +181,7 @@ def test_focus_export_has_the_specifications_columns_and_types(client, users, bi
         assert row["BillingPeriodStart"] <= row["ChargePeriodStart"]
         assert row["ChargePeriodEnd"] <= row["BillingPeriodEnd"]
     acme = sum(Decimal(r["BilledCost"]) for r in rows if r["SubAccountId"] == "acme")
-    assert acme == Decimal("10.0000")  # the hour billed in the fixture: 4 devices × 2.50
+    assert acme == Decimal("10.00")  # the hour billed in the fixture: 4 devices × 2.50
     hours = sum(Decimal(r["PricingQuantity"]) for r in rows if r["SubAccountId"] == "acme")
     assert hours == 4  # GPU-hours charged
 

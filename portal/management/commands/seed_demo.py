@@ -1,7 +1,14 @@
-"""Demo data for the embedded run: two tenants, a pool per route, requests in every state.
+"""Demo data for the embedded run: two tenants, a pool per route, requests in every state,
+and two months of history.
 
-Safe to run twice: users and pools are updated in place, requests are created only once.
-Requests go through the real services, so their audit trail is the real one.
+The history is made by the production code in time order: with the clock set to each past
+moment (portal.demo_clock), requests are filed, decided and provisioned by the real services,
+a rate changes, an allocation ends and is retired by the expiry task, the hourly rollup bills
+each day from the synthetic use, budget checks run, and finance closes a month with an
+adjustment. So everything `make run` shows obeys the same invariants as production
+(docs/invariants.md); tests/db/test_invariants.py checks the seeded world too.
+
+Safe to run twice: users and pools are updated in place, history is created only once.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ TENANTS = [
 POOLS = [
     {"slug": "shared-h100", "name": "Shared H100", "route": Route.SHARED_POOL,
      "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 64,
-     "rate_per_device_hour": Decimal("2.50"), "borrowing_limit_devices": 16,
+     "rate_per_device_hour": Decimal("2.35"), "borrowing_limit_devices": 16,
      "cohort": "shared-h100",
      "node_selector": {"aifactory.io/pool": "shared-h100"}},
     {"slug": "dedicated-h100", "name": "Dedicated H100", "route": Route.DEDICATED_BLOCK,
@@ -56,22 +63,36 @@ USERS = [
 ]
 
 
+HISTORY_DAYS = 60
+# The shared pool's price rises a month into the history (a rate card from that moment on).
+RATE_CHANGE = ("shared-h100", Decimal("2.50"), 31)
+
+
 class Command(BaseCommand):
-    help = "Create demo tenants, pools, users (password 'demo') and requests in every state."
+    help = ("Create demo tenants, pools, users (password 'demo'), requests in every state and "
+            "two months of history made by the real services.")
 
     @transaction.atomic
     def handle(self, *args, **options):
+        from intake.models import CapacityRequest
+        from portal.demo_clock import clock_at
+
+        now = timezone.now()
+        self.origin = (now - dt.timedelta(days=HISTORY_DAYS)).replace(
+            hour=8, minute=0, second=0, microsecond=0)
+        fresh = not CapacityRequest.objects.exists()
         tenants = {t["slug"]: Tenant.objects.update_or_create(slug=t["slug"], defaults=t)[0]
                    for t in TENANTS}
         from fleet.inventory.services import pool_set_rate
 
-        for p in POOLS:
-            fields = dict(p)
-            rate = fields.pop("rate_per_device_hour")
-            pool, _ = Pool.objects.update_or_create(slug=fields["slug"], defaults=fields)
-            if not pool.rate_cards.exists():
-                pool_set_rate(pool=pool, rate=rate)
-        self._fleet()
+        with clock_at(self.origin):
+            for p in POOLS:
+                fields = dict(p)
+                rate = fields.pop("rate_per_device_hour")
+                pool, _ = Pool.objects.update_or_create(slug=fields["slug"], defaults=fields)
+                if not pool.rate_cards.exists():
+                    pool_set_rate(pool=pool, rate=rate)
+            self._fleet()
         users = {}
         User = get_user_model()
         for username, first, last, platform, memberships in USERS:
@@ -86,17 +107,16 @@ class Command(BaseCommand):
                 Membership.objects.update_or_create(user=user, tenant=tenants[slug],
                                                     defaults={"role": role})
             users[username] = user
-        from intake.models import CapacityRequest
-
-        if CapacityRequest.objects.exists():
+        if not fresh:
             self.stdout.write("Demo requests exist already; users and pools refreshed.")
             return
-        self._requests(tenants, users)
-        self._usage()
-        self._budgets(tenants)
-        from portal.demo_queues import seed_demo_queues
+        from django.conf import settings
+        from django.test.utils import override_settings
 
-        seed_demo_queues(timezone.now())
+        # The embedded run's synthetic use (there is no Prometheus to ask about the past).
+        with override_settings(PORTAL_USAGE_SOURCE=settings.PORTAL_USAGE_SOURCE
+                               or "portal.demo_usage.used_device_seconds"):
+            self._history(tenants, users, now)
         self.stdout.write(self.style.SUCCESS(
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
             f"with password '{DEMO_PASSWORD}'."))
@@ -112,56 +132,61 @@ class Command(BaseCommand):
             backend.apply(obj)
         self.stdout.write(fleet_sync(backend=backend).summary())
 
-    def _usage(self):
-        """Rate cards, and 60 days of demo usage for the active allocations.
+    def _history(self, tenants, users, now):
+        """Day by day from the origin to now, each step at its own moment."""
+        from billing.budgets import budget_set, check_budgets
+        from billing.domain import month_start
+        from billing.services import ratecard_create, rollup_usage
+        from fleet.allocations.tasks import expire_allocations
+        from portal.demo_clock import clock_at
+        from portal.demo_queues import seed_demo_queues
 
-        The embedded run has no Prometheus, so the used hours are synthetic here (a daily
-        rhythm around the request's expected utilisation); a real deployment rolls them up
-        from DCGM metrics with billing.services.rollup_usage.
-        """
-        from billing.domain import amount, hour_charge, month_start
-        from billing.models import UsageHour
-        from billing.services import refresh_months
-        from fleet.inventory.pricing import rate_at, rate_history
-        from fleet.models import Allocation
-        from portal.demo_usage import demo_level
+        at = lambda days, hours=0: self.origin + dt.timedelta(days=days, hours=hours)  # noqa: E731
+        admin, finance = users["admin"], users["finance"]
+        with clock_at(at(0)):
+            budget_set(tenant=tenants["acme-research"], amount_value="24000", by=finance)
+        with clock_at(at(0, 1)):
+            self._quotas(tenants, users)
+        # The last fortnight's queue activity (what the queue sync would have recorded from
+        # Kueue: admissions, waits, reclaims, hours borrowed), so the daily rollups below
+        # bill the borrowing as it happened.
+        seed_demo_queues(now)
+        slug, rate, day = RATE_CHANGE
+        with clock_at(at(day - 3)):  # announced a few days ahead, as a rate change would be
+            ratecard_create(pool=Pool.objects.get(slug=slug), rate=rate,
+                            effective_from=at(day).replace(hour=0), by=admin)
+        closing = month_start(self.origin)
+        close_day = (dt.datetime.combine(closing + dt.timedelta(days=32), dt.time(),
+                                         tzinfo=dt.UTC).replace(day=2, hour=9)
+                     - self.origin).days
+        days = (now - self.origin).days
+        for d in range(1, days + 1):
+            with clock_at(min(at(d), now)):
+                expire_allocations()
+                rollup_usage(start=at(d - 1), end=at(d))
+                check_budgets(timezone.now())
+                if d == close_day:
+                    self._close(tenants["globex-ml"], closing, finance)
+                if d == days - 14:
+                    budget_set(tenant=tenants["globex-ml"], amount_value="9000", by=finance)
+        with clock_at(now):
+            rollup_usage(start=at(days), end=now)
+            check_budgets(now)
+        self._recent_requests(tenants, users, now)
 
-        now = timezone.now().replace(minute=0, second=0, microsecond=0)
-        rates = rate_history(Pool.objects.values_list("pk", flat=True))
-        rows, touched = [], set()
-        # Provisioning runs after this command commits, so approved allocations are pending.
-        for alloc in Allocation.objects.filter(status__in=("pending", "active")).select_related(
-                "request", "pool"):
-            start = now - dt.timedelta(days=60)
-            Allocation.objects.filter(pk=alloc.pk).update(starts_at=start)
-            for h in range(60 * 24):
-                hour = start + dt.timedelta(hours=h)
-                allocated = alloc.device_equivalents * 3600
-                used = (allocated * demo_level(alloc.request.expected_utilisation, hour)
-                        ).quantize(Decimal("1"))
-                charge = hour_charge(alloc.route, allocated=allocated, used=used,
-                                     credit=Decimal(0))
-                rate = rate_at(rates[alloc.pool_id], hour)
-                rows.append(UsageHour(allocation=alloc, tenant_id=alloc.tenant_id,
-                                      pool=alloc.pool, hour=hour, allocated_s=allocated,
-                                      used_s=used, credit_s=0, charged_s=charge.charged,
-                                      rate=rate, amount=amount(charge.charged, rate)))
-                touched.add((alloc.pk, month_start(hour)))
-        UsageHour.objects.bulk_create(rows, batch_size=2000)
-        refresh_months(touched)
+    def _close(self, tenant, month, finance):
+        from billing.models import Statement
+        from billing.services import statement_adjust, statement_close
 
-    def _budgets(self, tenants):
-        """Acme's budget sits just above its run rate: the lead sees spend and forecast."""
-        from billing.models import Budget
+        statement_close(tenant=tenant, month=month, by=finance)
+        statement_adjust(statement=Statement.objects.get(tenant=tenant, month=month),
+                         by=finance, amount_value=Decimal("-25.00"),
+                         reason="Credit for the two-hour maintenance window on the 14th.")
 
-        Budget.objects.get_or_create(tenant=tenants["acme-research"],
-                                     defaults={"monthly_amount": Decimal("24000")})
-
-    def _requests(self, tenants, users):
+    def _make(self, tenants, users):
         from intake import services
 
         today = timezone.localdate()
-        lead_a, lead_g, admin = users["lead-acme"], users["lead-globex"], users["admin"]
 
         def make(tenant, lead, **fields):
             base = {"workload_kind": "training", "isolation_reference": "", "whole_devices": 0,
@@ -170,48 +195,91 @@ class Command(BaseCommand):
                     "expected_utilisation": 70,
                     "justification": "Demo request created by seed_demo."}
             base.update(fields)
-            return services.request_create(tenant=tenants[tenant], by=lead, fields=base)
+            return services.request_create(tenant=tenants[tenant], by=users[lead],
+                                           fields=base)
+        return make
 
-        make("acme-research", lead_a, title="Tokenizer experiments", device_fill="small",
+    def _approve(self, request, reason):
+        """Approve, then provision at once (the task the approval queues, run in place so it
+        happens at the same simulated moment; the queued copy later finds it done)."""
+        from fleet.allocations.provisioning import allocation_provision
+        from intake import services
+
+        users = self._users
+        services.request_submit(request=request, by=self._lead_of[request.tenant.slug])
+        request = services.request_approve(request=request, by=users["admin"], reason=reason)
+        allocation_provision(request.allocation_id)
+        return request
+
+    def _quotas(self, tenants, users):
+        """What runs through the whole history: four allocations, one per route, approved
+        at the origin; and a fortnight's sweep that ends and is retired by the expiry task."""
+        self._users = users
+        self._lead_of = {"acme-research": users["lead-acme"], "globex-ml": users["lead-globex"]}
+        make = self._make(tenants, users)
+        long = {"ends_on": timezone.localdate() + dt.timedelta(days=150)}
+        self._approve(make("acme-research", "lead-acme", title="Clinical notes fine-tune",
+                           device_fill="full", isolation_origin="regulatory",
+                           isolation_reference="GDPR Art. 9 health data", whole_devices=8,
+                           workload_kind="fine_tuning", expected_utilisation=40, **long),
+                      "Health data: a dedicated block is required.")
+        self._approve(make("globex-ml", "lead-globex", title="Eval harness",
+                           device_fill="small", isolation_origin="habitual", replicas=6,
+                           memory_gb=18, workload_kind="evaluation", expected_utilisation=30,
+                           **long), "Fits the MIG pool; approved.")
+        self._approve(make("acme-research", "lead-acme", title="Team training quota",
+                           device_fill="full", isolation_origin="habitual", whole_devices=4,
+                           expected_utilisation=75, **long),
+                      "Shared pool quota; borrows from the cohort when peers are idle.")
+        self._approve(make("globex-ml", "lead-globex", title="Batch scoring quota",
+                           device_fill="full", isolation_origin="habitual", whole_devices=4,
+                           workload_kind="inference", expected_utilisation=60, **long),
+                      "Shared pool quota.")
+        self._approve(make("acme-research", "lead-acme", title="Ablation sweep",
+                           device_fill="full", isolation_origin="habitual", whole_devices=2,
+                           expected_utilisation=90,
+                           ends_on=timezone.localdate() + dt.timedelta(days=13)),
+                      "Two weeks in the shared pool.")
+
+    def _recent_requests(self, tenants, users, now):
+        """The requests still in play, filed over the last days."""
+        from intake import services
+        from portal.demo_clock import clock_at
+
+        admin = users["admin"]
+        ago = lambda days: now - dt.timedelta(days=days)  # noqa: E731
+        with clock_at(ago(10)):
+            make = self._make(tenants, users)
+            r = make("globex-ml", "lead-globex", title="Weekend hackathon", device_fill="full",
+                     isolation_origin="habitual", whole_devices=4, workload_kind="notebook",
+                     ends_on=timezone.localdate() + dt.timedelta(days=3))
+            services.request_submit(request=r, by=users["lead-globex"])
+        with clock_at(ago(9)):
+            services.request_deny(request=r, by=admin, reason="Notebooks should use MIG "
+                                  "slices; please refile as small.")
+        with clock_at(ago(4)):
+            make = self._make(tenants, users)
+            r = make("globex-ml", "lead-globex", title="Own cluster please", device_fill="full",
+                     isolation_origin="habitual", whole_devices=40, expected_utilisation=20)
+            services.request_submit(request=r, by=users["lead-globex"])
+        with clock_at(ago(3)):
+            services.request_request_changes(
+                request=r, by=admin, reason="40 devices at 20% expected use: start with 8 in "
+                "the shared pool and borrow when peers are idle.")
+        with clock_at(ago(2)):
+            make = self._make(tenants, users)
+            r = make("acme-research", "lead-acme", title="LLM pre-training run",
+                     device_fill="full", isolation_origin="habitual", whole_devices=16,
+                     expected_utilisation=85)
+            services.request_submit(request=r, by=users["lead-acme"])
+        with clock_at(ago(1)):
+            make = self._make(tenants, users)
+            r = make("globex-ml", "lead-globex", title="Customer-isolated inference",
+                     device_fill="small", isolation_origin="contractual",
+                     isolation_reference="MSA-2026-114 §7.2", replicas=2,
+                     mig_profile="2g.20gb", workload_kind="inference")
+            services.request_submit(request=r, by=users["lead-globex"])
+        make = self._make(tenants, users)
+        make("acme-research", "lead-acme", title="Tokenizer experiments", device_fill="small",
              isolation_origin="habitual", replicas=2, mig_profile="1g.10gb",
              workload_kind="notebook")
-        r = make("acme-research", lead_a, title="LLM pre-training run", device_fill="full",
-                 isolation_origin="habitual", whole_devices=16, expected_utilisation=85)
-        services.request_submit(request=r, by=lead_a)
-        r = make("acme-research", lead_a, title="Clinical notes fine-tune", device_fill="full",
-                 isolation_origin="regulatory", isolation_reference="GDPR Art. 9 health data",
-                 whole_devices=8, workload_kind="fine_tuning", expected_utilisation=40)
-        services.request_submit(request=r, by=lead_a)
-        services.request_approve(request=r, by=admin,
-                                 reason="Health data: a dedicated block is required.")
-        r = make("globex-ml", lead_g, title="Eval harness", device_fill="small",
-                 isolation_origin="habitual", replicas=6, memory_gb=18,
-                 workload_kind="evaluation", expected_utilisation=30)
-        services.request_submit(request=r, by=lead_g)
-        services.request_approve(request=r, by=admin, reason="Fits the MIG pool; approved.")
-        r = make("globex-ml", lead_g, title="Customer-isolated inference", device_fill="small",
-                 isolation_origin="contractual", isolation_reference="MSA-2026-114 §7.2",
-                 replicas=2, mig_profile="2g.20gb", workload_kind="inference")
-        services.request_submit(request=r, by=lead_g)
-        r = make("globex-ml", lead_g, title="Own cluster please", device_fill="full",
-                 isolation_origin="habitual", whole_devices=40, expected_utilisation=20)
-        services.request_submit(request=r, by=lead_g)
-        services.request_request_changes(
-            request=r, by=admin, reason="40 devices at 20% expected use: start with 8 in the "
-            "shared pool and borrow when peers are idle.")
-        r = make("globex-ml", lead_g, title="Weekend hackathon", device_fill="full",
-                 isolation_origin="habitual", whole_devices=4, workload_kind="notebook",
-                 ends_on=today + dt.timedelta(days=3))
-        services.request_submit(request=r, by=lead_g)
-        services.request_deny(request=r, by=admin,
-                              reason="Notebooks should use MIG slices; please refile as small.")
-        r = make("acme-research", lead_a, title="Team training quota", device_fill="full",
-                 isolation_origin="habitual", whole_devices=4, expected_utilisation=75)
-        services.request_submit(request=r, by=lead_a)
-        services.request_approve(request=r, by=admin, reason="Shared pool quota; borrows "
-                                 "from the cohort when peers are idle.")
-        r = make("globex-ml", lead_g, title="Batch scoring quota", device_fill="full",
-                 isolation_origin="habitual", whole_devices=4, workload_kind="inference",
-                 expected_utilisation=60)
-        services.request_submit(request=r, by=lead_g)
-        services.request_approve(request=r, by=admin, reason="Shared pool quota.")
