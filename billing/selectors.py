@@ -91,7 +91,7 @@ def overview(tenant_ids, months: list[dt.date], *, route: str = "", q: str = ""
 
 
 ORDERINGS = {
-    "amount": ("-amount", "tenant_name"), "allocated": ("-allocated", "tenant_name"),
+    "amount": ("-amount_sort", "tenant_name"), "allocated": ("-allocated", "tenant_name"),
     "used": ("-used", "tenant_name"), "name": ("tenant_name", "tenant_id"),
     "utilisation": (F("utilisation_sort").asc(nulls_last=True), "tenant_name"),
 }
@@ -104,8 +104,18 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
     LIMIT), and the month cells of the visible tenants only. Four queries, whatever the
     number of tenants; Python touches the 50 rows shown, not all of them."""
     from django.core.paginator import Paginator
-    from django.db.models import Case, DecimalField, ExpressionWrapper, When
-    from django.db.models.functions import Lower
+    from django.db.models import (
+        Case,
+        DecimalField,
+        ExpressionWrapper,
+        OuterRef,
+        Subquery,
+        Value,
+        When,
+    )
+    from django.db.models.functions import Coalesce, Lower
+
+    from .models import Adjustment
 
     qs = _filtered_months(tenant_ids, months, route=route, q=q)
     totals = {m: {"month": m, "allocated_h": Decimal(0), "used_h": Decimal(0),
@@ -120,7 +130,14 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
         display_name=F("tenant__name"), allocated=Sum("allocated_s"), used=Sum("used_s"),
         amount=Sum("amount"), pending=Sum("pending_hours"),
         utilisation_sort=Case(When(allocated__gt=0, then=ExpressionWrapper(
-            F("used") * 100 / F("allocated"), output_field=DecimalField())), default=None))
+            F("used") * 100 / F("allocated"), output_field=DecimalField())), default=None),
+        # By what the tenant is charged: usage plus the closed months' adjustments (as in
+        # billing.figures; a route filter shows usage only, so it sorts by usage only).
+        amount_sort=F("amount") if route else F("amount") + Coalesce(Subquery(
+            Adjustment.objects.filter(statement__tenant_id=OuterRef("tenant_id"),
+                                      statement__month__in=months)
+            .values("statement__tenant_id").annotate(total=Sum("amount")).values("total"),
+            output_field=DecimalField()), Value(Decimal(0)), output_field=DecimalField()))
         .order_by(*ORDERINGS.get(sort, ORDERINGS["amount"])))
     paginator = Paginator(per_tenant, per_page)
     current = paginator.get_page(page)

@@ -61,13 +61,22 @@ def test_overview_sorts_filters_and_exports_csv(client, finance_user, billed):
     assert body.index("Acme") < body.index("Globex")
     body = client.get(reverse("billing:overview"), {"sort": "amount"}).content.decode()
     assert body.index("Acme") < body.index("Globex")  # 10.00 before 5.00
+    # Close Acme's month with a EUR 6 credit: charged 4.00 < 5.00, so Globex sorts first,
+    # as the figures the page shows say.
+    from billing.services import statement_adjust, statement_close
+
+    closed = statement_close(tenant=billed[0].tenant, month=LAST_MONTH, by=finance_user)
+    statement_adjust(statement=closed, by=finance_user, amount_value=Decimal("-6.00"),
+                     reason="credit")
+    body = client.get(reverse("billing:overview"), {"sort": "amount"}).content.decode()
+    assert body.index("Globex") < body.index("Acme")
     rows = client.get(reverse("billing:overview"), {"q": "glob"}, HTTP_HX_REQUEST="true")
     assert b"Globex" in rows.content and b"Acme" not in rows.content
     assert b"<html" not in rows.content
     csv = client.get(reverse("billing:overview"), {"format": "csv"}).content.decode()
     assert csv.splitlines()[0] == ("tenant,month,allocated_device_hours,used_device_hours,"
                                    "idle_device_hours,amount,currency")
-    assert f"acme,{LAST_MONTH:%Y-%m},4.0000,1.0000,3.0000,10.00,EUR" in csv
+    assert f"acme,{LAST_MONTH:%Y-%m},4.0000,1.0000,3.0000,4.00,EUR" in csv  # credit in
 
 
 @pytest.mark.parametrize(("who", "status"), [
