@@ -114,6 +114,33 @@ class HistoryGroupSerializer(serializers.Serializer):
     admitted = serializers.IntegerField(help_text="admissions in the last 14 days")
 
 
+class SeamSerializer(serializers.Serializer):
+    code = serializers.ChoiceField(choices=["admitted", "pods", "claimed", "scheduled",
+                                            "running", "recovery"])
+    label = serializers.CharField()
+    what = serializers.CharField(help_text="from which step to which")
+    count = serializers.IntegerField(help_text="measurements in the last 14 days")
+    p50_seconds = serializers.FloatField(allow_null=True)
+    p95_seconds = serializers.FloatField(allow_null=True)
+
+
+class LedgerStepSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["submitted", "admitted", "pods", "claimed",
+                                            "scheduled", "running", "preempted", "evicted",
+                                            "finished", "gone"])
+    label = serializers.CharField()
+    at = serializers.DateTimeField(help_text="as Kubernetes recorded it (conditions, pod "
+                                             "and claim status)")
+    seam_seconds = serializers.FloatField(allow_null=True,
+                                          help_text="the seam this step closes")
+    reason = serializers.CharField()
+
+
+class JobLedgerSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    steps = LedgerStepSerializer(many=True)
+
+
 class QueueQuerySerializer(serializers.Serializer):
     """Narrow the history to one LocalQueue and/or priority."""
 
@@ -136,6 +163,10 @@ class QueueSerializer(serializers.Serializer):
     estimates_track_record = TrackRecordSerializer()
     history = DaySerializer(many=True)
     history_groups = HistoryGroupSerializer(many=True)
+    seams = SeamSerializer(many=True, help_text="p50/p95 per seam over the last 14 days, "
+                                                "from the workload ledger")
+    jobs = JobLedgerSerializer(many=True, help_text="the latest workloads, each step from "
+                                                    "queued to finished")
 
 
 class CohortRowSerializer(serializers.Serializer):

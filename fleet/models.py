@@ -251,6 +251,14 @@ class QueueWorkload(models.Model):
     first_estimate_at = models.DateTimeField(null=True, blank=True)
     first_estimate_basis = models.CharField(max_length=12, blank=True)
     resource_version = models.CharField(max_length=40, blank=True)
+    # The current admission's steps after Kueue (fleet.queues.placement): pods created,
+    # devices allocated, scheduled (on which node), running. Reset on each new admission.
+    pods_at = models.DateTimeField(null=True, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    devices_allocated = models.TextField(blank=True)
+    scheduled_at = models.DateTimeField(null=True, blank=True)
+    node = models.CharField(max_length=253, blank=True)
+    running_at = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField()
 
     class Meta:
@@ -273,6 +281,11 @@ class QueueEvent(AppendOnlyModel):
         EVICTED = "evicted", "Stopped"
         FINISHED = "finished", "Finished"
         GONE = "gone", "Deleted"
+        # After admission (fleet.queues.placement), from what Kubernetes recorded.
+        PODS = "pods", "Pods created"
+        CLAIMED = "claimed", "Devices allocated"
+        SCHEDULED = "scheduled", "Scheduled"
+        RUNNING = "running", "Running"
 
     allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
                                    related_name="queue_events")
@@ -285,6 +298,9 @@ class QueueEvent(AppendOnlyModel):
     devices = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     borrowed = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     wait_seconds = models.FloatField(null=True, blank=True)
+    # The seam this step closes, in seconds: admitted ← queued (queue wait), pods ← admitted,
+    # claimed ← pods (claim allocation), scheduled ← pods, running ← admitted (pod start).
+    seam_seconds = models.FloatField(null=True, blank=True)
     reason = models.TextField()
     detail = models.TextField(blank=True)
 

@@ -19,6 +19,7 @@ from fleet.models import (
     QueueUsageHour,
     QueueWorkload,
 )
+from fleet.queues.placement import NOTHING, Placement, placement_events
 from fleet.queues.truth import Stop, explain_stop
 
 
@@ -104,13 +105,23 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
             events += [QueueEvent(kind="submitted", at=submitted, reason="Submitted to the "
                                   "queue.", **common),
                        QueueEvent(kind="admitted", at=admitted, wait_seconds=wait,
-                                  reason="Admitted: its devices were reserved and its pods "
-                                  "released.", **common)]
+                                  seam_seconds=wait, reason="Admitted: its devices were "
+                                  "reserved and its pods released.", **common)]
+            events += [QueueEvent(allocation=alloc, **e) for e in _steps(alloc, rng, admitted, {
+                k: v for k, v in common.items() if k != "allocation"})]
             if cohort and busy > 1 and k == 0:
                 stop = Stop(admitted + dt.timedelta(hours=1), "Preempted",
                             "InCohortReclamation", "")
                 events.append(QueueEvent(kind="preempted", at=stop.at,
                                          reason=explain_stop(stop), **common))
+                # Requeued, admitted again once the cohort had room, and running again.
+                back = stop.at + dt.timedelta(minutes=rng.randint(4, 40))
+                requeue_wait = (back - stop.at).total_seconds()
+                events.append(QueueEvent(kind="admitted", at=back, wait_seconds=requeue_wait,
+                                         seam_seconds=requeue_wait, reason="Admitted again "
+                                         "after it was requeued.", **common))
+                events += [QueueEvent(allocation=alloc, **e) for e in _steps(
+                    alloc, rng, back, {k: v for k, v in common.items() if k != "allocation"})]
         if cohort:
             for h in range(10, 10 + rng.randint(1, 4)):
                 hours.append(QueueUsageHour(
@@ -120,3 +131,24 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
     QueueEvent.objects.bulk_create(events)
     QueueUsageHour.objects.bulk_create(hours)
     return len(events)
+
+
+def _steps(alloc: Allocation, rng: random.Random, admitted: dt.datetime, base: dict
+           ) -> list[dict]:
+    """The steps after admission as the ledger records them from the pods and claims: pods
+    within a second or two, a MIG claim allocated, placed, running once the image is in."""
+    pods = admitted + dt.timedelta(seconds=rng.uniform(0.3, 1.8))
+    claimed = pods + dt.timedelta(seconds=rng.uniform(0.1, 0.6)) if alloc.mig_profile else None
+    scheduled = (claimed or pods) + dt.timedelta(seconds=rng.uniform(0.05, 0.4))
+    running = scheduled + dt.timedelta(seconds=rng.choice([2, 3, 4, 6, 25, 48]) *
+                                       rng.uniform(0.8, 1.2))
+    from fleet.models import GpuNode
+
+    names = list(alloc.nodes.values_list("name", flat=True)) or list(
+        GpuNode.objects.filter(pool=alloc.pool).values_list("name", flat=True)) or ["node"]
+    node = rng.choice(sorted(names))
+    return placement_events(NOTHING, Placement(
+        pods_at=pods, scheduled_at=scheduled, node=node, claimed_at=claimed,
+        devices=(f"gpu.nvidia.com: gpu-{rng.randint(0, 7)}-mig-{alloc.mig_profile}-0 on "
+                 f"{node}",) if claimed else (), running_at=running), admitted_at=admitted,
+        base=base)

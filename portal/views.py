@@ -130,8 +130,31 @@ def metrics(request):
               .order_by("tenant__slug", "status")):
         lines.append(f'aifactory_capacity_requests{{tenant="{r["tenant__slug"]}",'
                      f'status="{r["status"]}"}} {r["n"]}')
+    lines += _seam_lines()
     return HttpResponse("\n".join(lines) + "\n",
                         content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _seam_lines() -> list[str]:
+    """The workload ledger's seams as one Prometheus histogram (fleet.queues.explain)."""
+    from fleet.queues.explain import seam_histograms
+
+    def esc(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    out = ["# HELP aifactory_workload_seam_seconds Time a workload spent at each seam from "
+           "queued to running (seam: admitted = queue wait, pods, claimed, scheduled, "
+           "running = pod start after admission), by tenant and queue.",
+           "# TYPE aifactory_workload_seam_seconds histogram"]
+    for h in seam_histograms():
+        labels = (f'tenant="{esc(h["tenant"])}",queue="{esc(h["queue"])}",'
+                  f'seam="{esc(h["seam"])}"')
+        for bound, n in h["buckets"]:
+            out.append(f'aifactory_workload_seam_seconds_bucket{{{labels},le="{bound:g}"}} {n}')
+        out += [f'aifactory_workload_seam_seconds_bucket{{{labels},le="+Inf"}} {h["count"]}',
+                f"aifactory_workload_seam_seconds_sum{{{labels}}} {h['sum']:.3f}",
+                f"aifactory_workload_seam_seconds_count{{{labels}}} {h['count']}"]
+    return out
 
 
 def server_error(request):

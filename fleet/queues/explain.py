@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from ..domain import mig_share
@@ -59,6 +59,8 @@ class QueueView:
     estimate_count: int = 0
     history: list[DayFigures] = field(default_factory=list)
     history_groups: list[dict] = field(default_factory=list)
+    seams: list[dict] = field(default_factory=list)
+    jobs: list[dict] = field(default_factory=list)
 
     @property
     def policy(self) -> str:
@@ -100,6 +102,8 @@ class QueueView:
             "estimates_track_record": {"median_error_seconds": self.estimate_error_p50,
                                        "count": self.estimate_count},
             "history_groups": self.history_groups,
+            "seams": self.seams,
+            "jobs": self.jobs,
         }
 
 
@@ -157,7 +161,57 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         view.history = queue_history([alloc], now=now, local_queue=local_queue,
                                      priority=priority)
         view.history_groups = history_groups(alloc, now)
+        view.seams = seam_figures([alloc], now=now, local_queue=local_queue,
+                                  priority=priority)
+        view.jobs = job_ledgers(alloc)
     return view
+
+
+LEDGER_KINDS = ("submitted", "admitted", "pods", "claimed", "scheduled", "running",
+                "preempted", "evicted", "finished", "gone")
+
+
+def seam_figures(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS,
+                 local_queue: str | None = None, priority: int | None = None) -> list[dict]:
+    """p50/p95 of each seam (fleet.queues.placement.SEAMS) over the last `days`, from the
+    ledger: the tenant's own allocations, or (admins) all."""
+    from .placement import SEAMS, STOPS, recoveries
+
+    now = now or timezone.now()
+    events = QueueEvent.objects.filter(allocation__in=allocations,
+                                       at__gte=now - dt.timedelta(days=days))
+    if local_queue is not None:
+        events = events.filter(local_queue=local_queue)
+    if priority is not None:
+        events = events.filter(priority=priority)
+    values: dict[str, list[float]] = defaultdict(list)
+    for kind, seconds in events.filter(seam_seconds__isnull=False).values_list(
+            "kind", "seam_seconds"):
+        values[kind].append(seconds)
+    values["recovery"] = [s for _, s in recoveries(list(events.filter(
+        kind__in=(*STOPS, "running")).values_list("workload_uid", "kind", "at")))]
+    return [{"code": code, "label": label, "what": what, "count": len(values[code]),
+             "p50_seconds": percentile(values[code], 50),
+             "p95_seconds": percentile(values[code], 95)} for code, label, what in SEAMS]
+
+
+def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:
+    """The latest workloads of an allocation, each with its ledger in time order (the
+    tenant's own jobs only: peers appear as "the cohort" in the reasons)."""
+    latest = list(QueueEvent.objects.filter(allocation=alloc).values("workload_uid")
+                  .annotate(last=Max("at")).order_by("-last")[:limit])
+    uids = [r["workload_uid"] for r in latest]
+    by_uid: dict[str, list[QueueEvent]] = defaultdict(list)
+    for e in QueueEvent.objects.filter(allocation=alloc, workload_uid__in=uids).order_by(
+            "at", "id"):
+        by_uid[e.workload_uid].append(e)
+    out = []
+    for uid in uids:
+        steps = by_uid[uid]
+        out.append({"name": steps[-1].workload, "steps": [
+            {"kind": e.kind, "label": e.get_kind_display(), "at": e.at,
+             "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps]})
+    return out
 
 
 def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS,
@@ -235,3 +289,28 @@ def history_chart(days: list[DayFigures]) -> dict:
                        "p95_min": [None if d.p95 is None else round(d.p95 / 60, 1)
                                    for d in days],
                        "admitted": [d.admissions for d in days]}}
+
+
+# Bucket bounds (seconds) of the seam histograms on /metrics: sub-second steps after
+# admission up to queue waits of days (Kueue's own wait histograms stop near 2.8 h).
+SEAM_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600,
+                12 * 3600, 24 * 3600, 3 * 86400)
+
+
+def seam_histograms() -> list[dict]:
+    """Per tenant, queue (namespace/LocalQueue) and seam: cumulative bucket counts, count and
+    sum over the whole ledger. The ledger is append-only, so these only grow, as a
+    Prometheus histogram must. One aggregate query."""
+    from django.db.models import Q, Sum
+
+    buckets = {f"le{i}": Count("id", filter=Q(seam_seconds__lte=b))
+               for i, b in enumerate(SEAM_BUCKETS)}
+    rows = (QueueEvent.objects.filter(seam_seconds__isnull=False)
+            .values("allocation__tenant__slug", "allocation__namespace", "local_queue", "kind")
+            .annotate(n=Count("id"), total=Sum("seam_seconds"), **buckets)
+            .order_by("allocation__tenant__slug", "allocation__namespace", "local_queue",
+                      "kind"))
+    return [{"tenant": r["allocation__tenant__slug"],
+             "queue": f"{r['allocation__namespace']}/{r['local_queue']}", "seam": r["kind"],
+             "buckets": [(b, r[f"le{i}"]) for i, b in enumerate(SEAM_BUCKETS)],
+             "count": r["n"], "sum": r["total"] or 0.0} for r in rows]

@@ -23,9 +23,18 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..allocations import lifecycle
-from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, get_backend
+from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError, get_backend
 from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
 from ..vocabulary import KUEUE, KUEUE_VISIBILITY
+from .placement import (
+    JOB_LABELS,
+    NOTHING,
+    Placement,
+    claims_by_pod,
+    placement_events,
+    placement_of,
+    pods_by_job,
+)
 from .reading import first_estimates, row_facts
 from .truth import (
     ADMITTED,
@@ -116,6 +125,7 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
                       "from the cohort beyond its quota.")
         events.append({**base, "kind": QueueEvent.Kind.ADMITTED, "at": new.admitted_at,
                        "wait_seconds": max(0.0, wait) if wait is not None else None,
+                       "seam_seconds": max(0.0, wait) if wait is not None else None,
                        "borrowed": borrowed, "reason": reason})
     if new.state == FINISHED and (old is None or old.state != FINISHED):
         events.append({**base, "kind": QueueEvent.Kind.FINISHED,
@@ -260,6 +270,7 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
         state=QueueWorkload.State.PENDING).values_list("uid", "cluster_queue", "position",
                                                        "position_source")}
     positions, report.positions = _positions(backend, pending, known)
+    placements = _placements(backend, facts)
     report.timings["read"] = time.monotonic() - started
 
     with transaction.atomic():
@@ -267,11 +278,61 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
         _integrate_usage(states, now)
         _store_queues(queues, states, allocations, now)
         report.changed, report.events = _store_workloads(facts, queues, positions,
-                                                         allocations, now)
+                                                         allocations, now, placements)
         report.timings["store"] = time.monotonic() - started
         first_estimates(now)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _placements(backend: KubeBackend, facts: list[WorkloadFacts]) -> dict[str, Placement]:
+    """Workload uid → the steps its current admission took after Kueue (pods, claims,
+    node, start), read from the Pods and ResourceClaims of the followed namespaces."""
+    admitted = [f for f in facts if f.admitted_at and f.job]
+    # Admissions whose steps are all recorded need no pods read (a finished history costs
+    # nothing on each sync).
+    done = set(QueueWorkload.objects.filter(
+        uid__in=[f.uid for f in admitted], scheduled_at__isnull=False,
+        running_at__isnull=False).values_list("uid", "admitted_at"))
+    admitted = [f for f in admitted if (f.uid, f.admitted_at) not in done]
+    if not admitted:
+        return {}
+    namespaces = {f.namespace for f in admitted}
+    try:
+        pods = {key: found for key, found in pods_by_job(
+            [p for label in JOB_LABELS[:1] for p in backend.list_path(
+                "/api/v1/pods", label_selector=label)]).items() if key[0] in namespaces}
+    except KubeError as exc:  # e.g. an older ClusterRole without pods: Kueue's view stands
+        log.warning("workload ledger: pods not readable (%s); steps after admission skipped",
+                    exc)
+        return {}
+    try:
+        claims = claims_by_pod([c for c in backend.list_path(
+            "/apis/resource.k8s.io/v1/resourceclaims")
+            if (c.get("metadata") or {}).get("namespace") in namespaces])
+    except KubeError:  # a cluster without DRA's v1 API: no claims to follow
+        claims = {}
+    return {f.uid: placement_of(pods.get((f.namespace, f.job), []), claims, f.admitted_at)
+            for f in admitted}
+
+
+def _stored_placement(row: QueueWorkload | None, f: WorkloadFacts) -> Placement:
+    """What the row holds for the same admission (a new admission starts from nothing)."""
+    if row is None or row.admitted_at != f.admitted_at:
+        return NOTHING
+    return Placement(pods_at=row.pods_at, scheduled_at=row.scheduled_at, node=row.node,
+                     claimed_at=row.claimed_at,
+                     devices=tuple(d for d in row.devices_allocated.split("\n") if d),
+                     running_at=row.running_at)
+
+
+def _placement_values(p: Placement) -> dict:
+    return {"pods_at": p.pods_at, "scheduled_at": p.scheduled_at, "node": p.node[:253],
+            "claimed_at": p.claimed_at, "devices_allocated": "\n".join(p.devices),
+            "running_at": p.running_at}
+
+
+PLACED = ("pods_at", "scheduled_at", "node", "claimed_at", "devices_allocated", "running_at")
 
 
 def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
@@ -304,7 +365,8 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
 
 def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
                      positions: dict[str, tuple[int, str]],
-                     allocations: dict[str, Allocation], now: dt.datetime) -> tuple[int, int]:
+                     allocations: dict[str, Allocation], now: dt.datetime,
+                     placements: dict[str, Placement] | None = None) -> tuple[int, int]:
     seen = {f.uid for f in facts}
     rows = {r.uid: r for r in QueueWorkload.objects.filter(
         allocation__status__in=FOLLOWED).exclude(state=QueueWorkload.State.GONE)}
@@ -319,6 +381,17 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
         old = row_facts(row) if row else None
         for e in transition_events(old, f, now=now, borrowed=borrowed):
             events.append(QueueEvent(allocation=alloc, **e))
+        stored = _stored_placement(row, f)
+        placed = (placements or {}).get(f.uid, stored)
+        # A step once recorded for this admission stays (its pods may be gone by now).
+        placed = Placement(*(getattr(placed, k) or getattr(stored, k)
+                             for k in Placement.__dataclass_fields__))
+        if f.admitted_at:
+            for e in placement_events(stored, placed, admitted_at=f.admitted_at, base={
+                    "workload_uid": f.uid, "workload": f.display_name,
+                    "local_queue": f.local_queue, "priority": f.priority,
+                    "devices": f.devices}):
+                events.append(QueueEvent(allocation=alloc, **e))
         position, source = positions.get(f.uid, (None, "")) if f.state == PENDING else \
             (None, "")
         if row is None:
@@ -326,11 +399,11 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
             create.append(QueueWorkload(
                 allocation=alloc, uid=f.uid, namespace=f.namespace, name=f.name,
                 submitted_at=f.submitted_at, observed_at=now, position=position,
-                position_source=source, **_values(f)))
+                position_source=source, **_values(f), **_placement_values(placed)))
             continue
-        values = _values(f)
+        values = {**_values(f), **_placement_values(placed)}
         dirty = row.resource_version != f.resource_version or row.position != position or \
-            row.position_source != source
+            row.position_source != source or placed != stored
         if dirty:
             changed += 1
             for k, v in values.items():
@@ -352,6 +425,7 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
             update.append(row)
     QueueWorkload.objects.bulk_create(create)
     QueueWorkload.objects.bulk_update(
-        update, [*APPLIED, "position", "position_source", "observed_at"], batch_size=500)
+        update, [*APPLIED, *PLACED, "position", "position_source", "observed_at"],
+        batch_size=500)
     QueueEvent.objects.bulk_create(events, batch_size=500)
     return changed, len(events)

@@ -318,6 +318,8 @@ def _clock(t: dt.datetime | None, now: dt.datetime) -> str:
 
 
 def duration(seconds: float) -> str:
+    if 0 < seconds < 10 and seconds != int(seconds):  # seams are often sub-second
+        return f"{seconds:.1f} s"
     seconds = max(0, int(seconds))
     if seconds < 90:
         return f"{seconds} s"

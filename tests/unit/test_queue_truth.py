@@ -323,6 +323,7 @@ def test_transitions_become_events_once():
 def test_durations_read_naturally():
     assert [duration(s) for s in (5, 600, 5400, 7260, 200000)] == \
         ["5 s", "10 min", "1 h 30 min", "2 h 1 min", "2 d 7 h"]
+    assert duration(0.42) == "0.4 s" and duration(0) == "0 s"
 
 
 def test_unused_quota_borrowed_by_the_cohort_is_said_to_be_lent():

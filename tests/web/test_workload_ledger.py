@@ -1,0 +1,136 @@
+"""The workload ledger after admission (pods, claims, node, start) as the queue sync stores
+it, and where people read it: the queue panel, the API, and /metrics as a histogram that a
+real Prometheus parser accepts. The real cluster's side is tests/k8s/test_placement.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+import subprocess
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from fleet.models import Allocation, ClusterQueueState, QueueEvent, Route
+from fleet.queues.placement import Placement
+from fleet.queues.sync import _store_workloads
+from fleet.queues.truth import ADMITTED, FINISHED, WorkloadFacts
+
+pytestmark = pytest.mark.django_db
+
+T0 = timezone.now().replace(microsecond=0) - dt.timedelta(hours=1)
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def alloc(tenant, pools):
+    a = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=2, device_equivalents=Decimal(2), namespace="acme-r7", status="active",
+        starts_at=T0 - dt.timedelta(days=1))
+    ClusterQueueState.objects.create(name="acme-r7", allocation=a, resource="nvidia.com/gpu",
+                                     nominal=Decimal(2), observed_at=T0)
+    return a
+
+
+def facts(state=ADMITTED, **kw) -> WorkloadFacts:
+    return WorkloadFacts(uid="wl-1", namespace="acme-r7", name="job-train-x", job="train",
+                         local_queue="gpu", cluster_queue="acme-r7", priority=0,
+                         submitted_at=at(0), devices=Decimal(1), state=state,
+                         admitted_at=kw.pop("admitted_at", at(30)),
+                         resource_version=kw.pop("rv", "1"), **kw)
+
+
+def sync(alloc, f: WorkloadFacts, placement: Placement | None, now) -> int:
+    placements = {f.uid: placement} if placement else {}
+    return _store_workloads([f], {}, {}, {alloc.namespace: alloc}, now, placements)[1]
+
+
+def test_each_step_is_recorded_once_in_time_order(alloc):
+    sync(alloc, facts(), Placement(pods_at=at(31)), at(32))
+    placed = Placement(pods_at=at(31), scheduled_at=at(31.5), node="shr-0",
+                       running_at=at(33))
+    assert sync(alloc, facts(rv="2"), placed, at(40)) == 2  # scheduled, running
+    assert sync(alloc, facts(rv="2"), placed, at(50)) == 0  # read again: nothing new
+    # Finished, its pods gone: the steps already recorded stay on the row and in the ledger.
+    sync(alloc, facts(FINISHED, rv="3", finished_at=at(90)), None, at(95))
+    kinds = list(QueueEvent.objects.filter(workload_uid="wl-1").values_list("kind", flat=True))
+    assert kinds == ["submitted", "admitted", "pods", "scheduled", "running", "finished"]
+    seams = dict(QueueEvent.objects.filter(seam_seconds__isnull=False).values_list(
+        "kind", "seam_seconds"))
+    assert seams == {"admitted": 30.0, "pods": 1.0, "scheduled": 0.5, "running": 3.0}
+    row = alloc.workloads.get(uid="wl-1")
+    assert row.node == "shr-0" and row.running_at == at(33)
+
+
+def test_a_readmission_has_steps_of_its_own(alloc):
+    sync(alloc, facts(), Placement(pods_at=at(31), running_at=at(33)), at(40))
+    again = facts(rv="5", admitted_at=at(600))
+    assert sync(alloc, again, Placement(pods_at=at(601), running_at=at(605)), at(610)) == 3
+    runs = list(QueueEvent.objects.filter(kind="running").values_list("seam_seconds",
+                                                                       flat=True))
+    assert runs == [3.0, 5.0]
+
+
+def _ledger(alloc):
+    sync(alloc, facts(), Placement(pods_at=at(31), scheduled_at=at(32), node="shr-0",
+                                   running_at=at(34)), at(40))
+
+
+@pytest.mark.parametrize(("who", "status"), [("lead", 200), ("other_lead", 404),
+                                             ("admin", 200)])
+def test_the_panel_and_the_api_show_the_jobs_steps_and_seams(client, lead, other_lead,
+                                                             admin_user, alloc, who, status):
+    _ledger(alloc)
+    client.force_login({"lead": lead, "other_lead": other_lead, "admin": admin_user}[who])
+    api = client.get(f"/api/allocations/{alloc.pk}/queue/")
+    assert api.status_code == status
+    if status != 200:
+        return
+    (job,) = api.json()["jobs"]
+    assert job["name"] == "train"
+    assert [s["kind"] for s in job["steps"]] == ["submitted", "admitted", "pods", "scheduled",
+                                                 "running"]
+    seams = {s["code"]: s for s in api.json()["seams"]}
+    assert seams["running"]["p50_seconds"] == 4.0 and seams["running"]["count"] == 1
+    assert seams["claimed"]["count"] == 0 and seams["claimed"]["p50_seconds"] is None
+    page = client.get(f"/allocations/{alloc.pk}/queue/").content.decode()
+    assert "Jobs, step by step" in page and "Placed on node shr-0" in page
+    assert "Pod start" in page and "4.0 s" in page
+
+
+def test_preemption_recovery_is_stop_to_running_again(client, lead, alloc):
+    _ledger(alloc)
+    QueueEvent.objects.create(allocation=alloc, workload_uid="wl-1", workload="train",
+                              kind="preempted", at=at(100), reason="the cohort reclaimed")
+    QueueEvent.objects.create(allocation=alloc, workload_uid="wl-1", workload="train",
+                              kind="running", at=at(400), seam_seconds=20, reason="again")
+    client.force_login(lead)
+    seams = {s["code"]: s for s in client.get(f"/api/allocations/{alloc.pk}/queue/").json()[
+        "seams"]}
+    assert seams["recovery"]["count"] == 1 and seams["recovery"]["p50_seconds"] == 300.0
+
+
+def test_metrics_expose_the_seams_as_a_histogram_prometheus_parses(client, alloc, tenant):
+    _ledger(alloc)
+    body = client.get("/metrics").content.decode()
+    labels = f'tenant="{tenant.slug}",queue="acme-r7/gpu",seam="running"'
+    buckets = [(float(le), int(n)) for le, n in re.findall(
+        rf'aifactory_workload_seam_seconds_bucket{{{re.escape(labels)},le="([^"]+)"}} (\d+)',
+        body) if le != "+Inf"]
+    assert buckets and [n for _, n in buckets] == sorted(n for _, n in buckets)  # cumulative
+    assert all(n == (1 if le >= 4 else 0) for le, n in buckets)  # one pod start of 4 s
+    assert f"aifactory_workload_seam_seconds_count{{{labels}}} 1" in body
+    assert f"aifactory_workload_seam_seconds_sum{{{labels}}} 4.000" in body
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian's prometheus package) is installed by make test"
+    checked = subprocess.run([promtool, "check", "metrics"], input=body.encode(),
+                             capture_output=True)
+    # 0 or 3 (style hints only); 1 would be a format the Prometheus parser refuses.
+    assert checked.returncode in (0, 3), checked.stderr.decode()
+    assert b"error while linting" not in checked.stderr
