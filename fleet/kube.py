@@ -11,7 +11,8 @@ from __future__ import annotations
 import copy
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -420,3 +421,17 @@ def set_backend(backend: KubeBackend | None) -> None:
     global _backend
     with _backend_lock:
         _backend = backend
+
+
+@contextmanager
+def using_backend(backend: KubeBackend) -> Iterator[KubeBackend]:
+    """The process-wide backend is `backend` inside the block, the previous one after (the
+    demo seeding provisions its history on its own dry run, whatever is configured)."""
+    global _backend
+    with _backend_lock:
+        previous, _backend = _backend, backend
+    try:
+        yield backend
+    finally:
+        with _backend_lock:
+            _backend = previous

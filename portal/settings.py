@@ -77,7 +77,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.probes.ProbeMiddleware",  # kubelet probes come by pod IP and plain HTTP
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -204,7 +206,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "AI Factory Portal API",
     "DESCRIPTION": "GPU capacity requests, review and allocations for a multi-tenant platform.",
-    "VERSION": "1",
+    "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "ENUM_NAME_OVERRIDES": {"RouteEnum": "fleet.domain.Route"},
     "REDOC_DIST": "SIDECAR",
@@ -385,7 +387,11 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_FAILURE_VIEW = "portal.views.csrf_failure"  # the portal's own page, not Django's
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+from portal import security as _csp  # noqa: E402 - the default policy lives with its code
+
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy of every response (portal/security.py); set empty for none.
+PORTAL_CSP = env_str("PORTAL_CSP", _csp.DEFAULT_POLICY)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if PRODUCTION:

@@ -2,11 +2,13 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 
-from . import views
+from . import probes, views
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("livez", probes.livez, name="livez"),
+    path("readyz", probes.readyz, name="readyz"),
     path("accounts/", include("allauth.urls")),
     path("", include("tenants.urls")),
     path("", include("intake.urls")),

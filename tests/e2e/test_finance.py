@@ -7,10 +7,12 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import re
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from billing.domain import month_start
 from billing.models import UsageHour
@@ -60,8 +62,8 @@ def test_filters_reach_cards_chart_url_and_exports(browser, live_server, billed_
         page.locator("canvas[data-drawn=true]").wait_for()  # Chart.js drew from local files
         charged_all = page.locator(".stat .num").nth(3).inner_text()
         page.fill("input[name=q]", "globex")
-        page.wait_for_function("location.search.includes('q=globex')")  # hx-push-url
-        page.wait_for_function("document.querySelectorAll('#table tbody tr').length === 1")
+        page.wait_for_url(re.compile(r"[?&]q=globex"))  # hx-push-url
+        expect(page.locator("#table tbody tr")).to_have_count(1)
         assert "globex" in page.url and "months=12" in page.url  # bookmarkable
         charged_globex = page.locator(".stat .num").nth(3).inner_text()
         assert charged_globex != charged_all

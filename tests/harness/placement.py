@@ -28,11 +28,12 @@ STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat/node-heartbeat.yaml"
 
 def start_delays(*, start_ms: int = 0, run_ms: int = 500) -> dict[str, str]:
     """Pod annotations for kwok's stages: created and started after `start_ms`, finished
-    `run_ms` after that (no random jitter, so timings in tests are the test's)."""
+    `run_ms` after that (jitter bound equal to the delay: no randomness, so timings in tests
+    are the test's; a jitter bound below the delay shortened it)."""
     out = {}
     for stage, ms in (("pod-create", start_ms), ("pod-ready", 0), ("pod-complete", run_ms)):
         out[f"{stage}.stage.kwok.x-k8s.io/delay"] = f"{ms}ms"
-        out[f"{stage}.stage.kwok.x-k8s.io/jitter-delay"] = "0ms"
+        out[f"{stage}.stage.kwok.x-k8s.io/jitter-delay"] = f"{ms}ms"
     return out
 
 

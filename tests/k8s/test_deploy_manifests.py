@@ -17,4 +17,5 @@ def test_portal_deployment_manifests_pass_a_server_dry_run(admin_kube):
     web = next(d for d in docs if d["metadata"]["name"] == "portal-web")
     spec = web["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == "portal"  # the identity of deploy/rbac.yaml
-    assert spec["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert spec["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert spec["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/livez"

@@ -88,7 +88,7 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
     docs = docs_of(render(helm, tmp_path, values))
     kinds = sorted(d["kind"] for d in docs)
     for kind in ("ConfigMap", "Deployment", "Job", "Service", "ServiceAccount",
-                 "ClusterRole", "ClusterRoleBinding", "PodDisruptionBudget"):
+                 "ClusterRole", "ClusterRoleBinding", "PodDisruptionBudget", "NetworkPolicy"):
         assert kind in kinds, kind
     if values is FULL_VALUES:
         for kind in ("Ingress", "HTTPRoute", "HorizontalPodAutoscaler", "Secret"):
@@ -110,8 +110,32 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
     assert deployments == {"web", "worker", "beat", "fleet-watch"}
     web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"]
                .endswith("-web"))
-    probe = web["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
-    assert probe["httpGet"]["path"] == "/healthz"
+    container = web["spec"]["template"]["spec"]["containers"][0]
+    # Readiness asks for the database; liveness only that the process answers.
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert container["startupProbe"]["httpGet"]["path"] == "/readyz"
+    anti = web["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    assert anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"][
+        "topologyKey"] == "kubernetes.io/hostname"
+    for workload in (d for d in docs if d["kind"] in ("Deployment", "Job")):
+        for c in workload["spec"]["template"]["spec"]["containers"]:
+            res = c.get("resources") or {}
+            for part in ("requests", "limits"):
+                for what in ("memory", "ephemeral-storage"):
+                    assert what in res.get(part, {}), (workload["metadata"]["name"], part,
+                                                       what)
+    budgets = {d["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"]
+               for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert budgets == {"web", "worker"}  # every Deployment with more than one replica
+    policies = {d["metadata"]["name"]: d["spec"] for d in docs
+                if d["kind"] == "NetworkPolicy"}
+    default = policies["portal-aifactory-portal-default"]
+    assert default["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in default
+    ports = {p["port"] for rule in default["egress"] for p in rule["ports"]}
+    assert ports == {53, 5432, 6379, 443, 6443, 8443, 9090, 25, 465, 587, 22}
+    web_in = policies["portal-aifactory-portal-web-ingress"]
+    assert web_in["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
     hooks = {d["metadata"]["name"]: d["metadata"].get("annotations", {}).get("helm.sh/hook")
              for d in docs}
     assert hooks["portal-aifactory-portal-migrate"] == "pre-install,pre-upgrade"

@@ -52,6 +52,8 @@ API_ANON = 401  # the API offers bearer tokens: no credentials is 401 with a cha
 MATRIX: dict[str, Row] = {
     "home": Row("get", "", everyone(200, anonymous=200)),  # the landing page
     "healthz": Row("get", "", everyone(200, anonymous=200)),
+    "livez": Row("get", "", everyone(200, anonymous=200)),
+    "readyz": Row("get", "", everyone(200, anonymous=200)),
     "metrics": Row("get", "", everyone(200, anonymous=200)),  # token only in production
     "intake:list": Row("get", "", everyone(200)),
     "tenants:notifications": Row("get", "", everyone(200)),  # one's own settings

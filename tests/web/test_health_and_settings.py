@@ -34,6 +34,44 @@ def test_healthz_is_503_when_the_broker_is_down(client, settings):
     assert response.json()["broker"]["ok"] is False
 
 
+@pytest.mark.django_db
+def test_probes_answer_by_pod_ip_over_plain_http_with_the_right_semantics(client, settings,
+                                                                         django_assert_num_queries):
+    """The kubelet asks by pod IP (a Host ALLOWED_HOSTS does not list) over HTTP: probes are
+    answered anyway (other paths still refuse the host). Liveness never touches the database;
+    readiness needs the database, not the broker (users are served while Redis is away)."""
+    settings.ALLOWED_HOSTS = ["portal.example.com"]
+    settings.SECURE_SSL_REDIRECT = True
+    pod = {"HTTP_HOST": "10.244.1.7:8000"}
+    with django_assert_num_queries(0):
+        assert client.get("/livez", **pod).status_code == 200
+    settings.CELERY_TASK_ALWAYS_EAGER = False
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"  # Redis away
+    ready = client.get("/readyz", **pod)
+    assert ready.status_code == 200 and ready.json()["broker"]["ok"] is False
+    assert client.get("/healthz", **pod).status_code == 503  # the full report says so
+    assert client.get("/", **pod).status_code == 400  # any other page: host refused
+    assert client.post("/livez", **pod).status_code != 200  # probes are GET/HEAD only
+
+
+@pytest.mark.django_db
+def test_a_database_that_does_not_answer_is_not_ready(settings):
+    """A real PostgreSQL connection to a port nobody listens on: not ready (the pod leaves
+    rotation); liveness does not ask the database at all (above)."""
+    from django.db.utils import ConnectionHandler
+
+    from portal.probes import database_status
+
+    dead = ConnectionHandler({"default": {**settings.DATABASES["default"], "PORT": "1",
+                                          "HOST": "127.0.0.1"}})["default"]
+    try:
+        ok, detail = database_status(dead)
+    finally:
+        dead.close()
+    assert ok is False and "OperationalError" in detail
+    assert database_status() == (True, "postgresql")
+
+
 def _production_env(**extra):
     env = {k: v for k, v in os.environ.items()
            if k not in ("DEBUG", "DJANGO_ALLOW_ASYNC_UNSAFE")}
@@ -122,3 +160,39 @@ def test_bad_requests_and_expired_forms_get_the_portals_own_pages(lead):
     api = Client(enforce_csrf_checks=True)
     api.force_login(lead)
     assert api.post("/api/requests/", {}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_every_page_carries_a_content_security_policy_and_no_inline_script(client, lead,
+                                                                            admin_user):
+    """Scripts from the portal's own origin only: the header is on every answer, and no page
+    has a script the policy would block (data for charts is JSON, not script)."""
+    import re
+
+    from django.conf import settings
+
+    assert "script-src 'self'" in settings.PORTAL_CSP
+    assert "'unsafe-inline'" not in settings.PORTAL_CSP.split("script-src")[1].split(";")[0]
+    urls = ["/accounts/login/", "/api/docs/", "/", "/requests/", "/review/", "/fleet/",
+            "/fleet/cohorts/", "/pools/", "/billing/", "/billing/budgets/", "/billing/rates/"]
+    for url in urls:
+        if url == "/":
+            client.force_login(admin_user)
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert response["Content-Security-Policy"] == settings.PORTAL_CSP, url  # no SSO here
+        body = response.content.decode()
+        for attrs in re.findall(r"<script([^>]*)>", body):
+            assert "src=" in attrs or 'type="application/json"' in attrs, (url, attrs)
+        assert not re.search(r"\son(click|load|change|submit|input)=", body), url
+
+
+def test_signing_in_may_post_on_to_the_sso_server_only(settings):
+    """Sign-in is a form whose answer redirects to Keycloak: form-action names that origin
+    (browsers apply it to the redirect), and nothing else widens."""
+    from portal.security import policy
+
+    settings.KEYCLOAK_SERVER_URL = "https://sso.example.com/realms/aifactory"
+    header = policy()
+    assert "form-action 'self' https://sso.example.com;" in header
+    assert header.replace(" https://sso.example.com", "") == settings.PORTAL_CSP

@@ -113,9 +113,14 @@ class Command(BaseCommand):
         from django.conf import settings
         from django.test.utils import override_settings
 
-        # The embedded run's synthetic use (there is no Prometheus to ask about the past).
+        from fleet.kube import using_backend
+
+        # The embedded run's synthetic use (there is no Prometheus to ask about the past),
+        # and the demo fleet's own dry run: the history is provisioned and retired there,
+        # never on a cluster the settings may point at.
         with override_settings(PORTAL_USAGE_SOURCE=settings.PORTAL_USAGE_SOURCE
-                               or "portal.demo_usage.used_device_seconds"):
+                               or "portal.demo_usage.used_device_seconds"), \
+                using_backend(self.backend):
             self._history(tenants, users, now)
         self.stdout.write(self.style.SUCCESS(
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
@@ -127,7 +132,7 @@ class Command(BaseCommand):
         from fleet.kube import DryRunBackend
         from portal.demo_fleet import demo_fleet
 
-        backend = DryRunBackend()
+        backend = self.backend = DryRunBackend()
         for obj in demo_fleet():
             backend.apply(obj)
         self.stdout.write(fleet_sync(backend=backend).summary())

@@ -49,8 +49,26 @@ nodeSelector: {{- toYaml . | nindent 2 }}
 {{- with .Values.tolerations }}
 tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
-affinity: {{- toYaml . | nindent 2 }}
+{{- if .Values.affinity }}
+affinity: {{- toYaml .Values.affinity | nindent 2 }}
+{{- else if and .web (ne .Values.web.antiAffinity "none") }}
+affinity:
+  podAntiAffinity:
+    {{- if eq .Values.web.antiAffinity "hard" }}
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels: {{- include "portal.selector" . | nindent 12 }}
+            app.kubernetes.io/component: web
+    {{- else }}
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels: {{- include "portal.selector" . | nindent 14 }}
+              app.kubernetes.io/component: web
+    {{- end }}
 {{- end }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets: {{- toYaml . | nindent 2 }}
