@@ -207,3 +207,30 @@ def test_the_controllers_act_on_what_the_chart_renders(helm, admin_kube, tmp_pat
         # kube-controller-manager deletes every object first (a busy machine: minutes)
         assert time.monotonic() < deadline + 300, "the namespace was not deleted"
         time.sleep(0.5)
+
+
+@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["default", "full"])
+def test_kube_score_finds_nothing_left_unexplained(helm, tmp_path, values):
+    """kube-score (built from the Go module proxy, cached) over the default and the full
+    render: no critical finding and no warning. What the chart answers otherwise is written
+    in it: CPU is requested, not limited (values.yaml: no throttling while the node has
+    CPU to spare, so the check runs with --ignore-container-cpu-limit), and the image pull
+    policy is ignored per object with its reason (_helpers.tpl: portal.scoreAnnotations)."""
+    from tests.harness.kubescore import ensure_kube_score
+
+    kube_score = str(ensure_kube_score())
+    rendered = render(helm, tmp_path, values)
+    assert rendered.returncode == 0, rendered.stderr
+    (tmp_path / "render.yaml").write_text(rendered.stdout)
+    result = subprocess.run([kube_score, "score", str(tmp_path / "render.yaml"),
+                             "--ignore-container-cpu-limit", "--output-format", "ci"],
+                            capture_output=True, text=True, timeout=120)
+    findings = [line for line in result.stdout.splitlines()
+                if line.startswith(("[CRITICAL]", "[WARNING]"))]
+    assert findings == [], "\n".join(findings)
+    assert result.stdout.count("[OK]") > 20, result.stdout[:2000]  # it did score the objects
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    ignored = helpers.split('define "portal.scoreAnnotations"')[1].split("{{- end -}}")[0]
+    assert "kube-score/ignore: container-image-pull-policy" in ignored
+    reason = helpers.split('define "portal.scoreAnnotations"')[0].rsplit("{{/*", 1)[1]
+    assert "registry" in reason and "pinned" in reason  # the why sits with the ignore

@@ -51,15 +51,15 @@ tolerations: {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- if .Values.affinity }}
 affinity: {{- toYaml .Values.affinity | nindent 2 }}
-{{- else if and .web (ne .Values.web.antiAffinity "none") }}
+{{- else if and .spread (ne .spreadMode "none") }}
 affinity:
   podAntiAffinity:
-    {{- if eq .Values.web.antiAffinity "hard" }}
+    {{- if eq .spreadMode "hard" }}
     requiredDuringSchedulingIgnoredDuringExecution:
       - topologyKey: kubernetes.io/hostname
         labelSelector:
           matchLabels: {{- include "portal.selector" . | nindent 12 }}
-            app.kubernetes.io/component: web
+            app.kubernetes.io/component: {{ .spread }}
     {{- else }}
     preferredDuringSchedulingIgnoredDuringExecution:
       - weight: 100
@@ -67,10 +67,19 @@ affinity:
           topologyKey: kubernetes.io/hostname
           labelSelector:
             matchLabels: {{- include "portal.selector" . | nindent 14 }}
-              app.kubernetes.io/component: web
+              app.kubernetes.io/component: {{ .spread }}
     {{- end }}
 {{- end }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets: {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+
+{{/* kube-score's image-pull-policy check, answered: tags are pinned and images immutable,
+and the portal runs on networks where the registry may be away; IfNotPresent lets pods
+restart without it (set image.pullPolicy=Always where every start must re-validate
+imagePullSecrets). */}}
+{{- define "portal.scoreAnnotations" -}}
+kube-score/ignore: container-image-pull-policy
 {{- end -}}
