@@ -59,6 +59,9 @@ class PoolForm(forms.ModelForm):
                   "node_selector", "device_class", "mig_profiles", "cohort",
                   "borrowing_limit_devices", "active"]
         # No rate here: the pool's rate is the rate card in force (billing owns it).
+        # Numbers in ASCII digits, within the model's bounds (Django's own field takes "١٠").
+        field_classes = {name: AsciiIntegerField for name in (
+            "gpu_memory_gb", "devices_per_node", "capacity_devices", "borrowing_limit_devices")}
         labels = {"gpu_model": "GPU model (GFD product label)", "gpu_memory_gb": "GPU memory (GB)",
                   "capacity_devices": "Configured size (devices, until the fleet is synced)",
                   "mig_profiles": "MIG profiles offered", "cohort": "Kueue cohort",
@@ -96,3 +99,29 @@ class PoolForm(forms.ModelForm):
             self.add_error("borrowing_limit_devices",
                            "A borrowing limit needs a cohort: Kueue rejects it without one.")
         return data
+
+
+class PoolCreateForm(PoolForm):
+    """A new pool: its slug and route (fixed afterwards) and its first rate."""
+
+    # Text, checked by the one money parser (ASCII digits, at most four places, in range):
+    # Django's DecimalField reads "٢٫٥" as 2.5.
+    rate = forms.CharField(label="Rate per device-hour", max_length=20,
+                           help_text="The first rate card, in force from the beginning; later "
+                                     "changes are new cards. E.g. 2.45")
+
+    class Meta(PoolForm.Meta):
+        fields = ["slug", "name", "route", *PoolForm.Meta.fields[1:]]
+        labels = {**PoolForm.Meta.labels, "slug": "Short name (in URLs and labels)"}
+
+    def clean_rate(self):
+        from tenants.fields import decimal_for_column
+
+        try:
+            rate = decimal_for_column(self.cleaned_data["rate"], max_digits=10,
+                                      decimal_places=4, what="The rate")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        if rate < 0:
+            raise forms.ValidationError("A rate cannot be negative.")
+        return rate

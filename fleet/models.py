@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from tenants.models import AppendOnlyModel, Tenant, slug_validator
@@ -18,24 +18,45 @@ from .vocabulary import NodeState, WorkloadState
 __all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
 
 
+# Names Kubernetes accepts, checked where they are typed (Kueue refuses others later).
+DNS_LABEL = RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z",
+                           "Lowercase letters, digits and '-', starting and ending with a letter "
+                           "or digit (a Kubernetes name), e.g. shared-h100.")
+DNS_SUBDOMAIN = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z",
+    "Lowercase letters, digits, '-' and '.', e.g. gpu.nvidia.com.")
+PRODUCT_NAME = RegexValidator(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z",
+                              "The GPU product as GPU Feature Discovery labels it (letters, "
+                              "digits, '-', '_', '.'), e.g. NVIDIA-H100-80GB-HBM3.")
+MAX_DEVICES = 100_000
+
+
 class Pool(models.Model):
     """A set of nodes that serves one route, with one GPU model and one rate."""
 
     slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=120)
     route = models.CharField(max_length=30, choices=Route.choices)
-    gpu_model = models.CharField(max_length=60, help_text="e.g. NVIDIA-H100-80GB-HBM3")
-    gpu_memory_gb = models.PositiveIntegerField(default=80)
-    devices_per_node = models.PositiveIntegerField(default=8, validators=[MinValueValidator(1)])
+    gpu_model = models.CharField(max_length=60, help_text="e.g. NVIDIA-H100-80GB-HBM3",
+                                 validators=[PRODUCT_NAME])
+    # Bounds a real fleet stays far inside; beyond them a typo, not a GPU (one validation for
+    # every writer: the forms take them from here).
+    gpu_memory_gb = models.PositiveIntegerField(default=80, validators=[
+        MinValueValidator(1), MaxValueValidator(1024)])
+    devices_per_node = models.PositiveIntegerField(default=8, validators=[
+        MinValueValidator(1), MaxValueValidator(64)])
     # Configured size; the fleet sync replaces it with validated capacity from Kubernetes.
-    capacity_devices = models.PositiveIntegerField(default=0)
+    capacity_devices = models.PositiveIntegerField(default=0, validators=[
+        MaxValueValidator(MAX_DEVICES)])
     node_selector = models.JSONField(default=dict, blank=True)
-    device_class = models.CharField(max_length=80, default="gpu.nvidia.com")
+    device_class = models.CharField(max_length=80, default="gpu.nvidia.com",
+                                    validators=[DNS_SUBDOMAIN])
     mig_profiles = models.JSONField(default=list, blank=True,
                                     help_text='MIG profiles offered, e.g. ["1g.10gb", "3g.40gb"]')
-    borrowing_limit_devices = models.PositiveIntegerField(default=0)
+    borrowing_limit_devices = models.PositiveIntegerField(default=0, validators=[
+        MaxValueValidator(MAX_DEVICES)])
     # Kueue cohort for pools that lend and borrow (shared, MIG); blank elsewhere.
-    cohort = models.CharField(max_length=63, blank=True)
+    cohort = models.CharField(max_length=63, blank=True, validators=[DNS_LABEL])
     active = models.BooleanField(default=True)
 
     class Meta:

@@ -5,6 +5,7 @@ from . import views
 app_name = "fleet"
 urlpatterns = [
     path("pools/", views.pool_list, name="pools"),
+    path("pools/new/", views.pool_new, name="pool_new"),
     path("pools/<slug:slug>/", views.pool_edit, name="pool_edit"),
     path("fleet/", views.fleet_overview, name="fleet"),
     path("fleet/sync/", views.fleet_sync_now, name="fleet_sync"),

@@ -137,6 +137,22 @@ def pool_list(request):
 
 
 @login_required
+def pool_new(request):
+    """Platform admins add a pool: route, GPUs, size, cohort and its first rate."""
+    from .forms import PoolCreateForm
+    from .inventory.services import pool_create
+
+    require_platform_admin(request.user)
+    form = PoolCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        pool = pool_create(form=form, by=request.user)
+        messages.success(request, f"{pool.name} created. The fleet sync counts its nodes "
+                                  "once they carry its node selector's labels.")
+        return redirect("fleet:pools")
+    return render(request, "fleet/pool_new.html", {"form": form})
+
+
+@login_required
 def pool_edit(request, slug: str):
     from .forms import PoolForm
     from .inventory.services import pool_update

@@ -53,6 +53,9 @@ def decimal_for_column(value, *, max_digits: int, decimal_places: int, what: str
     limit = Decimal(10) ** (max_digits - decimal_places)
     if abs(value) >= limit:
         raise ValueError(f"{what} must be less than {limit:,} in size.")
+    if value != value.quantize(Decimal(1).scaleb(-decimal_places), rounding=ROUND_HALF_UP):
+        # Refused, not rounded: a rate typed as 2.123456789 must not be kept as 2.1235 unseen.
+        raise ValueError(f"{what} has at most {decimal_places} decimal places, {example}.")
     try:
         return value.quantize(Decimal(1).scaleb(-decimal_places), rounding=ROUND_HALF_UP)
     except InvalidOperation:

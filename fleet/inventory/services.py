@@ -32,6 +32,19 @@ def pool_set_rate(*, pool: Pool, rate: Decimal, by=None, effective_from=None) ->
 
 
 @transaction.atomic
+@transaction.atomic
+def pool_create(*, form, by) -> Pool:
+    """A new pool from an admin's form, with its first rate card; audited."""
+    require_platform_admin(by)
+    pool = form.save()
+    pool_set_rate(pool=pool, rate=form.cleaned_data["rate"], by=by)
+    audit_record(actor=by, subject=pool, action="pool.created",
+                 reason=f"{pool.name}: {pool.get_route_display()}, {pool.gpu_model}, "
+                        f"{pool.capacity_devices} device(s) configured"
+                        + (f", cohort {pool.cohort}" if pool.cohort else "") + ".")
+    return pool
+
+
 def pool_update(*, form, by) -> Pool:
     """Save an admin's pool edit with an audit row naming what changed."""
     require_platform_admin(by)

@@ -76,6 +76,7 @@ MATRIX: dict[str, Row] = {
     "intake:review_detail": Row("get", "request", page(admin=200, **ADMIN_ONLY)),
     "fleet:pools": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:pool_edit": Row("get", "pool", page(admin=200, **ADMIN_ONLY)),
+    "fleet:pool_new": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:fleet": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:fleet_sync": Row("post", "", page(admin=302, **ADMIN_ONLY)),
     "fleet:cohorts": Row("get", "", page(admin=200, **ADMIN_ONLY)),
