@@ -261,6 +261,12 @@ def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
                                                                       month=month)
     if statement.closed:
         raise BillingError(f"{month:%B %Y} is closed already; correct it with an adjustment.")
+    earlier = open_months_before(tenant, month)
+    if earlier:
+        # Months close in order: a later month closed over an open earlier one would freeze
+        # figures that the earlier month's corrections could still change.
+        raise BillingError(f"Close {earlier[0]:%B %Y} first: months are closed in order "
+                           f"({len(earlier)} earlier month(s) with usage are still open).")
     lines = live_lines(tenant, month)
     pending = sum(line.pending_hours for line in lines)
     if pending:
@@ -276,6 +282,45 @@ def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
     total = sum((line.amount for line in lines), Decimal(0))
     audit_record(actor=by, subject=statement, tenant=tenant, action="statement.closed",
                  reason=f"Closed {month:%B %Y} at {total:.2f} over {len(lines)} line(s).")
+    return statement
+
+
+def open_months_before(tenant: Tenant, month: dt.date) -> list[dt.date]:
+    """Earlier months of the tenant with usage that are not closed, oldest first."""
+    closed = set(Statement.objects.filter(tenant=tenant, closed_at__isnull=False,
+                                          month__lt=month).values_list("month", flat=True))
+    used = UsageMonth.objects.filter(tenant=tenant, month__lt=month).values_list(
+        "month", flat=True).distinct()
+    return sorted(m for m in set(used) if m not in closed)
+
+
+@transaction.atomic
+def statement_reopen(*, statement: Statement, by, reason: str) -> Statement:
+    """Open a closed month again (a wrong close), with a reason kept in the audit trail.
+    Only the latest closed month, and only before any adjustment: after that, corrections
+    are adjustments. Its frozen lines are dropped (their total is in the audit row); the
+    month is live again until it is closed anew."""
+    require_billing_role(by)
+    statement = Statement.objects.select_for_update().get(pk=statement.pk)
+    if not statement.closed:
+        raise BillingError(f"{statement.month:%B %Y} is open already.")
+    if not reason.strip():
+        raise BillingError("Reopening needs a reason: it is kept in the audit trail.")
+    later = Statement.objects.filter(tenant=statement.tenant, month__gt=statement.month,
+                                     closed_at__isnull=False).order_by("month").first()
+    if later:
+        raise BillingError(f"{later.month:%B %Y} is closed after it: reopen that first.")
+    if statement.adjustments.exists():
+        raise BillingError("This month has adjustments: correct it with another adjustment "
+                           "instead of reopening it.")
+    lines = list(statement.lines.all())
+    total = sum((line.amount for line in lines), Decimal(0))
+    statement.lines.all().delete()
+    statement.closed_at, statement.closed_by = None, None
+    statement.save(update_fields=["closed_at", "closed_by"])
+    audit_record(actor=by, subject=statement, tenant=statement.tenant,
+                 action="statement.reopened", reason=reason.strip(),
+                 data={"closed_total": f"{total:.2f}", "lines": len(lines)})
     return statement
 
 

@@ -155,6 +155,12 @@ def _tenant_for(user, slug: str) -> Tenant:
 
 @login_required
 def statement(request, slug: str, month: str):
+    return _statement_page(request, slug, month)
+
+
+def _statement_page(request, slug: str, month: str, *, typed: dict | None = None,
+                    status: int = 200):
+    """The statement; `typed` keeps what finance typed into a form that was refused."""
     _billing_reader(request.user)
     tenant = _tenant_for(request.user, slug)
     m = _month(month)
@@ -174,8 +180,13 @@ def statement(request, slug: str, month: str):
         "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
         and m < month_start(timezone.now()),
         "can_adjust": (roles.finance or roles.platform_admin) and stmt and stmt.closed,
+        "can_reopen": (roles.finance or roles.platform_admin) and stmt and stmt.closed
+        and not adjustments,
+        "open_before": services.open_months_before(tenant, m)
+        if (roles.finance or roles.platform_admin) and not (stmt and stmt.closed) else [],
+        "typed": typed or {},
         "pending": sum(getattr(line, "pending_hours", 0) for line in lines),
-    })
+    }, status=status)
 
 
 @login_required
@@ -205,7 +216,29 @@ def statement_adjust(request, slug: str, month: str):
                                   reason=request.POST.get("reason", ""))
         messages.success(request, "Adjustment recorded.")
     except services.BillingError as exc:
+        # Shown with what was typed, so a corrected amount does not cost the reason.
         messages.error(request, exc.message)
+        return _statement_page(request, slug, month, status=400, typed={
+            "amount": value[:40], "reason": request.POST.get("reason", "")[:2000]})
+    return redirect("billing:statement", slug=slug, month=month)
+
+
+@login_required
+@require_POST
+def statement_reopen(request, slug: str, month: str):
+    services.require_billing_role(request.user)  # the role first: 403 before anything else
+    tenant = _tenant_for(request.user, slug)
+    stmt, _ = services.statement_for(tenant, _month(month))
+    reason = request.POST.get("reason", "")
+    try:
+        if stmt is None:
+            raise services.BillingError(f"{_month(month):%B %Y} is open already.")
+        services.statement_reopen(statement=stmt, by=request.user, reason=reason)
+        messages.success(request, f"{_month(month):%B %Y} is open again for {tenant.name}.")
+    except services.BillingError as exc:
+        messages.error(request, exc.message)
+        return _statement_page(request, slug, month, status=400,
+                               typed={"reopen_reason": reason[:2000]})
     return redirect("billing:statement", slug=slug, month=month)
 
 

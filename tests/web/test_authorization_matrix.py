@@ -95,8 +95,11 @@ MATRIX: dict[str, Row] = {
     "billing:hours": Row("get", "hours", page(**TENANT_OWN)),
     "billing:close": Row("post", "month", page(member=403, lead=403, other_lead=403,
                                                admin=302, finance=302)),
+    # An empty form is refused with the page and its message (400), the typed text kept.
     "billing:adjust": Row("post", "month", page(member=403, lead=403, other_lead=403,
-                                                admin=302, finance=302)),
+                                                admin=400, finance=400)),
+    "billing:reopen": Row("post", "month", page(member=403, lead=403, other_lead=403,
+                                                admin=400, finance=400)),
     "api-root": Row("get", "", everyone(200, anonymous=API_ANON)),
     "api-schema": Row("get", "", everyone(200, anonymous=200)),
     "api-docs": Row("get", "", everyone(200, anonymous=200)),

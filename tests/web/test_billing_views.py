@@ -270,3 +270,41 @@ def test_a_leads_budget_shows_only_beside_the_whole_of_its_spend(client, lead, t
         assert "Budget for" not in body, query  # not beside nothing, nor beside a route's part
     body = client.get(reverse("billing:overview"), {"route": "shared_pool"}).content.decode()
     assert "route Shared pool" in body
+
+
+def test_months_close_in_order_and_a_wrong_close_is_reopened_with_a_reason(
+        client, finance_user, billed):
+    """November cannot be closed over an open October; the latest closed month reopens with
+    a reason (audited) until an adjustment is made; a refused adjustment keeps its text."""
+    from billing.models import Statement, UsageMonth
+    from billing.services import BillingError, statement_close, statement_reopen
+    from tenants.models import AuditEvent
+
+    acme = billed[0].tenant
+    earlier = month_start(LAST_MONTH - dt.timedelta(days=1))
+    UsageMonth.objects.create(allocation=billed[0], tenant=acme, pool=billed[0].pool,
+                              month=earlier, allocated_s=3600, used_s=0, credit_s=0,
+                              borrowed_s=0, charged_s=3600, amount=Decimal("2.50"), hours=1)
+    with pytest.raises(BillingError, match=f"Close {earlier:%B %Y} first"):
+        statement_close(tenant=acme, month=LAST_MONTH, by=finance_user)
+    statement_close(tenant=acme, month=earlier, by=finance_user)
+    closed = statement_close(tenant=acme, month=LAST_MONTH, by=finance_user)
+    with pytest.raises(BillingError, match="reason"):
+        statement_reopen(statement=closed, by=finance_user, reason=" ")
+    first = Statement.objects.get(tenant=acme, month=earlier)
+    with pytest.raises(BillingError, match="reopen that first"):
+        statement_reopen(statement=first, by=finance_user, reason="wrong")
+    client.force_login(finance_user)
+    month = f"{LAST_MONTH:%Y-%m}"
+    refused = client.post(reverse("billing:adjust", args=["acme", month]),
+                          {"amount": "1.234", "reason": "Credit for the outage on the 5th"})
+    assert refused.status_code == 400
+    body = refused.content.decode()
+    assert "at most 2 decimal places" in body and "Credit for the outage on the 5th" in body
+    assert client.post(reverse("billing:reopen", args=["acme", month]),
+                       {"reason": "Closed before the late DCGM data arrived"}).status_code == 302
+    closed.refresh_from_db()
+    assert not closed.closed and not closed.lines.exists()
+    event = AuditEvent.objects.get(action="statement.reopened")
+    assert event.reason == "Closed before the late DCGM data arrived"
+    assert event.data["closed_total"] == "10.00"
