@@ -198,6 +198,11 @@ class ConnectSerializer(serializers.Serializer):
     example = serializers.CharField(help_text="YAML: a Job for the allocation's LocalQueue")
 
 
+class ReleaseSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True,
+                                   trim_whitespace=True, help_text="kept in the history")
+
+
 class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                         mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
@@ -215,6 +220,24 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
 
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+    @extend_schema(request=ReleaseSerializer, responses=AllocationSerializer)
+    @action(detail=True, methods=["post"], serializer_class=ReleaseSerializer)
+    def release(self, request, pk=None):
+        """End an active allocation now (a team lead of its tenant, or a platform admin):
+        billing stops at this moment and its objects are removed. Audited."""
+        from .allocations.services import allocation_release
+
+        alloc = self.get_object()  # another tenant's: 404
+        roles = roles_for(request.user)
+        if not (roles.platform_admin or roles.can_file_for(alloc.tenant_id)):
+            raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
+                                   "release an allocation.")
+        body = ReleaseSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        alloc = allocation_release(allocation=alloc, by=request.user,
+                                   reason=body.validated_data.get("reason", ""))
+        return Response(AllocationSerializer(alloc).data)
 
     @extend_schema(responses=QueueSerializer, parameters=[QueueQuerySerializer])
     @action(detail=True, methods=["get"], serializer_class=QueueSerializer)

@@ -109,9 +109,14 @@ class ApproveSerializer(ReasonSerializer):
     override_reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
+class OptionalReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True,
+                                   trim_whitespace=True)
+
+
 class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                              mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                             viewsets.GenericViewSet):
+                             mixins.DestroyModelMixin, viewsets.GenericViewSet):
     """List, create and act on capacity requests of the tenants you may see."""
 
     serializer_class = CapacityRequestSerializer
@@ -162,6 +167,21 @@ class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     def submit(self, request, pk=None):
         return self._respond(services.request_submit(request=self._lead_object(),
                                                      by=request.user))
+
+    @extend_schema(request=OptionalReasonSerializer)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        """A team lead takes a submitted (or sent back) request out of review."""
+        body = OptionalReasonSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        return self._respond(services.request_withdraw(
+            request=self._lead_object(), by=request.user,
+            reason=body.validated_data.get("reason", "")))
+
+    def destroy(self, request, *args, **kwargs):
+        """Delete a draft (team leads of its tenant); anything filed is withdrawn instead."""
+        services.request_delete_draft(request=self._lead_object(), by=request.user)
+        return Response(status=204)
 
     @extend_schema(request=ApproveSerializer)
     @action(detail=True, methods=["post"])

@@ -483,6 +483,7 @@ class Status(StrEnum):
     EXPIRING = "expiring"
     RETIRED = "retired"
     FAILED = "failed"
+    WITHDRAWN = "withdrawn"
 
 
 class Actor(StrEnum):
@@ -509,6 +510,11 @@ TRANSITIONS: dict[str, TransitionRule] = {
                        needs_reason=True),
         TransitionRule("request_changes", frozenset({Status.SUBMITTED}),
                        Status.CHANGES_REQUESTED, Actor.ADMIN, needs_reason=True),
+        # The lead's way back: a filed request taken out of review; a draft deleted.
+        TransitionRule("withdraw", frozenset({Status.SUBMITTED, Status.CHANGES_REQUESTED}),
+                       Status.WITHDRAWN, Actor.LEAD, needs_reason=False),
+        TransitionRule("delete", frozenset({Status.DRAFT}), Status.WITHDRAWN, Actor.LEAD,
+                       needs_reason=False),
     )
 }
 EDITABLE_STATES = frozenset({Status.DRAFT, Status.CHANGES_REQUESTED})

@@ -303,6 +303,35 @@ def _decide(request: CapacityRequest, by, reason: str, action: str) -> CapacityR
 
 
 @transaction.atomic
+def request_withdraw(*, request: CapacityRequest, by, reason: str = "") -> CapacityRequest:
+    """A team lead takes a filed request out of review (nothing was promised yet)."""
+    request = (CapacityRequest.objects.select_for_update(of=("self",))
+               .select_related("tenant").get(pk=request.pk))
+    old = request.status
+    to_state = _check(request, "withdraw", by)
+    now = timezone.now()
+    CapacityRequest.objects.filter(pk=request.pk, status=old).update(
+        status=to_state.value, updated_at=now)
+    audit_record(actor=by, subject=request, tenant=request.tenant, action="request.withdrawn",
+                 from_state=old, to_state=to_state.value,
+                 reason=reason.strip()[:2000] or "Withdrawn by the team lead.")
+    request.refresh_from_db()
+    return request
+
+
+@transaction.atomic
+def request_delete_draft(*, request: CapacityRequest, by) -> None:
+    """A team lead deletes a draft nobody has seen; the audit trail keeps that it existed."""
+    request = (CapacityRequest.objects.select_for_update(of=("self",))
+               .select_related("tenant").get(pk=request.pk))
+    _check(request, "delete", by)
+    audit_record(actor=by, subject=request, tenant=request.tenant, action="request.deleted",
+                 from_state=request.status, reason=f"Draft #{request.pk} "
+                 f"({request.title or 'untitled'}) deleted by the team lead.")
+    request.delete()
+
+
+@transaction.atomic
 def request_deny(*, request: CapacityRequest, by, reason: str) -> CapacityRequest:
     return _decide(request, by, reason, "deny")
 
@@ -317,6 +346,8 @@ ACTIONS = {
     "approve": request_approve,
     "deny": request_deny,
     "request_changes": request_request_changes,
+    "withdraw": request_withdraw,
+    "delete": request_delete_draft,
 }
 assert set(ACTIONS) == set(TRANSITIONS)
 

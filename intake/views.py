@@ -208,6 +208,61 @@ def request_detail(request, pk: int):
 
 @login_required
 @require_POST
+def request_withdraw(request, pk: int):
+    """The lead takes a filed request out of review."""
+    obj = get_request_for(request.user, pk)
+    _require_lead_of(request.user, obj)
+    try:
+        services.request_withdraw(request=obj, by=request.user,
+                                  reason=request.POST.get("reason", ""))
+        messages.success(request, f"Request #{obj.pk} withdrawn; nothing was promised.")
+    except services.IntakeError as exc:
+        messages.error(request, exc.message)
+    return redirect("intake:detail", pk=obj.pk)
+
+
+@login_required
+@require_POST
+def request_delete(request, pk: int):
+    """The lead deletes a draft."""
+    obj = get_request_for(request.user, pk)
+    _require_lead_of(request.user, obj)
+    try:
+        services.request_delete_draft(request=obj, by=request.user)
+    except services.IntakeError as exc:
+        messages.error(request, exc.message)
+        return redirect("intake:detail", pk=obj.pk)
+    messages.success(request, f"Draft #{pk} deleted.")
+    return redirect("intake:list")
+
+
+@login_required
+@require_POST
+def allocation_release(request, pk: int):
+    """End the request's allocation now: billing stops, its objects are removed."""
+    from fleet.allocations.services import allocation_release as release
+    from fleet.domain import FleetError
+
+    obj = get_request_for(request.user, pk)
+    roles = roles_for(request.user)
+    if not (roles.platform_admin or roles.can_file_for(obj.tenant_id)):
+        raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
+                               "release an allocation.")
+    if obj.allocation is None:
+        messages.error(request, "This request has no allocation to release.")
+        return redirect("intake:detail", pk=obj.pk)
+    try:
+        alloc = release(allocation=obj.allocation, by=request.user,
+                        reason=request.POST.get("reason", ""))
+        messages.success(request, f"{alloc.namespace} released: billing stopped "
+                                  f"{alloc.ends_at:%Y-%m-%d %H:%M} UTC.")
+    except FleetError as exc:
+        messages.error(request, exc.message)
+    return redirect("intake:detail", pk=obj.pk)
+
+
+@login_required
+@require_POST
 def request_submit(request, pk: int):
     obj = get_request_for(request.user, pk)
     _require_lead_of(request.user, obj)
