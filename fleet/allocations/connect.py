@@ -97,7 +97,8 @@ def tenant_kubeconfig(spec: AllocationSpec, *, server: str, ca_pem: str, issuer:
 def how_to_connect(spec: AllocationSpec) -> list[str]:
     """The steps, in order, as plain sentences (commands in backticks)."""
     steps = ["Install kubectl and the oidc-login plugin (`kubectl krew install oidc-login`), "
-             "then save the kubeconfig below and run `export KUBECONFIG=$PWD/kubeconfig`: "
+             "then download the kubeconfig below and run "
+             f"`export KUBECONFIG=$PWD/{spec.namespace}-kubeconfig.yaml`: "
              "the first command opens the portal's sign-in."]
     if spec.route == Route.MIG_VCLUSTER:
         steps.append(

@@ -308,3 +308,28 @@ def test_months_close_in_order_and_a_wrong_close_is_reopened_with_a_reason(
     event = AuditEvent.objects.get(action="statement.reopened")
     assert event.reason == "Closed before the late DCGM data arrived"
     assert event.data["closed_total"] == "10.00"
+
+
+def test_a_statement_downloads_as_csv_with_the_statements_own_numbers(client, finance_user,
+                                                                     lead, other_lead, billed):
+    import csv as csvlib
+    import io
+
+    from billing.services import statement_adjust, statement_close
+
+    closed = statement_close(tenant=billed[0].tenant, month=LAST_MONTH, by=finance_user)
+    statement_adjust(statement=closed, by=finance_user, amount_value="-1.50",
+                     reason="Goodwill, ticket 42")
+    url = reverse("billing:statement", args=["acme", f"{LAST_MONTH:%Y-%m}"]) + "?format=csv"
+    client.force_login(other_lead)
+    assert client.get(url).status_code == 404
+    client.force_login(lead)
+    response = client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Disposition"].endswith(f'statement-acme-{LAST_MONTH:%Y-%m}.csv"')
+    rows = list(csvlib.DictReader(io.StringIO(response.content.decode())))
+    kinds = [r["kind"] for r in rows]
+    assert kinds == ["line", "total", "adjustment", "final"]
+    final = client.get(reverse("billing:statement", args=["acme", f"{LAST_MONTH:%Y-%m}"]))
+    assert Decimal(rows[-1]["amount"]) == final.context["final"] == Decimal("8.50")
+    assert rows[2]["description"] == "Goodwill, ticket 42" and rows[0]["currency"] == "EUR"
