@@ -91,6 +91,10 @@ def finance_overview(request):
     grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
              "used_h": sum(t["used_h"] for t in totals),
              "amount": sum(t["amount"] for t in totals)}
+    grand["idle_h"] = grand["allocated_h"] - grand["used_h"]
+    from .domain import utilisation
+
+    grand["utilisation"] = utilisation(grand["used_h"], grand["allocated_h"])
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)
