@@ -271,6 +271,8 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
     ref = f" ({a.reference.strip()})" if a.isolation.is_binding else ""
     origin = a.isolation.value
     route = ROUTING_MATRIX[(origin_row(a.isolation), fill)]
+    if route is not Route.MIG_VCLUSTER and "slice, the smallest" in sizing_note:
+        sizing_note = ""  # no slice on this route: each replica gets a whole device
     if route is Route.DEDICATED_BLOCK:
         size = (f"{whole} whole device(s) fill whole nodes" if a.fill is Fill.FULL else
                 f"its {whole} replica(s) need whole devices (no MIG slice holds them), and "
@@ -456,6 +458,12 @@ def _fit(decision: RouteDecision, pool: PoolFacts, held: Decimal, nodes: int
         return Fit.FITS_LATER, (f"Does not fit now: it needs {nodes} whole validated node(s) "
                                 f"and {pool.free_whole_nodes} are free in {where}.")
     if decision.route is Route.MIG_VCLUSTER and pool.free_mig_slices is not None:
+        if decision.mig_profile not in pool.free_mig_slices:
+            carried = ", ".join(sorted(pool.free_mig_slices)) or "none"
+            return Fit.NEVER, (
+                f"Can never fit {pool.name} as it is laid out: no schedulable node carries "
+                f"{decision.mig_profile} slices (its nodes offer: {carried}). Choose one of "
+                "those, or ask the platform team to change the MIG layout.")
         free_slices = pool.free_mig_slices.get(decision.mig_profile, 0)
         if decision.mig_count > free_slices:
             return Fit.FITS_LATER, (

@@ -52,7 +52,7 @@ class CapacityRequestForm(forms.ModelForm):
             "isolation_reference": "Evidence (contract id, regulation or data class)",
             "device_fill": "How much of one device does one replica fill?",
             "whole_devices": "Whole devices",
-            "replicas": "Replicas (one slice each)",
+            "replicas": "Replicas",
             "memory_gb": "GPU memory per replica (GB)",
             "starts_on": "Start",
             "ends_on": "End (last day, optional)",
@@ -61,6 +61,8 @@ class CapacityRequestForm(forms.ModelForm):
         help_texts = {
             "isolation_reference": "Required for contractual and regulatory boundaries.",
             "ends_on": "Leave empty for an open-ended allocation.",
+            "replicas": "One MIG slice each on the shared MIG route; one whole device each "
+                        "behind a contractual or regulatory boundary.",
         }
 
     def saved_answers(self) -> dict:

@@ -41,7 +41,9 @@ def test_an_adjustment_that_is_no_number_is_refused_and_not_stored(client, finan
     assert Statement.objects.get(tenant__slug="acme").closed
     response = client.post(reverse("billing:adjust", args=["acme", MONTH]),
                            {"amount": amount, "reason": "typo"}, follow=True)
-    assert response.status_code == 200 and b"must be" in response.content
+    # Refused on the statement page itself (400), the typed reason kept for the retry.
+    assert response.status_code == 400 and b"must be" in response.content
+    assert b'value="typo"' in response.content
     assert not Adjustment.objects.exists()
     assert client.get(reverse("billing:statement", args=["acme", MONTH])).status_code == 200
 
