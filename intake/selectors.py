@@ -26,6 +26,7 @@ from .domain import (
     RequestPlan,
     RouteDecision,
     Status,
+    no_pool_message,
     override_decision,
     plan_request,
     route_request,
@@ -285,6 +286,38 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
     return ApprovalPlan(decision, plan, pool, namespace=namespace_for(request.tenant,
                                                                       f"r{request.pk}"),
                         whole_devices=whole, nodes=nodes)
+
+
+def override_options(request: CapacityRequest) -> list[dict]:
+    """For the review page: what approving under each other route would mean now — its pool,
+    size, monthly price and fit, from the same plan approval uses — or why it cannot be.
+    So an override is never approved blind."""
+    from fleet.inventory.pricing import money_text
+
+    base = request_decision(request)
+    if base.route is None:
+        return []
+    out = []
+    for route in Route:
+        if route is base.route:
+            continue
+        row = {"route": route.value, "label": route.label}
+        try:
+            decision = override_decision(base, route, "preview")
+        except ValueError as exc:
+            out.append({**row, "ok": False, "why": str(exc)})
+            continue
+        approval = approval_plan(request, decision=decision)
+        if approval.pool is None or approval.plan is None:
+            out.append({**row, "ok": False, "why": no_pool_message(route) + "."})
+            continue
+        plan = approval.plan
+        out.append({**row, "ok": plan.ok and plan.fit.value == "fits_now",
+                    "pool": approval.pool.name, "held": plan.held_devices,
+                    "monthly": money_text(plan.monthly_price), "fit": plan.fit.value,
+                    "why": plan.fit_reason if plan.ok else
+                    " ".join(m for _, m in plan.errors)})
+    return out
 
 
 def offered_mig_profiles() -> list:

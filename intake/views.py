@@ -43,6 +43,7 @@ from .selectors import (
     ReviewQueueFilter,
     active_pools_facts,
     next_in_queue,
+    override_options,
     plan_answers,
     plan_for_request,
     queued_requests,
@@ -366,7 +367,13 @@ def review_detail(request, pk: int):
         "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,
         "queue_qs": query, "queue_errors": queue_form.errors and queue_form.error_list(),
         "queue_url": _with_query(reverse("intake:review_queue"), query),
+        "overrides": override_options(obj) if obj.status == Status.SUBMITTED else [],
         "next_req": following,
+        # Past the end of the queue, "next" comes round to its start: say so.
+        "next_wraps": following is not None and (
+            (following.updated_at, following.pk) > (obj.updated_at, obj.pk)
+            if queue.newest_first else
+            (following.updated_at, following.pk) < (obj.updated_at, obj.pk)),
         "next_url": following and _with_query(
             reverse("intake:review_detail", args=[following.pk]), query),
         **matrix_context(decision.cell),

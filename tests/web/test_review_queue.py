@@ -348,3 +348,25 @@ def test_the_review_page_with_a_bad_filter_says_so(admin, queue):
     assert response.status_code == 200
     assert "The queue filter in the address was not understood" in body
     assert f'href="/review/{queue["globex_shared"].pk}/" rel="next"' in body
+
+
+def test_an_override_is_not_approved_blind(client, admin_user, tenant, lead, pools):
+    """The review page prices and fits every other route before an admin overrides: the same
+    plan approval would use (pool, devices held, price per month, fit)."""
+    from fleet.inventory.pricing import money_text
+    from fleet.models import Route
+    from intake.selectors import approval_plan, override_options, request_decision
+    from intake.domain import override_decision
+    from tests.factories import make_request
+
+    req = make_request(tenant, lead, submit=True, whole_devices=2)
+    options = {o["route"]: o for o in override_options(req)}
+    assert req.route not in options and Route.CONFIDENTIAL_POOL.value in options
+    conf = options[Route.CONFIDENTIAL_POOL.value]
+    plan = approval_plan(req, decision=override_decision(
+        request_decision(req), Route.CONFIDENTIAL_POOL, "x")).plan
+    assert conf["monthly"] == money_text(plan.monthly_price) and conf["pool"]
+    assert "MIG profile" in options[Route.MIG_VCLUSTER.value]["why"]  # whole devices: no
+    client.force_login(admin_user)
+    page = client.get(f"/review/{req.pk}/").content.decode()
+    assert conf["monthly"].replace("\u00a0", "&nbsp;") in page or conf["monthly"] in page
