@@ -355,8 +355,8 @@ def test_an_override_is_not_approved_blind(client, admin_user, tenant, lead, poo
     plan approval would use (pool, devices held, price per month, fit)."""
     from fleet.inventory.pricing import money_text
     from fleet.models import Route
-    from intake.selectors import approval_plan, override_options, request_decision
     from intake.domain import override_decision
+    from intake.selectors import approval_plan, override_options, request_decision
     from tests.factories import make_request
 
     req = make_request(tenant, lead, submit=True, whole_devices=2)
