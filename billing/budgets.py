@@ -150,3 +150,29 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
             continue  # another worker notified it first
         created += alerts
     return created
+
+
+def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
+    """Finance's month at a glance: spend so far (the statements' one number), the run-rate
+    forecast, the top tenants by spend, and how many tenants are near or over budget."""
+    from billing.figures import month_figures
+    from fleet.inventory.pricing import money
+
+    from .domain import run_rate_forecast
+
+    month = month_start(now)
+    figures = month_figures(tenant_ids=tenant_ids, months=[month])
+    spent = {f.tenant_id: f.final for f in figures}
+    total = money(sum(spent.values(), Decimal(0)))
+    budgets = budgets_in_force(list(spent) if tenant_ids is None else tenant_ids, month)
+    statuses = [budget_status(budget=b, spent=spent.get(t, Decimal(0)), month=month, now=now)
+                for t, b in budgets.items()]
+    names = dict(Tenant.objects.filter(pk__in=list(spent)).values_list("pk", "name"))
+    leaders = sorted(spent.items(), key=lambda kv: (-kv[1], names.get(kv[0], "")))[:top]
+    return {"month": month, "spent": total, "forecast": run_rate_forecast(total, month, now),
+            "extended": (now - dt.datetime.combine(month, dt.time(), tzinfo=dt.UTC)
+                         ).total_seconds() >= 86400,
+            "top": [{"name": names.get(t, "?"), "spent": money(v)} for t, v in leaders],
+            "over": sum(1 for st in statuses if st.level == "over"),
+            "near": sum(1 for st in statuses if st.level == "warn"),
+            "budgets": len(statuses)}

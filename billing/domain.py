@@ -185,6 +185,7 @@ class BudgetStatus:
     budget: Decimal
     spent: Decimal
     forecast: Decimal  # the month's spend at the run rate so far
+    extended: bool = True  # False: too early in the month to extend; forecast = spend
 
     @property
     def amount(self) -> Decimal:
@@ -241,8 +242,11 @@ def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime) -> Decim
 
 def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime
                   ) -> BudgetStatus:
+    start, end = month_bounds(month)
     return BudgetStatus(month=month, budget=money(budget), spent=money(spent),
-                        forecast=run_rate_forecast(spent, month, now))
+                        forecast=run_rate_forecast(spent, month, now),
+                        extended=not (start <= now < end and
+                                      (now - start).total_seconds() < 86400))
 
 
 # ---------------------------------------------------------------------------------------

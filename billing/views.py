@@ -21,6 +21,7 @@ from tenants.access import billing_scope, require_rates_reader, roles_for, visib
 from tenants.models import Tenant
 
 from . import services
+from .budgets import this_month
 from .domain import month_bounds, month_start
 from .figures import apply_to_overview, month_figures, tenant_month
 from .models import UsageHour
@@ -109,6 +110,8 @@ def finance_overview(request):
         "rows": rows, "table": table, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
+        "this_month": this_month(filtered, timezone.now())
+        if roles_for(request.user).sees_all_tenants and not f["route"] else None,
         "route_label": dict(Route.choices).get(f["route"], ""),
         "chart": month_chart(totals, budget=budget),
     })

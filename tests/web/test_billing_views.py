@@ -333,3 +333,26 @@ def test_a_statement_downloads_as_csv_with_the_statements_own_numbers(client, fi
     final = client.get(reverse("billing:statement", args=["acme", f"{LAST_MONTH:%Y-%m}"]))
     assert Decimal(rows[-1]["amount"]) == final.context["final"] == Decimal("8.50")
     assert rows[2]["description"] == "Goodwill, ticket 42" and rows[0]["currency"] == "EUR"
+
+
+def test_finance_sees_the_month_so_far_in_money(client, finance_user, lead, billed):
+    """Spend this month (the statements' number), forecast, budgets near or over, and the top
+    tenants — for finance; a lead's cost page does not show other tenants' money."""
+    from billing.figures import month_figures
+    from billing.models import Budget
+    from billing.services import refresh_months
+
+    this = month_start(timezone.now())
+    hour = dt.datetime.combine(this, dt.time(0), tzinfo=dt.UTC)
+    for alloc, amount in zip(billed, (Decimal("30.00"), Decimal("12.50")), strict=True):
+        usage(alloc, hour, Decimal(3600), Decimal(1800), amount)
+    refresh_months({(a.pk, this) for a in billed})
+    Budget.objects.create(tenant=billed[0].tenant, monthly_amount=Decimal("25"), from_month=this)
+    client.force_login(finance_user)
+    ctx = client.get(reverse("billing:overview")).context["this_month"]
+    finals = {f.tenant: f.final for f in month_figures(months=[this])}
+    assert ctx["spent"] == sum(finals.values()) == Decimal("42.50")
+    assert [t["name"] for t in ctx["top"]] == ["Acme", "Globex"]
+    assert ctx["over"] == 1 and ctx["budgets"] == 1
+    client.force_login(lead)
+    assert client.get(reverse("billing:overview")).context["this_month"] is None
