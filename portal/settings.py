@@ -334,6 +334,20 @@ PORTAL_GITOPS_BRANCH = env_str("PORTAL_GITOPS_BRANCH", "main")
 PORTAL_GITOPS_PATH = env_str("PORTAL_GITOPS_PATH", "tenants").strip("/")
 PORTAL_GITOPS_WORKDIR = Path(env_str("PORTAL_GITOPS_WORKDIR", str(VAR_DIR / "gitops")))
 PORTAL_GITOPS_AUTHOR = env_str("PORTAL_GITOPS_AUTHOR", "AI Factory Portal <portal@localhost>")
+# Credentials for the repository, as files mounted from a Secret (fleet/allocations/gitops.py).
+PORTAL_GITOPS_SSH_KEY_FILE = env_str("PORTAL_GITOPS_SSH_KEY_FILE")
+PORTAL_GITOPS_KNOWN_HOSTS_FILE = env_str("PORTAL_GITOPS_KNOWN_HOSTS_FILE")
+PORTAL_GITOPS_TOKEN_FILE = env_str("PORTAL_GITOPS_TOKEN_FILE")
+PORTAL_GITOPS_USERNAME = env_str("PORTAL_GITOPS_USERNAME", "git")
+# The Argo CD Application or Flux Kustomization that applies PORTAL_GITOPS_PATH, read to say
+# why a committed allocation is not live yet: argocd:<namespace>/<name> or flux:<ns>/<name>.
+PORTAL_GITOPS_STATUS_OBJECT = env_str("PORTAL_GITOPS_STATUS_OBJECT")
+try:
+    from fleet.allocations.gitops_status import parse_ref as _parse_gitops_ref
+
+    _parse_gitops_ref(PORTAL_GITOPS_STATUS_OBJECT)
+except ValueError as _exc:
+    raise ImproperlyConfigured(str(_exc)) from None
 CELERY_BEAT_SCHEDULE["follow-gitops"] = {"task": "fleet.tasks.follow_gitops",
                                          "schedule": 15.0}
 CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {

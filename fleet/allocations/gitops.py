@@ -30,6 +30,35 @@ from ..kube import KubeError
 NOT_COMMITTED = frozenset({"Node"})
 
 
+def credential_env() -> dict[str, str]:
+    """How git authenticates to the repository, from files mounted from a Secret (read at
+    each call, so a rotated key or token is used at once; never on a command line):
+    PORTAL_GITOPS_SSH_KEY_FILE (+ PORTAL_GITOPS_KNOWN_HOSTS_FILE, hosts checked strictly) for
+    ssh:// and git@ URLs; PORTAL_GITOPS_TOKEN_FILE (+ PORTAL_GITOPS_USERNAME) for https://."""
+    import base64
+    import shlex
+
+    env: dict[str, str] = {}
+    key = settings.PORTAL_GITOPS_SSH_KEY_FILE
+    if key:
+        parts = ["ssh", "-i", key, "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes"]
+        known = settings.PORTAL_GITOPS_KNOWN_HOSTS_FILE
+        parts += (["-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes"]
+                  if known else ["-o", "StrictHostKeyChecking=accept-new"])
+        env["GIT_SSH_COMMAND"] = " ".join(shlex.quote(p) for p in parts)
+    token_file = settings.PORTAL_GITOPS_TOKEN_FILE
+    if token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise GitOpsError(f"The Git token file {token_file} cannot be read: {exc}",
+                              retriable=False) from None
+        basic = base64.b64encode(f"{settings.PORTAL_GITOPS_USERNAME}:{token}".encode()).decode()
+        env.update({"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                    "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"})
+    return env
+
+
 class GitOpsError(KubeError):
     def __init__(self, message: str, *, retriable: bool = True) -> None:
         super().__init__(message, retriable=retriable)
@@ -102,6 +131,7 @@ class Repository:
                "GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin:/usr/local/bin"}
         env["GIT_COMMITTER_NAME"], env["GIT_COMMITTER_EMAIL"] = (env["GIT_AUTHOR_NAME"],
                                                                  env["GIT_AUTHOR_EMAIL"])
+        env.update(credential_env())
         result = subprocess.run(["git", *args], cwd=self.dir, env=env, capture_output=True,
                                 text=True, timeout=120)
         if check and result.returncode != 0:

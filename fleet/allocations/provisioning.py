@@ -350,7 +350,42 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
         allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
                               reason=f"Applied from Git: all {len(wanted)} object(s) are in "
                                      f"the cluster in namespace {alloc.namespace}.")
+    else:
+        _explain_waiting(alloc, present, len(wanted), backend)
     return Allocation.objects.get(pk=allocation_id)
+
+
+def _explain_waiting(alloc: Allocation, present: int, total: int,
+                     backend: KubeBackend) -> None:
+    """While the cluster lacks the committed objects, say what the GitOps tool reports (a
+    sync or build error, a degraded health), so the wait has a reason on the page."""
+    from django.conf import settings
+
+    from .gitops_status import parse_ref, tool_status
+
+    ref = parse_ref(settings.PORTAL_GITOPS_STATUS_OBJECT)
+    if ref is None:
+        return
+    try:
+        obj = backend.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+    except KubeError as exc:
+        obj, note = None, f"could not be read ({exc.message})"
+    else:
+        note = ""
+    status = tool_status(ref, obj)
+    words = note or status.words
+    message = (f"Committed to Git; {present} of {total} object(s) in the cluster so far. "
+               f"{ref.title}: {words}.")
+    if status.state == "failed":
+        message = (f"Committed to Git, but {ref.title} reports a problem: {words}. "
+                   f"{present} of {total} object(s) are in the cluster; the portal keeps "
+                   "waiting and checks again.")
+    if alloc.status_message != message:
+        Allocation.objects.filter(pk=alloc.pk, status=S.PROVISIONING).update(
+            status_message=message[:2000])
+        if status.state == "failed":
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.gitops_error", reason=message[:2000])
 
 
 APPLY_THREADS = 8  # requests in flight per allocation: the work is waiting on the API server

@@ -206,3 +206,69 @@ def test_a_push_that_cannot_reach_the_server_is_retried_and_loses_nothing(
     with django_capture_on_commit_callbacks(execute=True):
         allocation_retry(allocation=Allocation.objects.get(pk=alloc.pk), by=admin_user)
     assert len(server.log()) == commits + 1
+
+
+def _tool_crd(group: str, version: str, kind: str, plural: str) -> dict:
+    """A stand-in for the tool's CRD: the same group, version and kind (the tool itself is not
+    run here; this test plays it by writing the status it would write)."""
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": version, "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {
+                                       "type": "object",
+                                       "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+TOOLS = {
+    "argocd": (_tool_crd("argoproj.io", "v1alpha1", "Application", "applications"),
+               {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                "metadata": {"name": "tenants", "namespace": "argocd"},
+                "spec": {"source": {"repoURL": "git://example/platform.git",
+                                    "path": "tenants"}},
+                "status": {"sync": {"status": "OutOfSync"}, "health": {"status": "Missing"},
+                           "operationState": {"phase": "Failed", "message":
+                                              "one or more objects failed to apply, reason: "
+                                              "admission webhook denied the request"}}},
+               "its last sync failed: one or more objects failed to apply"),
+    "flux": (_tool_crd("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations"),
+             {"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+              "metadata": {"name": "tenants", "namespace": "flux-system"},
+              "spec": {"path": "./tenants", "interval": "1m"},
+              "status": {"conditions": [{"type": "Ready", "status": "False",
+                                         "reason": "BuildFailed",
+                                         "message": "kustomize build failed: accumulating "
+                                                    "resources"}]}},
+             "BuildFailed: kustomize build failed"),
+}
+
+
+@pytest.mark.parametrize("tool", list(TOOLS))
+def test_a_sync_error_of_the_gitops_tool_is_explained_on_the_allocation(
+        tool, gitops, settings, admin_kube, client, tenant, lead, admin_user,
+        django_capture_on_commit_callbacks):
+    """Argo CD or Flux failing to apply the path: the allocation waits with the tool's own
+    reason, on its page and in its history — read by the portal's restricted identity."""
+    from tests.harness.waiting import eventually
+
+    crd, obj, words = TOOLS[tool]
+    admin_kube.apply(crd, force=True)
+    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": obj["metadata"]["namespace"]}}, force=True)
+    eventually(lambda: admin_kube.apply(obj, force=True), timeout=30)  # CRD established
+    settings.PORTAL_GITOPS_STATUS_OBJECT = f"{tool}:{obj['metadata']['namespace']}/tenants"
+    req, alloc = approve(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    follow_gitops()
+    alloc.refresh_from_db()
+    assert alloc.status == "provisioning"
+    assert "reports a problem" in alloc.status_message and words in alloc.status_message, \
+        alloc.status_message
+    assert AuditEvent.objects.filter(subject_id=alloc.pk,
+                                     action="allocation.gitops_error").count() == 1
+    follow_gitops()  # read again, unchanged: no second history row
+    assert AuditEvent.objects.filter(subject_id=alloc.pk,
+                                     action="allocation.gitops_error").count() == 1
+    client.force_login(lead)
+    page = client.get(f"/requests/{req.pk}/").content.decode()
+    assert words in page

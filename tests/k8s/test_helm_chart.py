@@ -45,6 +45,9 @@ FULL_VALUES = {
                 "tlsSecretName": "portal-tls", "annotations": {"a": "b"}},
     "httpRoute": {"enabled": True, "parentRefs": [{"name": "gw", "namespace": "gateway"}],
                   "hostnames": ["portal.example.com"]},
+    "gitops": {"enabled": True, "repo": "ssh://git@git.example.com/platform/cluster.git",
+               "statusObject": "argocd:argocd/tenants",
+               "credentials": {"existingSecret": "portal-git"}},
     "nodeSelector": {"node-role.kubernetes.io/platform": ""},
     "tolerations": [{"key": "platform", "operator": "Exists", "effect": "NoSchedule"}],
 }
@@ -93,6 +96,17 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
     if values is FULL_VALUES:
         for kind in ("Ingress", "HTTPRoute", "HorizontalPodAutoscaler", "Secret"):
             assert kind in kinds, kind
+        # GitOps: the workers get the repository's credentials, read-only, owner-readable.
+        worker = next(d for d in docs if d["kind"] == "Deployment"
+                      and d["metadata"]["name"].endswith("-worker"))
+        pod = worker["spec"]["template"]["spec"]
+        (vol,) = [v for v in pod["volumes"] if v["name"] == "git-credentials"]
+        assert vol["secret"] == {"secretName": "portal-git", "defaultMode": 0o400}
+        assert {"name": "git-credentials", "mountPath": "/var/run/secrets/aifactory/git",
+                "readOnly": True} in pod["containers"][0]["volumeMounts"]
+        config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+        assert config["PORTAL_PROVISIONING"] == "gitops"
+        assert config["PORTAL_GITOPS_SSH_KEY_FILE"].startswith("/var/run/secrets/aifactory/git/")
     for doc in docs:
         if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
             doc["metadata"].setdefault("namespace", NAMESPACE)
