@@ -216,7 +216,11 @@ def _flavor(spec: AllocationSpec) -> dict:
     if spec.route == Route.DEDICATED_BLOCK:
         return {"apiVersion": KUEUE, "kind": "ResourceFlavor",
                 "metadata": _meta(spec, flavor_name(spec), namespaced=False),
-                "spec": {"nodeLabels": {DEDICATED_LABEL: spec.tenant},
+                # Its own nodes, not the tenant's: Kueue admits a block's work against the
+                # block's quota, so its pods must land on the block's nodes (a tenant's two
+                # blocks would otherwise fill each other's). The taint stays per tenant.
+                "spec": {"nodeLabels": {DEDICATED_LABEL: spec.tenant,
+                                        LABEL_ALLOCATION: str(spec.allocation_id)},
                          "nodeTaints": [{"key": DEDICATED_TAINT, "value": spec.tenant,
                                          "effect": "NoSchedule"}],
                          "tolerations": [{"key": DEDICATED_TAINT, "operator": "Equal",

@@ -244,3 +244,43 @@ def test_another_tenants_pod_never_lands_on_a_dedicated_block(
         assert not block & set(nodes), (block, nodes)
     finally:
         admin.delete("v1", "Namespace", "intruders")
+
+
+def test_a_tenants_two_blocks_keep_their_own_work(control_plane, simulated_fleet, placement,
+                                                  admin_user,
+                                                  django_capture_on_commit_callbacks):
+    """Kueue admits a block's work against that block's quota, so its pods must run on that
+    block's nodes: four one-GPU pods of block A all land on A's node, none on B's (the
+    flavor selects the allocation's nodes, not the tenant's)."""
+    admin = simulated_fleet
+    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    _r, first = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                        django_capture_on_commit_callbacks)
+    _r, second = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                         django_capture_on_commit_callbacks)
+    own = set(first.nodes.values_list("name", flat=True))
+    other = set(second.nodes.values_list("name", flat=True))
+    assert own and other and not own & other, (own, other)
+    for node in own | other:
+        _untaint(admin, node)  # the block's own taint stays; the not-ready one goes
+    job = example_workload(allocation_spec(first), image=IMAGE)
+    job["spec"]["parallelism"] = job["spec"]["completions"] = 4
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = start_delays(
+        run_ms=1500)
+    name = job["metadata"]["name"]
+    as_identity(control_plane, f"{tenant.slug}-lead",
+                [f"oidc:/tenants/{tenant.slug}/leads"]).apply(job)
+
+    def placed() -> list[str]:
+        nodes = [p["spec"].get("nodeName") for p in _pods(admin, first.namespace, name)]
+        assert len(nodes) == 4 and all(nodes), nodes
+        return nodes
+
+    nodes = eventually(placed, timeout=60)
+    assert set(nodes) <= own, (nodes, own, other)
+    eventually(lambda: _succeeded_count(admin, first.namespace, name, 4), timeout=60)
+
+
+def _succeeded_count(admin, namespace: str, job: str, n: int) -> None:
+    found = admin.get("batch/v1", "Job", job, namespace)
+    assert (found.get("status") or {}).get("succeeded") == n, found.get("status")
