@@ -1,6 +1,7 @@
-"""Billing in the API, read-only and scoped exactly like the pages: finance and platform
-admins read every tenant, a tenant's leads and members their own; the figures are the one
-number (billing.figures) the statement, the overview, both exports and /metrics show."""
+"""Billing in the API, scoped exactly like the pages: finance and platform admins read every
+tenant, a tenant's leads and members their own; the figures are the one number
+(billing.figures) the statement, the overview, both exports and /metrics show. Finance and
+platform admins close, reopen and adjust a month through the same services as the pages."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ import re
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from tenants.access import billing_scope, visible_tenants
+from tenants.idempotency import IdempotentWritesMixin
 
 from .figures import month_figures, tenant_month
 
@@ -78,8 +81,25 @@ def _with_currency(f) -> dict:
     return MonthFiguresSerializer(f).data
 
 
-class BillingViewSet(viewsets.ViewSet):
-    """Usage and charges per tenant and month (read-only)."""
+class ReopenSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, trim_whitespace=True)
+
+
+class AdjustSerializer(serializers.Serializer):
+    amount = serializers.CharField(max_length=40, help_text="EUR-style decimal, at most two "
+                                   "places; negative for a credit, e.g. -25.00")
+    reason = serializers.CharField(max_length=2000, trim_whitespace=True)
+
+
+STATEMENT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH,
+                                description="`<tenant slug>:<YYYY-MM>`, e.g. "
+                                            "`acme-research:2026-11`")
+
+
+class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
+    """Usage and charges per tenant and month; closing, reopening and adjusting a month."""
+
+    lookup_value_regex = r"[^/]+"  # `<tenant slug>:<YYYY-MM>`; anything else is a JSON 404
 
     @extend_schema(responses=MonthFiguresSerializer(many=True), parameters=[
         OpenApiParameter("tenant", str, description="a tenant's slug (default: all you see)"),
@@ -103,17 +123,77 @@ class BillingViewSet(viewsets.ViewSet):
                    if (first is None or f.month >= first) and (last is None or f.month <= last)]
         return Response([_with_currency(f) for f in figures])
 
-    @extend_schema(responses=StatementSerializer, parameters=[OpenApiParameter(
-        "id", str, OpenApiParameter.PATH,
-        description="`<tenant slug>:<YYYY-MM>`, e.g. `acme-research:2026-11`")])
+    def _statement_of(self, request, pk, *, write: bool = False):
+        from .services import require_billing_role
+
+        if write:
+            require_billing_role(request.user)  # the role first: 403 before anything else
+        slug, _, month = (pk or "").partition(":")
+        billing_scope(request.user)
+        tenant = get_object_or_404(visible_tenants(request.user), slug=slug[:40])
+        return tenant, parse_month(month)
+
+    def _answer(self, tenant, m):
+        from .services import statement_for
+
+        stmt, lines = statement_for(tenant, m)
+        adjustments = [{"amount": f"{a.amount:.2f}", "reason": a.reason,
+                        "at": a.at.isoformat()} for a in (stmt.adjustments.all() if stmt else [])]
+        return Response({"figures": _with_currency(tenant_month(tenant.pk, m)),
+                         "lines": StatementLineSerializer(lines, many=True).data,
+                         "adjustments": adjustments})
+
+    @extend_schema(request=None, responses=StatementSerializer, parameters=[STATEMENT_ID])
+    @action(detail=True, methods=["post"])
+    def close(self, request, pk=None):
+        """Finance: freeze a finished month (months close in order)."""
+        from .services import statement_close
+
+        tenant, m = self._statement_of(request, pk, write=True)
+        statement_close(tenant=tenant, month=m, by=request.user)
+        return self._answer(tenant, m)
+
+    @extend_schema(request=ReopenSerializer, responses=StatementSerializer,
+                   parameters=[STATEMENT_ID])
+    @action(detail=True, methods=["post"])
+    def reopen(self, request, pk=None):
+        """Finance: open the latest closed month again, with a reason (before any
+        adjustment)."""
+        from .services import BillingError, statement_for, statement_reopen
+
+        tenant, m = self._statement_of(request, pk, write=True)
+        body = ReopenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        stmt, _ = statement_for(tenant, m)
+        if stmt is None:
+            raise BillingError(f"{m:%B %Y} is open already.")
+        statement_reopen(statement=stmt, by=request.user, reason=body.validated_data["reason"])
+        return self._answer(tenant, m)
+
+    @extend_schema(request=AdjustSerializer, responses=StatementSerializer,
+                   parameters=[STATEMENT_ID])
+    @action(detail=True, methods=["post"])
+    def adjust(self, request, pk=None):
+        """Finance: a correction to a closed month, with its reason."""
+        from .services import BillingError, statement_adjust, statement_for
+
+        tenant, m = self._statement_of(request, pk, write=True)
+        body = AdjustSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        stmt, _ = statement_for(tenant, m)
+        if stmt is None:
+            raise BillingError("Adjust only a closed month.")
+        statement_adjust(statement=stmt, by=request.user,
+                         amount_value=body.validated_data["amount"],
+                         reason=body.validated_data["reason"])
+        return self._answer(tenant, m)
+
+    @extend_schema(responses=StatementSerializer, parameters=[STATEMENT_ID])
     def retrieve(self, request, pk=None):
         """One statement: `<tenant slug>:<YYYY-MM>`, its lines, adjustments and figures."""
         from .services import statement_for
 
-        slug, _, month = (pk or "").partition(":")
-        billing_scope(request.user)
-        tenant = get_object_or_404(visible_tenants(request.user), slug=slug[:40])
-        m = parse_month(month)
+        tenant, m = self._statement_of(request, pk)
         stmt, lines = statement_for(tenant, m)
         adjustments = [{"amount": f"{a.amount:.2f}", "reason": a.reason,
                         "at": a.at.isoformat()} for a in (stmt.adjustments.all() if stmt else [])]

@@ -23,3 +23,5 @@ urlpatterns = [
 
 # A database that cannot be reached is a 503 with Retry-After, not a 500.
 handler500 = "portal.views.server_error"
+# Under /api/ even an address that matches no route answers in JSON, as the schema says.
+handler404 = "portal.views.not_found"

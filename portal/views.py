@@ -188,6 +188,16 @@ def server_error(request):
     return response
 
 
+def not_found(request, exception=None):
+    """Django's 404 handler: the portal's page, or JSON on the API (a client of the API never
+    gets HTML, whatever the address)."""
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
+    return page_not_found(request, exception)
+
+
 def csrf_failure(request, reason: str = ""):
     """CSRF_FAILURE_VIEW: the portal's own page (JSON on the API), not Django's."""
     from django.template.loader import render_to_string

@@ -131,6 +131,16 @@ MATRIX: dict[str, Row] = {
     "allocation-list": Row("get", "", everyone(200, anonymous=API_ANON)),
     "billing-list": Row("get", "", everyone(200, anonymous=API_ANON)),  # each its own tenants
     "billing-detail": Row("get", "statement", {"anonymous": API_ANON, **TENANT_OWN}),
+    # Writes: the role first (403 to tenants' people, whichever tenant), then the month.
+    "billing-close": Row("post", "statement", {"anonymous": API_ANON, "member": 403,
+                                               "lead": 403, "other_lead": 403, "admin": 200,
+                                               "finance": 200}),
+    "billing-reopen": Row("post", "statement", {"anonymous": API_ANON, "member": 403,
+                                                "lead": 403, "other_lead": 403, "admin": 400,
+                                                "finance": 400}),  # the month is open
+    "billing-adjust": Row("post", "statement", {"anonymous": API_ANON, "member": 403,
+                                                "lead": 403, "other_lead": 403, "admin": 400,
+                                                "finance": 400}),  # only a closed month
     "allocation-detail": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-queue": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-connect": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),

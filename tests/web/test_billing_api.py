@@ -105,3 +105,28 @@ def test_a_bad_month_is_a_400(finance_user, tenant, bad):
     answer = _api(finance_user).get(f"/api/billing/{tenant.slug}:{bad}/")
     assert answer.status_code == 400 and "YYYY-MM" in answer.json()["message"] + str(
         answer.json()["extra"])
+
+
+def test_finance_closes_adjusts_and_reopens_through_the_api(client, finance_user, lead,
+                                                            tenant, billed):
+    """The page's actions, for machines: the same services, the same refusals."""
+    key = f"{tenant.slug}:{LAST_MONTH:%Y-%m}"
+    client.force_login(lead)
+    assert client.post(f"/api/billing/{key}/close/").status_code == 403
+    client.force_login(finance_user)
+    closed = client.post(f"/api/billing/{key}/close/")
+    assert closed.status_code == 200 and closed.json()["figures"]["closed"] is True
+    again = client.post(f"/api/billing/{key}/close/")
+    assert again.status_code == 400 and "closed already" in again.json()["message"]
+    bad = client.post(f"/api/billing/{key}/adjust/", {"amount": "١٠", "reason": "x"},
+                      content_type="application/json")
+    assert bad.status_code == 400
+    adjusted = client.post(f"/api/billing/{key}/adjust/",
+                           {"amount": "-1.00", "reason": "Goodwill"},
+                           content_type="application/json")
+    assert adjusted.status_code == 200
+    final = adjusted.json()["figures"]
+    assert float(final["final"]) == float(final["usage_amount"]) - 1.00
+    refused = client.post(f"/api/billing/{key}/reopen/", {"reason": "wrong"},
+                          content_type="application/json")
+    assert refused.status_code == 400 and "adjustments" in refused.json()["message"]

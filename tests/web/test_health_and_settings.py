@@ -196,3 +196,12 @@ def test_signing_in_may_post_on_to_the_sso_server_only(settings):
     header = policy()
     assert "form-action 'self' https://sso.example.com;" in header
     assert header.replace(" https://sso.example.com", "") == settings.PORTAL_CSP
+
+
+@pytest.mark.django_db
+def test_an_api_address_that_matches_nothing_answers_json_and_a_page_answers_html(client):
+    api = client.get("/api/billing/no.such/thing/")
+    assert api.status_code == 404 and api["Content-Type"] == "application/json"
+    assert api.json()["message"] == "Not found."
+    page = client.get("/no/such/page/")
+    assert page.status_code == 404 and b"<html" in page.content
