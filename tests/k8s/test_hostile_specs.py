@@ -147,9 +147,16 @@ def dedicated_world(control_plane, fleet, admin_user,  # noqa: F811
     owner_id = as_identity(control_plane, f"{owner.slug}-lead",
                            [f"oidc:/tenants/{owner.slug}/leads"])
     block = ded.nodes.get().name
-    # Policies take the API server a moment to load: wait for the first refusal.
-    eventually(lambda: _refused(who, wrap("Pod", other.namespace, pod_spec(nodeName=block))),
-               timeout=20)
+    # Policies take the API server a moment to load, each kind's on its own, and a policy of
+    # the same name left by an earlier test (ids restart after a flush) may still be in force
+    # for its old tenant: wait, per kind, for refusals that only this block's policy gives
+    # (its tenant's label; its node by name).
+    for kind in KINDS:
+        eventually(lambda k=kind: _refused(who, wrap(k, other.namespace, pod_spec(
+            nodeSelector={LABEL: owner.slug}))), timeout=30)
+        if kind != "DaemonSet":
+            eventually(lambda k=kind: _refused(who, wrap(k, other.namespace, pod_spec(
+                nodeName=block))), timeout=30)
     return {"owner": owner.slug, "block": block, "ded": ded, "other": other,
             "intruder": who, "owner_id": owner_id}
 
