@@ -182,8 +182,14 @@ def _ledger_is_what_kubernetes_recorded(admin, alloc, job: str, pod: dict, route
     from fleet.queues.sync import queue_sync
     from fleet.queues.truth import parse_time
 
-    queue_sync()
-    events = list(QueueEvent.objects.filter(allocation=alloc, workload=job))
+    def synced_to_the_end() -> list:
+        # Kueue marks the Workload Finished a moment after the Job succeeds: read until then.
+        queue_sync()
+        found = list(QueueEvent.objects.filter(allocation=alloc, workload=job))
+        assert "finished" in [e.kind for e in found], [e.kind for e in found]
+        return found
+
+    events = eventually(synced_to_the_end, timeout=30)
     kinds = [e.kind for e in events]
     expected = ["submitted", "admitted", "pods", "scheduled", "running", "finished"]
     if route is Route.MIG_VCLUSTER:
