@@ -367,10 +367,14 @@ def dedicated_guard_rules(spec: AllocationSpec) -> list[tuple[str, str]]:
     pinned = f"variables.changed && variables.spec.?nodeName.orValue('') in {nodes}"
     # A node-affinity term selects only dedicated nodes when one of its `In` expressions
     # lists nothing else (terms are ORed: one such term is enough to aim at the block).
+    block = str(spec.allocation_id)  # the block's own node label (its flavor selects it)
     aims = (f"(e.key == '{DEDICATED_LABEL}' && e.values.all(v, v == '{tenant}')) || "
+            f"(e.key == '{LABEL_ALLOCATION}' && e.values.all(v, v == '{block}')) || "
             f"(e.key == 'kubernetes.io/hostname' && e.values.all(v, v in {nodes}))")
     selector = ("variables.changed && ("
                 f"variables.spec.?nodeSelector[?'{DEDICATED_LABEL}'].orValue('') == '{tenant}'"
+                f" || variables.spec.?nodeSelector[?'{LABEL_ALLOCATION}'].orValue('') == "
+                f"'{block}'"
                 f" || variables.spec.?nodeSelector[?'kubernetes.io/hostname'].orValue('') in "
                 f"{nodes} || variables.spec.?affinity.?nodeAffinity"
                 ".?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms"

@@ -79,6 +79,14 @@ DEDICATED_CASES = [
      "selects nodes dedicated to another tenant"),
     ("nodeSelector on the hostname", {"nodeSelector": {"kubernetes.io/hostname": BLOCK}},
      "selects nodes dedicated to another tenant"),
+    ("nodeSelector on the block's allocation label",
+     {"nodeSelector": {"aifactory.io/allocation": "{allocation}"}},
+     "selects nodes dedicated to another tenant"),
+    ("affinity on the block's allocation label", {"affinity": {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "aifactory.io/allocation", "operator": "In",
+                                   "values": ["{allocation}"]}]}]}}}},
+     "selects nodes dedicated to another tenant"),
     ("affinity on the dedicated label", {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": LABEL, "operator": "In", "values": ["{owner}"]}]}]}}}},
@@ -118,13 +126,14 @@ DEDICATED_CASES = [
 KINDS = ["Pod", "Job", "Deployment", "DaemonSet", "StatefulSet", "ReplicaSet", "CronJob"]
 
 
-def _fill(value, owner: str, block: str):
+def _fill(value, owner: str, block: str, allocation: int = 0):
     if isinstance(value, dict):
-        return {k: _fill(v, owner, block) for k, v in value.items()}
+        return {k: _fill(v, owner, block, allocation) for k, v in value.items()}
     if isinstance(value, list):
-        return [_fill(v, owner, block) for v in value]
+        return [_fill(v, owner, block, allocation) for v in value]
     if isinstance(value, str):
-        return value.replace("{owner}", owner).replace(BLOCK, block)
+        return value.replace("{owner}", owner).replace(BLOCK, block).replace(
+            "{allocation}", str(allocation))
     return value
 
 
@@ -195,7 +204,7 @@ def test_dedicated_block_against_the_catalogue(kind, dedicated_world):
     for case, changes, expected in DEDICATED_CASES:
         if kind == "DaemonSet" and "nodeName" in changes:
             continue  # a DaemonSet template with nodeName is refused by the API itself
-        spec = pod_spec(**_fill(changes, w["owner"], w["block"]))
+        spec = pod_spec(**_fill(changes, w["owner"], w["block"], w["ded"].pk))
         said = outcome(w["intruder"], wrap(kind, w["other"].namespace, spec))
         if expected == "accepted":
             assert said == "accepted", (kind, case, said)
