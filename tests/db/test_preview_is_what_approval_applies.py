@@ -47,8 +47,14 @@ def _without_allocation_id(manifests: list[dict], allocation_id: int) -> list[di
                         else walk(v)) for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v) for v in value]
-        if isinstance(value, str):  # guard policies are named by their allocation
-            return value.replace(f"aifactory-a{allocation_id}-", "aifactory-a<allocation>-")
+        if isinstance(value, str):  # guard policies are named by their allocation, and
+            # refuse selectors of its block's allocation label
+            for before, after in ((f"aifactory-a{allocation_id}-", "aifactory-a<allocation>-"),
+                                  (f"v == '{allocation_id}'", "v == '<allocation>'"),
+                                  (f"orValue('') == '{allocation_id}'",
+                                   "orValue('') == '<allocation>'")):
+                value = value.replace(before, after)
+            return value
         return value
     return [walk(m) for m in manifests]
 
