@@ -158,7 +158,7 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     from billing.figures import month_figures
     from fleet.inventory.pricing import money
 
-    from .domain import run_rate_forecast
+    from .domain import forecast_extends, run_rate_forecast
 
     month = month_start(now)
     figures = month_figures(tenant_ids=tenant_ids, months=[month])
@@ -170,8 +170,7 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     names = dict(Tenant.objects.filter(pk__in=list(spent)).values_list("pk", "name"))
     leaders = sorted(spent.items(), key=lambda kv: (-kv[1], names.get(kv[0], "")))[:top]
     return {"month": month, "spent": total, "forecast": run_rate_forecast(total, month, now),
-            "extended": (now - dt.datetime.combine(month, dt.time(), tzinfo=dt.UTC)
-                         ).total_seconds() >= 86400,
+            "extended": forecast_extends(month, now),
             "top": [{"name": names.get(t, "?"), "spent": money(v)} for t, v in leaders],
             "over": sum(1 for st in statuses if st.level == "over"),
             "near": sum(1 for st in statuses if st.level == "warn"),

@@ -228,25 +228,30 @@ def thresholds_crossed(spent: Decimal, budget: Decimal) -> list[int]:
     return [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget * t]
 
 
-def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime) -> Decimal:
-    """Spend so far, extended to the whole month at the same rate. Before the month's first
-    full day the rate is too noisy to extend: the forecast is the spend itself."""
+def forecast_extends(month: dt.date, now: dt.datetime) -> bool:
+    """Whether the spend so far is extended to the month: not once the month is over, and
+    not before its first full day (the rate is too noisy then)."""
     start, end = month_bounds(month)
-    if now >= end:
+    return start <= now < end and (now - start).total_seconds() >= 86400
+
+
+def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime) -> Decimal:
+    """Spend so far, extended to the whole month at the same rate (forecast_extends); else
+    the spend itself."""
+    if not forecast_extends(month, now):
         return money(spent)
-    elapsed = (now - start).total_seconds()
-    if elapsed < 86400:
-        return money(spent)
-    return money(spent * Decimal((end - start).total_seconds()) / Decimal(elapsed))
+    start, end = month_bounds(month)
+    return money(spent * Decimal((end - start).total_seconds()) /
+                 Decimal((now - start).total_seconds()))
 
 
 def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime
                   ) -> BudgetStatus:
     start, end = month_bounds(month)
+    # "Not extended" is said only inside the month's first day (a past month is final).
     return BudgetStatus(month=month, budget=money(budget), spent=money(spent),
                         forecast=run_rate_forecast(spent, month, now),
-                        extended=not (start <= now < end and
-                                      (now - start).total_seconds() < 86400))
+                        extended=forecast_extends(month, now) or not start <= now < end)
 
 
 # ---------------------------------------------------------------------------------------

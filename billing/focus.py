@@ -110,23 +110,32 @@ def _hours(seconds: Decimal) -> str:
     return f"{(Decimal(seconds) / 3600).quantize(Decimal('0.000001')):f}"
 
 
+def _row(cost: str, slug: str, name: str, cost_centre: str, billing_start: dt.datetime,
+         billing_end: dt.datetime, *, currency: str, provider: str) -> dict[str, str]:
+    """The columns every row carries: the cost, the accounts, the billing period, who bills."""
+    row = {column: "" for column, _ in FOCUS_COLUMNS}
+    row.update({
+        "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
+        "BillingAccountId": cost_centre or slug, "BillingAccountName": name,
+        "SubAccountId": slug, "SubAccountName": name, "BillingCurrency": currency,
+        "BillingPeriodStart": _time(billing_start), "BillingPeriodEnd": _time(billing_end),
+        "ProviderName": provider, "PublisherName": provider, "InvoiceIssuerName": provider,
+    })
+    return row
+
+
 def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
     cost = f"{Decimal(c.amount if c.billed is None else c.billed).quantize(Decimal('0.01')):f}"
     rate = f"{Decimal(c.rate):f}"
-    row = {name: "" for name, _ in FOCUS_COLUMNS}
+    row = _row(cost, c.tenant_slug, c.tenant_name, c.cost_centre, c.billing_start,
+               c.billing_end, currency=currency, provider=provider)
     row.update({
-        "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
-        "BillingAccountId": c.cost_centre or c.tenant_slug, "BillingAccountName": c.tenant_name,
-        "SubAccountId": c.tenant_slug, "SubAccountName": c.tenant_name,
-        "BillingCurrency": currency,
-        "BillingPeriodStart": _time(c.billing_start), "BillingPeriodEnd": _time(c.billing_end),
         "ChargePeriodStart": _time(c.period_start), "ChargePeriodEnd": _time(c.period_end),
         "ChargeCategory": "Usage", "ChargeFrequency": "Usage-Based",
         "ChargeDescription": f"{c.route_label} in {c.pool_name}: {c.policy}",
         "ConsumedQuantity": _hours(c.used_seconds), "ConsumedUnit": UNIT,
         "PricingQuantity": _hours(c.charged_seconds), "PricingUnit": UNIT,
         "ListUnitPrice": rate, "ContractedUnitPrice": rate, "PricingCategory": "Standard",
-        "ProviderName": provider, "PublisherName": provider, "InvoiceIssuerName": provider,
         "ResourceId": f"allocation/{c.allocation_id}", "ResourceName": c.namespace,
         "ResourceType": f"GPU allocation ({c.route_label})",
         "ServiceCategory": "AI and Machine Learning",
@@ -142,17 +151,12 @@ def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
 def focus_adjustment_row(a: AdjustmentCharge, *, currency: str, provider: str
                          ) -> dict[str, str]:
     cost = f"{Decimal(a.amount).quantize(Decimal('0.01')):f}"
-    row = {name: "" for name, _ in FOCUS_COLUMNS}
+    row = _row(cost, a.tenant_slug, a.tenant_name, a.cost_centre, a.billing_start,
+               a.billing_end, currency=currency, provider=provider)
     row.update({
-        "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
-        "BillingAccountId": a.cost_centre or a.tenant_slug, "BillingAccountName": a.tenant_name,
-        "SubAccountId": a.tenant_slug, "SubAccountName": a.tenant_name,
-        "BillingCurrency": currency,
-        "BillingPeriodStart": _time(a.billing_start), "BillingPeriodEnd": _time(a.billing_end),
         "ChargePeriodStart": _time(a.billing_start), "ChargePeriodEnd": _time(a.billing_end),
         "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
         "ChargeDescription": a.reason[:500], "ChargeFrequency": "One-Time",
-        "ProviderName": provider, "PublisherName": provider, "InvoiceIssuerName": provider,
         "ServiceCategory": "AI and Machine Learning", "ServiceName": "GPU capacity",
         "Tags": json.dumps({"tenant": a.tenant_slug, "adjustment": a.adjustment_id},
                            sort_keys=True),

@@ -201,12 +201,13 @@ def cohorts(request):
     from .queues.explain import seam_figures
 
     chart = history_chart(queue_history(followed))
-    # Quotas in their own unit: devices, or slices of one MIG profile.
-    units = {name: "device(s)" if resource in ("", "nvidia.com/gpu") else
-             f"{resource.rsplit('/', 1)[-1]} slice(s)"
-             for name, resource in ClusterQueueState.objects.values_list("name", "resource")}
+    from .queues.truth import amount
+
+    # Quotas in their own unit (devices, or slices of one MIG profile), worded as everywhere.
+    resources = dict(ClusterQueueState.objects.values_list("name", "resource"))
     groups = [{"name": g.name, "rows": [
-        {"r": r, "tenant": g.tenants.get(r.queue, ""), "unit": units.get(r.queue, ""),
+        {"r": r, "tenant": g.tenants.get(r.queue, ""),
+         "quota": amount(r.nominal, resources.get(r.queue, "")),
          "oldest": oldest_wait_text(r.oldest_wait_seconds),
          "blocked_by": [f"{g.tenants.get(b, '?')} ({b})" for b in r.blocked_by]}
         for r in g.rows]} for g in cohort_views()]

@@ -21,6 +21,7 @@ from fleet.models import (
 )
 from fleet.queues.placement import NOTHING, Placement, placement_events
 from fleet.queues.truth import Stop, explain_stop
+from fleet.vocabulary import MIG_RESOURCE_PREFIX, WHOLE_GPU
 
 
 def _uid(rng: random.Random) -> str:
@@ -35,7 +36,7 @@ def seed_demo_queues(now: dt.datetime) -> int:
             "pool", "tenant"):
         mig = bool(alloc.mig_profile)
         nominal = Decimal(alloc.mig_count if mig else alloc.whole_devices)
-        resource = f"mig.aifactory.io/{alloc.mig_profile}" if mig else "nvidia.com/gpu"
+        resource = f"{MIG_RESOURCE_PREFIX}{alloc.mig_profile}" if mig else WHOLE_GPU
         cohort = alloc.pool.cohort if alloc.route in ("shared_pool", "mig_vcluster") else ""
         limit = Decimal(alloc.pool.borrowing_limit_devices) if cohort else None
         running, pending = _scenario(alloc, nominal, now)
@@ -83,6 +84,7 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
     """Two weeks of admissions (waits growing on busy days), a preemption now and then, and
     borrowed hours when the queue shares a cohort."""
     events, hours, done = [], [], []
+    nodes = _node_names(alloc)  # once per allocation, not per admission
     for day in range(14, 0, -1):
         base = (now - dt.timedelta(days=day)).replace(hour=8, minute=0, second=0,
                                                       microsecond=0)
@@ -107,8 +109,9 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
                        QueueEvent(kind="admitted", at=admitted, wait_seconds=wait,
                                   seam_seconds=wait, reason="Admitted: its devices were "
                                   "reserved and its pods released.", **common)]
-            events += [QueueEvent(allocation=alloc, **e) for e in _steps(alloc, rng, admitted, {
-                k: v for k, v in common.items() if k != "allocation"})]
+            events += [QueueEvent(allocation=alloc, **e) for e in _steps(
+                alloc, nodes, rng, admitted,
+                {k: v for k, v in common.items() if k != "allocation"})]
             if cohort and busy > 1 and k == 0:
                 stop = Stop(admitted + dt.timedelta(hours=1), "Preempted",
                             "InCohortReclamation", "")
@@ -121,7 +124,8 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
                                          seam_seconds=requeue_wait, reason="Admitted again "
                                          "after it was requeued.", **common))
                 events += [QueueEvent(allocation=alloc, **e) for e in _steps(
-                    alloc, rng, back, {k: v for k, v in common.items() if k != "allocation"})]
+                    alloc, nodes, rng, back,
+                    {k: v for k, v in common.items() if k != "allocation"})]
         if cohort:
             for h in range(10, 10 + rng.randint(1, 4)):
                 hours.append(QueueUsageHour(
@@ -133,8 +137,16 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
     return len(events)
 
 
-def _steps(alloc: Allocation, rng: random.Random, admitted: dt.datetime, base: dict
-           ) -> list[dict]:
+def _node_names(alloc: Allocation) -> list[str]:
+    """Where the demo's pods ran: the block's own nodes, else the pool's."""
+    from fleet.models import GpuNode
+
+    return sorted(alloc.nodes.values_list("name", flat=True)) or sorted(
+        GpuNode.objects.filter(pool=alloc.pool).values_list("name", flat=True)) or ["node"]
+
+
+def _steps(alloc: Allocation, nodes: list[str], rng: random.Random, admitted: dt.datetime,
+           base: dict) -> list[dict]:
     """The steps after admission as the ledger records them from the pods and claims: pods
     within a second or two, a MIG claim allocated, placed, running once the image is in."""
     pods = admitted + dt.timedelta(seconds=rng.uniform(0.3, 1.8))
@@ -142,11 +154,7 @@ def _steps(alloc: Allocation, rng: random.Random, admitted: dt.datetime, base: d
     scheduled = (claimed or pods) + dt.timedelta(seconds=rng.uniform(0.05, 0.4))
     running = scheduled + dt.timedelta(seconds=rng.choice([2, 3, 4, 6, 25, 48]) *
                                        rng.uniform(0.8, 1.2))
-    from fleet.models import GpuNode
-
-    names = list(alloc.nodes.values_list("name", flat=True)) or list(
-        GpuNode.objects.filter(pool=alloc.pool).values_list("name", flat=True)) or ["node"]
-    node = rng.choice(sorted(names))
+    node = rng.choice(nodes)
     return placement_events(NOTHING, Placement(
         pods_at=pods, scheduled_at=scheduled, node=node, claimed_at=claimed,
         devices=(f"gpu.nvidia.com: gpu-{rng.randint(0, 7)}-mig-{alloc.mig_profile}-0 on "

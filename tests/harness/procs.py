@@ -118,3 +118,25 @@ def celery_worker(log_path: Path, *, pool: tuple[str, ...] = ("--pool=solo", "--
         "celery-worker", [sys.executable, "-m", "celery", "-A", "portal", "worker", *pool,
                           "--without-gossip", "--without-mingle", f"--loglevel={loglevel}"],
         log_path=log_path, env=environment, cwd=Path(__file__).resolve().parents[2]).start()
+
+
+def go_install_cached(package: str, version: str, binary: str, *, cache: str,
+                      log=print) -> Path:
+    """A Go command built once from the Go module proxy into CACHE_ROOT/<cache>/<version>/
+    (GOBIN in a temporary directory, moved into place only when the build succeeded)."""
+    import time
+
+    root = CACHE_ROOT / cache / version
+    target = root / binary
+    if target.exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GOBIN": str(root / "bin.tmp"), "CGO_ENABLED": "0"}
+    env.setdefault("GOFLAGS", "-buildvcs=false")
+    started = time.monotonic()
+    log(f"{cache}: building {package}@{version} from the Go module proxy")
+    subprocess.run(["go", "install", "-trimpath", f"{package}@{version}"], check=True,
+                   env=env, cwd=root)
+    os.replace(root / "bin.tmp" / binary, target)
+    log(f"{cache}: built in {time.monotonic() - started:.0f}s")
+    return target
