@@ -16,6 +16,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from tenants.access import billing_scope, visible_tenants
+from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 
 from .figures import month_figures, tenant_month
@@ -82,13 +83,13 @@ def _with_currency(f) -> dict:
 
 
 class ReopenSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, trim_whitespace=True)
+    reason = serializers.CharField(max_length=REASON_MAX, trim_whitespace=True)
 
 
 class AdjustSerializer(serializers.Serializer):
     amount = serializers.CharField(max_length=40, help_text="EUR-style decimal, at most two "
                                    "places; negative for a credit, e.g. -25.00")
-    reason = serializers.CharField(max_length=2000, trim_whitespace=True)
+    reason = serializers.CharField(max_length=REASON_MAX, trim_whitespace=True)
 
 
 STATEMENT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH,

@@ -15,7 +15,7 @@ from fleet.allocations import lifecycle
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
 from fleet.models import Allocation, NodeOutage
-from tenants.audit import audit_record
+from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
 from tenants.fields import decimal_for_column
 from tenants.models import Tenant
@@ -304,8 +304,8 @@ def statement_reopen(*, statement: Statement, by, reason: str) -> Statement:
     statement = Statement.objects.select_for_update().get(pk=statement.pk)
     if not statement.closed:
         raise BillingError(f"{statement.month:%B %Y} is open already.")
-    if not reason.strip():
-        raise BillingError("Reopening needs a reason: it is kept in the audit trail.")
+    if problem := reason_error(reason, required=True):
+        raise BillingError(f"Reopening: {problem}")
     later = Statement.objects.filter(tenant=statement.tenant, month__gt=statement.month,
                                      closed_at__isnull=False).order_by("month").first()
     if later:
@@ -332,6 +332,8 @@ def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
         raise BillingError("Adjust only a closed month; an open one is recomputed from usage.")
     if not reason.strip():
         raise BillingError("An adjustment needs a reason.")
+    if problem := reason_error(reason, required=True):
+        raise BillingError(problem)
     try:
         amount_value = decimal_for_column(amount_value, max_digits=14, decimal_places=2,
                                           what="The amount")

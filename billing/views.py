@@ -18,6 +18,7 @@ from django.views.decorators.http import require_POST
 
 from fleet.models import Allocation, Route
 from tenants.access import billing_scope, require_rates_reader, roles_for, visible_tenants
+from tenants.audit import REASON_MAX
 from tenants.models import Tenant
 
 from . import services
@@ -257,7 +258,7 @@ def statement_adjust(request, slug: str, month: str):
         # Shown with what was typed, so a corrected amount does not cost the reason.
         messages.error(request, exc.message)
         return _statement_page(request, slug, month, status=400, typed={
-            "amount": value[:40], "reason": request.POST.get("reason", "")[:2000]})
+            "amount": value[:40], "reason": request.POST.get("reason", "")[:REASON_MAX]})
     return redirect("billing:statement", slug=slug, month=month)
 
 
@@ -276,7 +277,7 @@ def statement_reopen(request, slug: str, month: str):
     except services.BillingError as exc:
         messages.error(request, exc.message)
         return _statement_page(request, slug, month, status=400,
-                               typed={"reopen_reason": reason[:2000]})
+                               typed={"reopen_reason": reason[:REASON_MAX]})
     return redirect("billing:statement", slug=slug, month=month)
 
 

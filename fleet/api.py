@@ -10,6 +10,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from tenants.access import roles_for, scope_to_tenants
+from tenants.audit import REASON_MAX
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
 
@@ -199,7 +200,7 @@ class ConnectSerializer(serializers.Serializer):
 
 
 class ReleaseSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True,
+    reason = serializers.CharField(max_length=REASON_MAX, required=False, allow_blank=True,
                                    trim_whitespace=True, help_text="kept in the history")
 
 

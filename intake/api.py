@@ -13,6 +13,7 @@ from rest_framework.response import Response
 
 from fleet.models import Route
 from tenants.access import require_platform_admin, roles_for, scope_to_tenants
+from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 from tenants.models import Tenant
 
@@ -100,17 +101,17 @@ class PreviewSerializer(serializers.Serializer):
 
 
 class ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, allow_blank=False, trim_whitespace=True)
+    reason = serializers.CharField(max_length=REASON_MAX, allow_blank=False, trim_whitespace=True)
 
 
 class ApproveSerializer(ReasonSerializer):
     override_route = serializers.ChoiceField(choices=Route.choices, required=False,
                                              allow_blank=True)
-    override_reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    override_reason = serializers.CharField(max_length=REASON_MAX, required=False, allow_blank=True)
 
 
 class OptionalReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True,
+    reason = serializers.CharField(max_length=REASON_MAX, required=False, allow_blank=True,
                                    trim_whitespace=True)
 
 

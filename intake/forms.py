@@ -8,6 +8,7 @@ from django import forms
 from django.utils import timezone
 
 from fleet.models import Pool, Route
+from tenants.audit import REASON_MAX
 from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
 from tenants.widgets import FastSelect
@@ -146,13 +147,13 @@ class DecisionForm(forms.Form):
     ACTIONS = [("approve", "Approve"), ("request_changes", "Request changes"),
                ("deny", "Deny")]
     action = forms.ChoiceField(choices=ACTIONS, widget=forms.RadioSelect)
-    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=2000,
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=REASON_MAX,
                              help_text="Shown to the requester and kept in the audit trail.")
     override_route = forms.ChoiceField(
         choices=[("", "Keep the matrix route")] + list(Route.choices), required=False,
         label="Override the route")
     override_reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
-                                      max_length=2000, label="Why override")
+                                      max_length=REASON_MAX, label="Why override")
 
     def clean(self):
         data = super().clean()

@@ -17,7 +17,7 @@ from fleet.allocations.services import (
 )
 from fleet.models import Pool, Route
 from tenants.access import roles_for
-from tenants.audit import audit_record
+from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
 from tenants.models import Tenant
 
@@ -309,12 +309,14 @@ def request_withdraw(*, request: CapacityRequest, by, reason: str = "") -> Capac
                .select_related("tenant").get(pk=request.pk))
     old = request.status
     to_state = _check(request, "withdraw", by)
+    if problem := reason_error(reason, required=False):
+        raise IntakeError(problem, fields={"reason": problem})
     now = timezone.now()
     CapacityRequest.objects.filter(pk=request.pk, status=old).update(
         status=to_state.value, updated_at=now)
     audit_record(actor=by, subject=request, tenant=request.tenant, action="request.withdrawn",
                  from_state=old, to_state=to_state.value,
-                 reason=reason.strip()[:2000] or "Withdrawn by the team lead.")
+                 reason=reason.strip() or "Withdrawn by the team lead.")
     request.refresh_from_db()
     return request
 

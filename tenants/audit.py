@@ -15,6 +15,19 @@ def actor_label(user) -> str:
     return user.get_full_name() or user.get_username()
 
 
+REASON_MAX = 2000  # the longest reason a person may give, in every form, API field and service
+
+
+def reason_error(reason: str, *, required: bool) -> str:
+    """Why a typed reason is refused ('' if it is fine): one rule for every writer."""
+    text = (reason or "").strip()
+    if required and not text:
+        return "Give a reason: it is kept in the audit trail."
+    if len(text) > REASON_MAX:
+        return f"At most {REASON_MAX} characters (this is {len(text)})."
+    return ""
+
+
 def audit_record(*, actor, subject: models.Model, action: str, reason: str,
                  tenant: Tenant | None = None, from_state: str = "", to_state: str = "",
                  data: dict[str, Any] | None = None) -> AuditEvent:

@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tenants.access import require_platform_admin
-from tenants.audit import audit_record
+from tenants.audit import audit_record, reason_error
 from tenants.models import Tenant
 
 from ..domain import FleetError
@@ -129,6 +129,8 @@ def allocation_release(*, allocation: Allocation, by, reason: str = "") -> Alloc
     roles = roles_for(by)
     if not (roles.platform_admin or roles.can_file_for(allocation.tenant_id)):
         raise FleetError("Only a team lead of this tenant or a platform admin may release it.")
+    if problem := reason_error(reason, required=False):
+        raise FleetError(problem)
     now = timezone.now()
     with transaction.atomic():
         alloc = Allocation.objects.select_for_update(of=("self",)).select_related(
@@ -139,7 +141,7 @@ def allocation_release(*, allocation: Allocation, by, reason: str = "") -> Alloc
         if alloc.ends_at is None or alloc.ends_at > now:
             Allocation.objects.filter(pk=alloc.pk).update(ends_at=now)
         audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.released",
-                     reason=(reason.strip()[:2000] or "Released early.") +
+                     reason=(reason.strip() or "Released early.") +
                      f" Billing stops at {now:%Y-%m-%d %H:%M} UTC.")
     # The cluster calls outside the transaction; a failure leaves the end in the past, so
     # the expiry task retires it on its next run.

@@ -100,3 +100,21 @@ def test_the_api_releases_for_the_lead_and_the_admin_only(client, tenant, lead, 
     assert answer.status_code == 200 and answer.json()["status"] == "retired"
     again = client.post(url, {}, content_type="application/json")
     assert again.status_code == 400 and "nothing to release" in again.json()["message"]
+
+
+def test_a_reason_too_long_is_refused_alike_by_page_and_api(client, tenant, lead, pools):
+    """One rule for reasons (tenants.audit.reason_error): the page no longer cuts what the API
+    refuses."""
+    from tenants.audit import REASON_MAX
+
+    filed = make_request(tenant, lead, submit=True)
+    client.force_login(lead)
+    long = "x" * (REASON_MAX + 1)
+    client.post(f"/requests/{filed.pk}/withdraw/", {"reason": long})
+    filed.refresh_from_db()
+    assert filed.status == "submitted"
+    api = client.post(f"/api/requests/{filed.pk}/withdraw/", {"reason": long},
+                      content_type="application/json")
+    assert api.status_code == 400
+    filed.refresh_from_db()
+    assert filed.status == "submitted"
