@@ -12,6 +12,8 @@ import datetime as dt
 import random
 from decimal import Decimal
 
+from django.db.models import Q
+
 from fleet.models import (
     Allocation,
     ClusterQueueState,
@@ -32,8 +34,10 @@ def seed_demo_queues(now: dt.datetime) -> int:
     """Queue rows for every active or pending demo allocation on a Kueue route."""
     rng = random.Random(7)
     made = 0
-    for alloc in Allocation.objects.filter(status__in=("pending", "active")).select_related(
-            "pool", "tenant"):
+    # Allocations still running at `now`: the demo writes queues before it plays the days
+    # that retire a short allocation, which then must have no queue to show.
+    for alloc in Allocation.objects.filter(status__in=("pending", "active")).filter(
+            Q(ends_at__isnull=True) | Q(ends_at__gt=now)).select_related("pool", "tenant"):
         mig = bool(alloc.mig_profile)
         nominal = Decimal(alloc.mig_count if mig else alloc.whole_devices)
         resource = f"{MIG_RESOURCE_PREFIX}{alloc.mig_profile}" if mig else WHOLE_GPU
