@@ -265,6 +265,10 @@ def test_the_seeded_demo_keeps_every_invariant(finance_user):
             figures = check_tenant_month(tenant, f.month, finance_user)
             finals += Decimal(figures["final"])
         check_metrics(tenant, finance_user, finals)
+    from fleet.models import ClusterQueueState
+
+    # a retired allocation has no queue on the cohort board
+    assert not ClusterQueueState.objects.filter(allocation__status="retired").exists()
     for alloc in allocs:
         # the allocation's window is its request's: from the day asked (or the approval,
         # if later) through the last day asked
