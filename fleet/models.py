@@ -170,6 +170,11 @@ class Allocation(models.Model):
         return self.status in lifecycle.USABLE
 
     @property
+    def is_releasable(self) -> bool:
+        """What allocation_release accepts: anything not retired yet."""
+        return self.status in lifecycle.RETIRABLE
+
+    @property
     def is_renewable(self) -> bool:
         return self.status in lifecycle.RENEWABLE and self.ends_at is not None
 
