@@ -29,6 +29,9 @@ RUN PORTAL_MODE=production SECRET_KEY=build-only-not-a-secret-build-only-not-a-s
 FROM python:3.11.14-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/venv/bin:$PATH \
     STATIC_ROOT=/app/static PORTAL_VAR_DIR=/tmp/portal
+# DejaVu: statement PDFs print every tenant's name, not only Latin-1 ones.
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends fonts-dejavu-core && \
+    rm -rf /var/lib/apt/lists/*
 RUN groupadd --system --gid 10001 portal && \
     useradd --system --uid 10001 --gid portal --no-create-home portal
 COPY --from=build /venv /venv

@@ -9,6 +9,7 @@ import datetime as dt
 import re
 
 from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.decorators import action
@@ -188,6 +189,27 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
                          amount_value=body.validated_data["amount"],
                          reason=body.validated_data["reason"])
         return self._answer(tenant, m)
+
+    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR},
+                   parameters=[STATEMENT_ID])
+    @action(detail=True, methods=["get"], url_path="csv")
+    def statement_csv(self, request, pk=None):
+        """The statement as CSV: its lines, the total, adjustments and the final amount,
+        with the portal's currency (the same figures as the page and the PDF)."""
+        from .exports import statement_document, statement_response
+
+        tenant, m = self._statement_of(request, pk)
+        return statement_response(statement_document(tenant, m), "csv")
+
+    @extend_schema(responses={(200, "application/pdf"): OpenApiTypes.BINARY},
+                   parameters=[STATEMENT_ID])
+    @action(detail=True, methods=["get"], url_path="pdf")
+    def statement_pdf(self, request, pk=None):
+        """The statement as a PDF to send: the same document as the CSV."""
+        from .exports import statement_document, statement_response
+
+        tenant, m = self._statement_of(request, pk)
+        return statement_response(statement_document(tenant, m), "pdf")
 
     @extend_schema(responses=StatementSerializer, parameters=[STATEMENT_ID])
     def retrieve(self, request, pk=None):

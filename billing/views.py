@@ -176,8 +176,10 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
     figures = tenant_month(tenant.pk, m)  # the one number: lines to the cent + adjustments
     total = figures.usage_amount
     adjustments = list(stmt.adjustments.select_related("by")) if stmt else []
-    if request.GET.get("format") == "csv":
-        return _statement_csv(tenant, m, stmt, lines, adjustments, figures)
+    if request.GET.get("format") in ("csv", "pdf"):
+        from .exports import statement_document, statement_response
+
+        return statement_response(statement_document(tenant, m), request.GET["format"])
     roles = roles_for(request.user)
     from .budgets import status_for
 
@@ -197,35 +199,6 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
         "typed": typed or {},
         "pending": sum(getattr(line, "pending_hours", 0) for line in lines),
     }, status=status)
-
-
-def _statement_csv(tenant, month, stmt, lines, adjustments, figures) -> HttpResponse:
-    """The statement as finance sends it: its lines, adjustments, total and final, in the
-    statement's own numbers (billing.figures)."""
-    currency = settings.PORTAL_CURRENCY
-    response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = (f'attachment; filename="statement-{tenant.slug}-'
-                                       f'{month:%Y-%m}.csv"')
-    out = csv.writer(response)
-    out.writerow(["tenant", "cost_centre", "month", "status", "kind", "description", "route",
-                  "policy", "allocated_device_hours", "used_device_hours", "idle_device_hours",
-                  "credited_device_hours", "charged_device_hours", "amount", "currency"])
-    head = [tenant.slug, tenant.cost_centre, f"{month:%Y-%m}",
-            "closed" if stmt and stmt.closed else "open"]
-    for line in lines:
-        out.writerow([*head, "line", line.description, line.route, line.policy,
-                      f"{line.allocated_h:.4f}", f"{line.used_h:.4f}", f"{line.idle_h:.4f}",
-                      f"{line.credit_h:.4f}", f"{line.charged_h:.4f}", f"{line.amount:.2f}",
-                      currency])
-    out.writerow([*head, "total", "Usage", "", "", f"{figures.allocated_h:.4f}",
-                  f"{figures.used_h:.4f}", f"{figures.idle_h:.4f}", f"{figures.credit_h:.4f}",
-                  f"{figures.charged_h:.4f}", f"{figures.usage_amount:.2f}", currency])
-    for a in adjustments:
-        out.writerow([*head, "adjustment", a.reason, "", "", "", "", "", "", "",
-                      f"{a.amount:.2f}", currency])
-    out.writerow([*head, "final", "Final", "", "", "", "", "", "", "",
-                  f"{figures.final:.2f}", currency])
-    return response
 
 
 @login_required

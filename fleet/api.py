@@ -9,7 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from tenants.access import roles_for, scope_to_tenants
+from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.audit import REASON_MAX
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
@@ -204,6 +204,18 @@ class ReleaseSerializer(serializers.Serializer):
                                    trim_whitespace=True, help_text="kept in the history")
 
 
+class MoveSerializer(serializers.Serializer):
+    node = serializers.CharField(max_length=253, help_text="the node the block leaves")
+    reason = serializers.CharField(max_length=REASON_MAX, trim_whitespace=True,
+                                   help_text="kept in the history and sent to the tenant")
+
+
+class MovedSerializer(serializers.Serializer):
+    allocation = AllocationSerializer()
+    moved_from = serializers.CharField()
+    moved_to = serializers.CharField()
+
+
 class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                         mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
@@ -239,6 +251,25 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
         alloc = allocation_release(allocation=alloc, by=request.user,
                                    reason=body.validated_data.get("reason", ""))
         return Response(AllocationSerializer(alloc).data)
+
+    @extend_schema(request=MoveSerializer, responses=MovedSerializer)
+    @action(detail=True, methods=["post"], serializer_class=MoveSerializer)
+    def move(self, request, pk=None):
+        """Platform admins: move a dedicated block off one of its nodes (a node being
+        retired) onto a free validated node of the same pool. Same pool, same price; the
+        tenant's leads are told; audited. 400 when it is not a dedicated block on that node
+        or the pool has no free node."""
+        from .allocations.moves import allocation_move_off
+
+        require_platform_admin(request.user)
+        alloc = self.get_object()
+        body = MoveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        to = allocation_move_off(allocation_id=alloc.pk, node_name=body.validated_data["node"],
+                                 by=request.user, reason=body.validated_data["reason"])
+        alloc.refresh_from_db()
+        return Response({"allocation": AllocationSerializer(alloc).data,
+                         "moved_from": body.validated_data["node"], "moved_to": to})
 
     @extend_schema(responses=QueueSerializer, parameters=[QueueQuerySerializer])
     @action(detail=True, methods=["get"], serializer_class=QueueSerializer)

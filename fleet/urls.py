@@ -18,4 +18,5 @@ urlpatterns = [
          {"what": "example"}, name="example"),
     path("fleet/nodes/<str:name>/", views.node_detail, name="node"),
     path("fleet/nodes/<str:name>/retire/", views.node_retire, name="node_retire"),
+    path("fleet/nodes/<str:name>/move-off/", views.node_move_off, name="node_move_off"),
 ]

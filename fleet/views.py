@@ -17,7 +17,7 @@ from .inventory.capacity import fleet_counts
 from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
 from .inventory.services import node_set_retiring
 from .kube import KubeError
-from .models import Allocation, GpuNode, Pool
+from .models import Allocation, GpuNode, Pool, Route
 from .vocabulary import NodeState
 
 NODE_STATES = list(NodeState.ALL)
@@ -92,16 +92,47 @@ def node_detail(request, name: str):
     node = get_object_or_404(GpuNode.objects.select_related("pool"), name=name)
     allocations = node.allocations.select_related("tenant", "pool").filter(
         status__in=Allocation.HOLDING)
-    pool_allocations = []
+    pool_allocations, plan = [], []
+    if node.retiring:
+        from .allocations.moves import retirement_plan
+
+        plan = retirement_plan(node)
     if node.retiring and node.pool:
         cap = pool_capacity(node.pool)
         if cap.allocated_devices > cap.capacity_devices:
             pool_allocations = Allocation.objects.filter(
-                pool=node.pool, status__in=Allocation.HOLDING).select_related("tenant")
+                pool=node.pool, status__in=Allocation.HOLDING).exclude(
+                route=Route.DEDICATED_BLOCK).select_related("tenant")
     return render(request, "fleet/node_detail.html", {
         "node": node, "facts": node_facts(node), "events": audit_for(node).order_by("-at")[:100],
-        "allocations": allocations, "pool_allocations": pool_allocations,
+        "allocations": allocations, "pool_allocations": pool_allocations, "plan": plan,
     })
+
+
+@login_required
+@require_POST
+def node_move_off(request, name: str):
+    """Move the chosen dedicated blocks off a retiring node, each onto a free validated node
+    of its own pool, in one action (each move audited, its tenant's leads told)."""
+    from .allocations.moves import allocation_move_off
+
+    require_platform_admin(request.user)
+    node = get_object_or_404(GpuNode, name=name)
+    reason = request.POST.get("reason", "")
+    chosen = [int(v) for v in request.POST.getlist("allocation") if v.isdigit()]
+    if not chosen:
+        messages.error(request, "Choose at least one allocation to move.")
+        return redirect("fleet:node", name=node.name)
+    for pk in chosen:
+        try:
+            to = allocation_move_off(allocation_id=pk, node_name=node.name, by=request.user,
+                                     reason=reason)
+            messages.success(request, f"Allocation {pk} moved to {to}.")
+        except Allocation.DoesNotExist:
+            messages.error(request, f"No allocation {pk}.")
+        except ValueError as exc:  # FleetError: the reason, the route, no free node
+            messages.error(request, str(exc))
+    return redirect("fleet:node", name=node.name)
 
 
 @login_required

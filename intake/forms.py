@@ -148,7 +148,9 @@ class DecisionForm(forms.Form):
                ("deny", "Deny")]
     action = forms.ChoiceField(choices=ACTIONS, widget=forms.RadioSelect)
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), max_length=REASON_MAX,
-                             help_text="Shown to the requester and kept in the audit trail.")
+                             help_text="Shown to the requester and kept in the audit trail.",
+                             error_messages={"required": "Give a reason: it is shown to the "
+                                                         "requester and audited."})
     override_route = forms.ChoiceField(
         choices=[("", "Keep the matrix route")] + list(Route.choices), required=False,
         label="Override the route")
@@ -157,8 +159,6 @@ class DecisionForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if not (data.get("reason") or "").strip():
-            self.add_error("reason", "Give a reason: it is shown to the requester and audited.")
         if data.get("override_route") and data.get("action") != "approve":
             self.add_error("override_route", "A route can only be overridden when approving.")
         if data.get("override_route") and not (data.get("override_reason") or "").strip():

@@ -284,6 +284,9 @@ PORTAL_KUBECTL_CLIENT_ID = env_str("PORTAL_KUBECTL_CLIENT_ID", "kubectl")
 PORTAL_EXAMPLE_IMAGE = env_str("PORTAL_EXAMPLE_IMAGE",
                                "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04")
 # Money is shown in this ISO 4217 currency (rate cards and charges carry no other).
+# A TrueType font for statement PDFs; empty: DejaVu Sans where the system has it, else the
+# PDF core font (Latin-1 only; other characters print as "?").
+PORTAL_PDF_FONT = env_str("PORTAL_PDF_FONT", "")
 PORTAL_CURRENCY = env_str("PORTAL_CURRENCY", "EUR").upper()
 if not re.fullmatch(r"[A-Z]{3}", PORTAL_CURRENCY):
     raise ImproperlyConfigured("PORTAL_CURRENCY must be an ISO 4217 code such as EUR or USD")
@@ -424,4 +427,6 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # fontTools narrates every font subset of a statement PDF at INFO.
+    "loggers": {"fontTools": {"level": "WARNING"}},
 }

@@ -13,6 +13,8 @@ command -v chromedriver >/dev/null || need_pkgs+=(chromium-driver)
 command -v prometheus >/dev/null || need_pkgs+=(prometheus)
 command -v openssl >/dev/null || need_pkgs+=(openssl)
 command -v unzip >/dev/null || need_pkgs+=(unzip)
+# A Unicode font for statement PDFs (without one they fall back to Latin-1 only).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_pkgs+=(fonts-dejavu-core)
 command -v go >/dev/null || need_pkgs+=(golang-go)  # needs Go ≥ 1.26 for Kubernetes 1.37
 command -v mvn >/dev/null || need_pkgs+=(maven)     # fetches Keycloak from Maven Central
 # The Docker client here has no compose plugin; Debian's docker-compose lints the file.

@@ -195,8 +195,9 @@ class ProvisioningSink(Protocol):
     def withdrawn_words(self, withdrawn: list) -> str: ...
 
     def repair(self, alloc: Allocation, manifests: list[dict],
-               backend: KubeBackend) -> list[str]:
-        """Bring desired state back; what had drifted, in words."""
+               backend: KubeBackend, cause: str = "") -> list[str]:
+        """Bring desired state back; what had drifted (or, with a cause, what the portal's
+        own change altered), in words."""
 
     def prune_leftovers(self, backend: KubeBackend) -> list: ...
 
@@ -223,8 +224,8 @@ class ApplySink:
     def withdrawn_words(self, withdrawn):
         return f"Retired: removed {len(withdrawn)} object(s)"
 
-    def repair(self, alloc, manifests, backend):
-        return _repair_in_cluster(alloc, manifests, backend)
+    def repair(self, alloc, manifests, backend, cause=""):
+        return _repair_in_cluster(alloc, manifests, backend, cause=cause)
 
     def prune_leftovers(self, backend):
         return _prune_leftovers(backend)
@@ -247,7 +248,7 @@ class GitSink:
                     "tool prunes its objects")
         return "Retired: nothing of it was in Git"
 
-    def repair(self, alloc, manifests, backend):
+    def repair(self, alloc, manifests, backend, cause=""):
         published = _publish_only(alloc)
         return [f"its directory differed from the portal's and was committed again "
                 f"({published.commit[:12]})"] if published.changed else []
@@ -491,19 +492,22 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
 # Reconcile
 
 
-def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = None) -> list[str]:
+def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = None,
+                         cause: str = "") -> list[str]:
     """Re-apply desired state; report what had drifted (changed or deleted outside us).
+    With a cause (a move the portal itself made), the differences are the change being
+    carried out, not drift, and are recorded as such.
     In GitOps mode the repository is the desired state: the directory is re-published
     (a commit only if it differs) and the GitOps tool repairs the cluster."""
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status not in lifecycle.RECONCILED:
         return []
-    return provisioning_sink().repair(alloc, allocation_manifests(alloc), backend)
+    return provisioning_sink().repair(alloc, allocation_manifests(alloc), backend, cause=cause)
 
 
 def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
-                       backend: KubeBackend) -> list[str]:
+                       backend: KubeBackend, *, cause: str = "") -> list[str]:
     found = []
     for manifest in manifests:
         key = ObjectKey.of(manifest)
@@ -523,11 +527,23 @@ def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
                      kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
                      keep=desired):
         found.append(f"{key} is no longer part of it and was removed")
+    # Nodes still labelled for it that it no longer reserves (a block moved off a node) lose
+    # the labels and taint: otherwise its flavor would still select them.
+    reserved = {m["metadata"]["name"] for m in manifests if m["kind"] == "Node"}
+    for node in backend.list("v1", "Node", label_selector=f"{LABEL_ALLOCATION}={alloc.pk}"):
+        name = node["metadata"]["name"]
+        if name not in reserved:
+            backend.apply(node_release(name))
+            found.append(f"node {name} is no longer reserved and was released")
     report = "; ".join(found)
     with transaction.atomic():  # the report and its audit row together, after the API calls
-        Allocation.objects.filter(pk=alloc.pk).update(drift_report=report,
+        Allocation.objects.filter(pk=alloc.pk).update(drift_report="" if cause else report,
                                                       drift_checked_at=timezone.now())
-        if found:
+        if found and cause:
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.applied",
+                         reason=f"Cluster brought in line after {cause}: {report}.")
+        elif found:
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.drift",
                          reason=f"Drift repaired by reconcile: {report}.")

@@ -13,4 +13,13 @@
       button.textContent = "Copied";
     });
   });
+  // A refused form's error summary is brought into view and focused, so it is seen and read
+  // out first even when the form sits below the fold.
+  function focusErrors() {
+    var summary = document.querySelector("[data-error-summary]");
+    if (summary) { summary.focus(); summary.scrollIntoView({block: "start"}); }
+  }
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", focusErrors);
+  } else { focusErrors(); }
 })();

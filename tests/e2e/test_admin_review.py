@@ -153,6 +153,27 @@ def test_the_decision_sits_beside_the_route_and_the_fit(live_server, admin_page,
     shot(page, f"review-page-{width}")
 
 
+def test_a_refused_decision_says_so_in_the_first_screen(live_server, admin_page, shot,
+                                                        tenant, lead, pools):
+    """Record decision without a reason: the error summary is at the top, in view, focused,
+    and its link leads to the field; the request is still waiting."""
+    req = make_request(tenant, lead, submit=True, title="No reason given")
+    page = admin_page(1280)
+    page.set_viewport_size({"width": 1280, "height": 720})
+    page.goto(f"{live_server.url}/review/{req.pk}/")
+    page.get_by_role("radio", name="Deny").check()
+    page.get_by_role("button", name="Record decision").click()
+    summary = page.locator("[data-error-summary]")
+    expect(summary).to_contain_text("The decision was not recorded")
+    expect(summary).to_be_focused()
+    expect(summary).to_be_in_viewport()
+    expect(summary.locator("li")).to_have_count(1)  # one error per fault, said once
+    summary.get_by_role("link", name="Reason").click()
+    expect(page).to_have_url(re.compile(r"#id_reason$"))
+    shot(page, "review-refused-1280")
+    assert CapacityRequest.objects.get(pk=req.pk).status == "submitted"
+
+
 def test_admin_tables_fit_at_1280(live_server, admin_page, shot, tenant, lead, pools):
     from fleet.models import Pool
 

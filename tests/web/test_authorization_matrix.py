@@ -88,6 +88,7 @@ MATRIX: dict[str, Row] = {
     "fleet:cohorts": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:node": Row("get", "node", page(admin=200, **ADMIN_ONLY)),
     "fleet:node_retire": Row("post", "node", page(admin=302, **ADMIN_ONLY)),
+    "fleet:node_move_off": Row("post", "node", page(admin=302, **ADMIN_ONLY)),
     "fleet:queue": Row("get", "allocation", page(**TENANT_OWN)),
     "fleet:connect": Row("get", "allocation", page(**TENANT_OWN)),
     "fleet:kubeconfig": Row("get", "allocation", page(**TENANT_OWN)),
@@ -132,6 +133,8 @@ MATRIX: dict[str, Row] = {
     "billing-list": Row("get", "", everyone(200, anonymous=API_ANON)),  # each its own tenants
     "billing-detail": Row("get", "statement", {"anonymous": API_ANON, **TENANT_OWN}),
     # Writes: the role first (403 to tenants' people, whichever tenant), then the month.
+    "billing-statement-csv": Row("get", "statement", {"anonymous": API_ANON, **TENANT_OWN}),
+    "billing-statement-pdf": Row("get", "statement", {"anonymous": API_ANON, **TENANT_OWN}),
     "billing-close": Row("post", "statement", {"anonymous": API_ANON, "member": 403,
                                                "lead": 403, "other_lead": 403, "admin": 200,
                                                "finance": 200}),
@@ -147,6 +150,9 @@ MATRIX: dict[str, Row] = {
     "allocation-release": Row("post", "allocation", {"anonymous": API_ANON, "member": 403,
                                                      "lead": 200, "other_lead": 404,
                                                      "admin": 200, "finance": 403}),
+    # The world's allocation is no dedicated block on that node: refused (400) to admins.
+    "allocation-move": Row("post", "allocation", {"anonymous": API_ANON, "admin": 400,
+                                                  **ADMIN_ONLY}),
     "allocation-cohorts": Row("get", "", {"anonymous": API_ANON, "admin": 200,
                                           **ADMIN_ONLY}),
 }

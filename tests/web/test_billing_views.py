@@ -335,6 +335,45 @@ def test_a_statement_downloads_as_csv_with_the_statements_own_numbers(client, fi
     assert rows[2]["description"] == "Goodwill, ticket 42" and rows[0]["currency"] == "EUR"
 
 
+def test_a_statement_downloads_as_pdf_and_from_the_api_with_the_same_numbers(
+        client, finance_user, lead, other_lead, billed):
+    """The PDF read back: tenant, month, status, each line's description, the total, the
+    adjustment with its reason, and the final amount in the portal's currency, the same as
+    the CSV the API serves (one document, billing.exports). Another tenant's lead: 404."""
+    import csv as csvlib
+    import io
+
+    from pypdf import PdfReader
+
+    from billing.services import statement_adjust, statement_close
+
+    billed[0].tenant.name = "Acme Øresund"  # beyond ASCII: the statement keeps it
+    billed[0].tenant.save(update_fields=["name"])
+    closed = statement_close(tenant=billed[0].tenant, month=LAST_MONTH, by=finance_user)
+    statement_adjust(statement=closed, by=finance_user, amount_value="-1.50",
+                     reason="Goodwill, ticket 42")
+    month = f"{LAST_MONTH:%Y-%m}"
+    page = reverse("billing:statement", args=["acme", month])
+    client.force_login(other_lead)
+    assert client.get(page + "?format=pdf").status_code == 404
+    assert client.get(f"/api/billing/acme:{month}/pdf/").status_code == 404
+    client.force_login(lead)
+    response = client.get(page + "?format=pdf")
+    assert response.status_code == 200 and response["Content-Type"] == "application/pdf"
+    assert response["Content-Disposition"].endswith(f'statement-acme-{month}.pdf"')
+    assert client.get(f"/api/billing/acme:{month}/pdf/").content[:5] == b"%PDF-"
+    text = " ".join(p.extract_text() for p in PdfReader(io.BytesIO(response.content)).pages)
+    text = " ".join(text.split())
+    rows = list(csvlib.DictReader(io.StringIO(
+        client.get(f"/api/billing/acme:{month}/csv/").content.decode())))
+    assert [r["kind"] for r in rows] == ["line", "total", "adjustment", "final"]
+    assert "Acme Øresund" in text and LAST_MONTH.strftime("%B %Y") in text and "closed" in text
+    assert rows[0]["description"] in text and "Goodwill, ticket 42" in text
+    total, final = Decimal(rows[1]["amount"]), Decimal(rows[-1]["amount"])
+    assert f"{total:,.2f}" in text and f"Final: EUR {final:,.2f}" in text
+    assert final == total - Decimal("1.50")
+
+
 def test_finance_sees_the_month_so_far_in_money(client, finance_user, lead, billed):
     """Spend this month (the statements' number), forecast, budgets near or over, and the top
     tenants — for finance; a lead's cost page does not show other tenants' money."""

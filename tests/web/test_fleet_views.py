@@ -119,3 +119,96 @@ def test_a_flag_is_lifted_when_its_cause_is_undone(client, admin_user, tenant, p
     alloc.refresh_from_db()
     assert alloc.flagged_reason == "" and alloc.flagged_at is None
     assert audit_for(alloc).filter(action="allocation.unflagged").exists()
+
+
+def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
+        client, admin_user, lead, tenant, pools, fleet, mailoutbox,
+        django_capture_on_commit_callbacks):
+    """The node page proposes a free validated node of the same pool for each block on a
+    retiring node; one POST moves them: reservation, guard and labels follow, the flag is
+    lifted, the tenant's leads are told, each step is in the history, the price is kept."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.allocations.provisioning import allocation_manifests
+    from fleet.kube import using_backend
+    from fleet.models import Allocation
+    from tenants.audit import audit_for
+
+    pool = pools[Route.DEDICATED_BLOCK]
+    first = GpuNode.objects.filter(pool=pool, state="schedulable").order_by("name").first()
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pool, route=Route.DEDICATED_BLOCK, whole_devices=first.gpu_count,
+        device_equivalents=Decimal(first.gpu_count), namespace="acme-block", status="active",
+        starts_at=timezone.now() - dt.timedelta(days=1))
+    alloc.nodes.add(first)
+    backend = DryRunBackend()
+    with using_backend(backend):
+        for manifest in allocation_manifests(alloc):
+            backend.apply(manifest)
+        assert backend.get("v1", "Node", first.name)["metadata"]["labels"]
+        client.force_login(admin_user)
+        client.post(reverse("fleet:node_retire", args=[first.name]),
+                    {"retiring": "true", "reason": "End of warranty"})
+        page = client.get(reverse("fleet:node", args=[first.name])).content.decode()
+        assert "Move the checked blocks" in page and "acme-block" in page
+        proposed = next(n for n in page.split("→ <strong>")[1:]).split("<")[0]
+        assert proposed != first.name
+        assert GpuNode.objects.get(name=proposed).pool_id == pool.pk
+
+        # A reason is required; nothing moves without one.
+        client.post(reverse("fleet:node_move_off", args=[first.name]),
+                    {"allocation": [alloc.pk], "reason": ""})
+        assert list(alloc.nodes.values_list("name", flat=True)) == [first.name]
+
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(reverse("fleet:node_move_off", args=[first.name]),
+                                   {"allocation": [alloc.pk], "reason": "End of warranty"},
+                                   follow=True)
+    assert f"moved to {proposed}" in response.content.decode()
+    alloc.refresh_from_db()
+    assert list(alloc.nodes.values_list("name", flat=True)) == [proposed]
+    assert alloc.flagged_reason == "" and alloc.pool_id == pool.pk
+    # The cluster followed: the new node carries the block's labels, the old one none, and
+    # the guard names the new node only.
+    assert backend.get("v1", "Node", proposed)["metadata"]["labels"][
+        "aifactory.io/allocation"] == str(alloc.pk)
+    assert not backend.get("v1", "Node", first.name)["metadata"].get("labels")
+    guards = [o for k, o in backend.objects.items()
+              if k.kind == "ValidatingAdmissionPolicy" and str(alloc.pk) in k.name]
+    assert guards and all(proposed in str(g) and first.name not in str(g) for g in guards)
+    actions = set(audit_for(alloc).values_list("action", flat=True))
+    assert {"allocation.flagged", "allocation.moved", "allocation.applied",
+            "allocation.unflagged"} <= actions
+    moved = audit_for(alloc).get(action="allocation.moved")
+    assert first.name in moved.reason and proposed in moved.reason
+    assert any(proposed in m.body and lead.email in m.to for m in mailoutbox)
+    # The retiring node's page now says nothing depends on it.
+    page = client.get(reverse("fleet:node", args=[first.name])).content.decode()
+    assert "Nothing depends on it" in page
+
+
+def test_moving_is_refused_where_there_is_nothing_to_move(client, admin_user, tenant, pools,
+                                                          fleet):
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.models import Allocation
+
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=1, device_equivalents=Decimal(1), namespace="acme-shared",
+        status="active", starts_at=timezone.now() - dt.timedelta(days=1))
+    client.force_login(admin_user)
+    response = client.post(f"/api/allocations/{alloc.pk}/move/",
+                           {"node": "h100-shared-01", "reason": "x"},
+                           content_type="application/json")
+    assert response.status_code == 400 and "not a holding dedicated block" in str(
+        response.json())
+    response = client.post(f"/api/allocations/{alloc.pk}/move/", {"node": "h100-shared-01"},
+                           content_type="application/json")
+    assert response.status_code == 400 and "reason" in response.json()["extra"]["fields"]

@@ -1,0 +1,120 @@
+"""A node leaving the fleet: which dedicated blocks it carries, where each could go, and the
+move itself. A block keeps its pool (so its price and its billing history are untouched);
+only the node under it changes."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from tenants.access import require_platform_admin
+from tenants.audit import audit_record, reason_error
+
+from ..domain import FleetError
+from ..inventory.capacity import choose_dedicated_nodes
+from ..inventory.selectors import node_facts
+from ..kube import KubeBackend, KubeError
+from ..models import Allocation, GpuNode, Pool, Route
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MoveStep:
+    """One allocation on a retiring node and the node it could move to (None: no free one)."""
+
+    allocation: Allocation
+    replacement: str | None
+
+    @property
+    def why(self) -> str:
+        pool = self.allocation.pool.name
+        if self.replacement:
+            return (f"{self.replacement} is validated, healthy, schedulable and reserved by "
+                    f"no one in {pool}.")
+        return (f"{pool} has no free validated node: add one to the pool, or cancel the "
+                "retirement.")
+
+
+def _replacements(pool: Pool, count: int) -> list[str]:
+    """Free promisable nodes of the pool, best first (the choice a new block would get)."""
+    pool_nodes = list(GpuNode.objects.filter(pool=pool))
+    reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
+    return choose_dedicated_nodes([node_facts(n) for n in pool_nodes], count=count,
+                                  reserved_nodes=reserved.values_list("name", flat=True))
+
+
+def retirement_plan(node: GpuNode) -> list[MoveStep]:
+    """Each dedicated block reserving the node, with a distinct replacement proposed where
+    the pool has one."""
+    allocations = list(node.allocations.filter(status__in=Allocation.HOLDING,
+                                               route=Route.DEDICATED_BLOCK)
+                       .select_related("tenant", "pool").order_by("pk"))
+    steps, offered = [], set()
+    for alloc in allocations:
+        free = [n for n in _replacements(alloc.pool, len(allocations) + len(offered))
+                if n not in offered and n != node.name]
+        choice = free[0] if free else None
+        if choice:
+            offered.add(choice)
+        steps.append(MoveStep(alloc, choice))
+    return steps
+
+
+def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
+                        backend: KubeBackend | None = None) -> str:
+    """Move a dedicated block off one of its nodes onto a free validated node of its pool.
+
+    The reservation changes first (under the pool's lock, the one approvals take, so no
+    approval can take the same node); the cluster follows by the allocation's reconcile,
+    which labels and taints the new node, narrows the guard to it and releases the old one.
+    If the cluster is away the reconcile loop finishes the move; nothing is half-recorded."""
+    from tenants.notifications import Kind, notify, tenant_leads
+
+    from .provisioning import allocation_reconcile
+
+    require_platform_admin(by)
+    if problem := reason_error(reason, required=True):
+        raise FleetError(problem)
+    with transaction.atomic():
+        alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+        Pool.objects.select_for_update(of=("self",)).get(pk=alloc.pool_id)
+        alloc = Allocation.objects.select_for_update(of=("self",)).select_related(
+            "tenant", "pool").get(pk=allocation_id)
+        if alloc.route != Route.DEDICATED_BLOCK or alloc.status not in Allocation.HOLDING:
+            raise FleetError(f"{alloc.namespace} is not a holding dedicated block: there is "
+                             "no node of it to move.")
+        old = alloc.nodes.filter(name=node_name).first()
+        if old is None:
+            raise FleetError(f"{alloc.namespace} does not reserve {node_name}.")
+        free = [n for n in _replacements(alloc.pool, 1) if n != node_name]
+        if not free:
+            raise FleetError(f"{alloc.pool.name} has no free validated node to move "
+                             f"{alloc.namespace} onto: add one, or cancel the retirement.")
+        new = GpuNode.objects.get(name=free[0])
+        alloc.nodes.remove(old)
+        alloc.nodes.add(new)
+        why = f" ({old.retiring_reason})" if old.retiring_reason else ""
+        audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.moved",
+                     reason=f"Moved off {old.name}{why} onto {new.name}, a free validated node "
+                            f"of {alloc.pool.name}: {reason.strip()}",
+                     data={"from": old.name, "to": new.name})
+        notify(tenant_leads(alloc.tenant), Kind.CAPACITY_CHANGED,
+               f"{alloc.namespace} moves to another node",
+               f"{old.name} is leaving the fleet{why}. Your dedicated block {alloc.namespace} "
+               f"now runs on {new.name} in the same pool, at the same price. Pods still on "
+               f"{old.name} keep running until they finish or are moved; new pods are "
+               f"placed on {new.name}.\n\nReason given: {reason.strip()}")
+    try:
+        allocation_reconcile(alloc.pk, backend=backend, cause="the move")
+    except KubeError as exc:  # the periodic reconcile finishes it
+        log.warning("move of allocation %s: cluster update deferred: %s", alloc.pk, exc)
+        Allocation.objects.filter(pk=alloc.pk).update(
+            status_message=f"Moved to {new.name}; the cluster update waits for the next "
+                           f"reconcile: {exc.message}")
+    from ..inventory.sync import clear_recovered_flags
+
+    clear_recovered_flags(by=by)
+    return new.name
