@@ -290,3 +290,76 @@ def test_a_tenants_two_blocks_keep_their_own_work(control_plane, simulated_fleet
 def _succeeded_count(admin, namespace: str, job: str, n: int) -> None:
     found = admin.get("batch/v1", "Job", job, namespace)
     assert (found.get("status") or {}).get("succeeded") == n, found.get("status")
+
+
+def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
+        control_plane, simulated_fleet, placement, admin_user,
+        django_capture_on_commit_callbacks):
+    """Retire the block's node and move the block (the node page's action): in the real API
+    the new node carries the block's labels and taint and the old one none of them; the
+    guard now protects the new node by name (an intruder's pod pinned there is refused, one
+    pinned to the old node is not); the tenant's Job is placed on the new node and runs."""
+    from fleet.allocations.moves import allocation_move_off
+    from fleet.allocations.provisioning import allocation_manifests
+    from fleet.inventory.services import node_set_retiring
+    from fleet.models import GpuNode
+
+    from .test_hostile_specs import outcome, pod_spec
+
+    admin = simulated_fleet
+    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    _r, block = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                        django_capture_on_commit_callbacks)
+    old = block.nodes.get().name
+    intruder, ilead = _tenant(uuid.uuid4().hex[:6])
+    _r, shared = approve(intruder, ilead, admin_user, Route.SHARED_POOL,
+                         django_capture_on_commit_callbacks)
+    node_set_retiring(node=GpuNode.objects.get(name=old), by=admin_user, retiring=True,
+                      reason="End of warranty")
+    new = allocation_move_off(allocation_id=block.pk, node_name=old, by=admin_user,
+                              reason="End of warranty")
+    assert new != old
+    labels = {n: (admin.get("v1", "Node", n)["metadata"].get("labels") or {}) for n in (old, new)}
+    assert labels[new].get("aifactory.io/allocation") == str(block.pk)
+    assert labels[old].get("aifactory.io/allocation") != str(block.pk)
+    taints = {n: [t for t in admin.get("v1", "Node", n)["spec"].get("taints") or []
+                  if t["key"] == "aifactory.io/dedicated"] for n in (old, new)}
+    assert taints[new] and not taints[old], taints
+    _untaint(admin, new)
+
+    who = as_identity(control_plane, f"{intruder.slug}-lead",
+                      [f"oidc:/tenants/{intruder.slug}/leads"])
+    pinned = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "pinned", "namespace": shared.namespace},
+              "spec": pod_spec(nodeName=new)}
+
+    def refused_on_new() -> str:
+        said = outcome(who, pinned)
+        assert said != "accepted", "the guard does not name the new node yet"
+        return said
+
+    assert "dedicated" in eventually(refused_on_new, timeout=30)
+    # The block's own guards, as the API server holds them, name the new node and not the
+    # old (guards left by earlier tests may name either, so the refusal alone proves less).
+    guards = [m for m in allocation_manifests(block)
+              if m["kind"] == "ValidatingAdmissionPolicy"]
+    assert guards
+    for guard in guards:
+        live = str(admin.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
+                             guard["metadata"]["name"])["spec"]["validations"])
+        assert f"'{new}'" in live and f"'{old}'" not in live, live
+
+    job = example_workload(allocation_spec(block), image=IMAGE)
+    job["spec"]["template"].setdefault("metadata", {})["annotations"] = start_delays(
+        run_ms=500)
+    name = job["metadata"]["name"]
+    as_identity(control_plane, f"{tenant.slug}-lead",
+                [f"oidc:/tenants/{tenant.slug}/leads"]).apply(job)
+
+    def placed() -> str:
+        nodes = [p["spec"].get("nodeName") for p in _pods(admin, block.namespace, name)]
+        assert nodes and all(nodes), nodes
+        return nodes[0]
+
+    assert eventually(placed, timeout=60) == new
+    eventually(lambda: _succeeded(admin, block.namespace, name, placement), timeout=60)
