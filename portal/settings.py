@@ -84,7 +84,7 @@ MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "tenants.auth.CachedAuthenticationMiddleware",  # Django's, the user from the cache
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
@@ -105,6 +105,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "tenants.context_processors.portal_roles",
+                "portal.context_processors.layout",
             ],
         },
     },
@@ -215,6 +216,31 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "portal.api.document_refusals"],
 }
+
+# --- Cache: Redis (CACHE_URL; in production the broker's Redis by default), shared by every
+# process; the embedded run (one process) keeps it in memory. Sessions and each user's roles
+# are read from it first — a query less each on every page — only where every process sees
+# the same cache: a sign-out or a revoked role must reach all of them at once.
+_broker = env_str("CELERY_BROKER_URL")
+CACHE_URL = env_str("CACHE_URL") or (_broker if PRODUCTION and _broker.startswith(
+    ("redis://", "rediss://")) else "")
+if CACHE_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                          "LOCATION": CACHE_URL, "KEY_PREFIX": "portal-cache",
+                          "TIMEOUT": 300}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                          "TIMEOUT": 300}}
+SHARED_CACHE = bool(CACHE_URL) or not PRODUCTION
+SESSION_ENGINE = ("django.contrib.sessions.backends.cached_db" if SHARED_CACHE
+                  else "django.contrib.sessions.backends.db")
+# How long a user's roles may be served from the cache; every grant or revocation clears
+# them at once (tenants.receivers), this bounds a write racing a read.
+PORTAL_ROLES_CACHE_SECONDS = env_int("PORTAL_ROLES_CACHE_SECONDS", 60 if SHARED_CACHE else 0,
+                                     minimum=0)
+# The signed-in user likewise (tenants.auth.cached_user); 0 turns it off.
+PORTAL_USER_CACHE_SECONDS = env_int("PORTAL_USER_CACHE_SECONDS", 300 if SHARED_CACHE else 0,
+                                    minimum=0)
 
 # --- Celery: eager in the embedded run, Redis when CELERY_BROKER_URL is set.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")

@@ -176,8 +176,11 @@ def server_error(request):
     else:
         from django.template.loader import render_to_string
 
+        from .context_processors import layout
+
         try:  # the portal's own page, in its layout; no request: no database reads
             html = render_to_string("500.html", {
+                **layout(None),
                 "heading": "Back in a moment" if unavailable else "Server error",
                 "message": message})
         except Exception:  # a broken template must not hide the error page itself

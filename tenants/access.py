@@ -55,14 +55,38 @@ class PortalRoles:
         return out
 
 
+def roles_cache_key(user_id: int, joined) -> str:
+    # The join time is in the key: ids restart after a database flush (tests, a restore),
+    # and a new user must never inherit the roles cached for an old one of the same id.
+    return f"roles:v1:{user_id}:{joined.timestamp():.6f}"
+
+
 def roles_for(user) -> PortalRoles:
-    """Roles of a user, computed once per request object (cached on the user)."""
+    """Roles of a user, computed once per request object (cached on the user) and, where
+    every process shares the cache, kept there between requests: every page's layout needs
+    them. Any grant or revocation clears the entry at once (tenants.receivers)."""
     if user is None or not user.is_authenticated:
         return PortalRoles()
     cached = getattr(user, "_portal_roles", None)
     if cached is not None:
         return cached
-    # One round trip for both kinds of role: every page pays for this in its layout.
+    from django.conf import settings
+    from django.core.cache import cache
+
+    seconds = settings.PORTAL_ROLES_CACHE_SECONDS
+    key = roles_cache_key(user.pk, user.date_joined) if seconds else ""
+    if key and (shared := cache.get(key)) is not None:
+        user._portal_roles = shared
+        return shared
+    roles = _roles_from_database(user)
+    if key:
+        cache.set(key, roles, seconds)
+    user._portal_roles = roles
+    return roles
+
+
+def _roles_from_database(user) -> PortalRoles:
+    # One round trip for both kinds of role.
     from django.db.models import IntegerField, Value
 
     rows = Membership.objects.filter(user=user).values_list("tenant_id", "role").union(
@@ -75,21 +99,36 @@ def roles_for(user) -> PortalRoles:
             platform.add(role)
         else:
             (lead if role == Membership.Role.LEAD else member).add(tenant_id)
-    roles = PortalRoles(
+    return PortalRoles(
         authenticated=True,
         platform_admin=PlatformRole.Role.PLATFORM_ADMIN in platform,
         finance=PlatformRole.Role.FINANCE in platform,
         lead_of=frozenset(lead),
         member_of=frozenset(member),
     )
-    user._portal_roles = roles
-    return roles
 
 
 def forget_roles(user) -> None:
     """Call after changing a user's memberships within the same request."""
     if hasattr(user, "_portal_roles"):
         del user._portal_roles
+    forget_cached_roles(user.pk)
+
+
+def forget_cached_roles(user_id: int) -> None:
+    """Drop a user's roles from the shared cache: now, and again after the transaction that
+    changed them commits (a page that read the old rows in between may have stored them)."""
+    from django.contrib.auth import get_user_model
+    from django.core.cache import cache
+    from django.db import transaction
+
+    joined = get_user_model().objects.filter(pk=user_id).values_list(
+        "date_joined", flat=True).first()
+    if joined is None:
+        return
+    key = roles_cache_key(user_id, joined)
+    cache.delete(key)
+    transaction.on_commit(lambda: cache.delete(key))
 
 
 def visible_tenants(user) -> QuerySet[Tenant]:

@@ -5,6 +5,8 @@ import logging
 from allauth.account.adapter import DefaultAccountAdapter
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
+from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.utils.functional import SimpleLazyObject
 
 log = logging.getLogger(__name__)
 
@@ -53,3 +55,66 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
         user_username(user, free_username(user_username(user) or sociallogin.account.uid,
                                           username_taken))
         return user
+
+
+# --- The signed-in user, from the shared cache -------------------------------------------
+# Every page loads its user; where every process shares the cache (settings.SHARED_CACHE)
+# the user is kept there between requests under a key of its id and the session's password
+# hash: a password change, a deactivation or a deletion clears it at once (receivers below),
+# and a session whose hash no longer matches finds no entry and goes through Django's full
+# check (which signs it out).
+
+def user_cache_key(user_id, session_hash: str) -> str:
+    return f"user:v1:{user_id}:{session_hash}"
+
+
+def cached_user(request):
+    from django.conf import settings
+    from django.contrib import auth
+    from django.core.cache import cache
+
+    seconds = settings.PORTAL_USER_CACHE_SECONDS
+    session = request.session
+    user_id = session.get(auth.SESSION_KEY)
+    session_hash = session.get(auth.HASH_SESSION_KEY)
+    backend = session.get(auth.BACKEND_SESSION_KEY)
+    if not (seconds and user_id and session_hash
+            and backend in settings.AUTHENTICATION_BACKENDS):
+        return auth.get_user(request)
+    key = user_cache_key(user_id, session_hash)
+    user = cache.get(key)
+    if user is None:
+        user = auth.get_user(request)  # Django's own checks: hash, active, flush on mismatch
+        if user.is_authenticated and user.get_session_auth_hash() == session_hash:
+            cache.set(key, user, seconds)
+        return user
+    user.backend = backend
+    return user
+
+
+class CachedAuthenticationMiddleware(AuthenticationMiddleware):
+    """Django's AuthenticationMiddleware, reading the user through `cached_user`."""
+
+    def process_request(self, request):
+        super().process_request(request)  # request.auser and the checks as Django has
+        request.user = SimpleLazyObject(lambda: _once(request))
+
+
+def _once(request):
+    if not hasattr(request, "_cached_user"):
+        request._cached_user = cached_user(request)
+    return request._cached_user
+
+
+def forget_cached_user(user, old_password: str | None = None) -> None:
+    """Drop the user's cache entries: under its current password hash and, after a password
+    change, under the old one (sessions still carrying it must be checked again)."""
+    from django.core.cache import cache
+
+    keys = [user_cache_key(user.pk, user.get_session_auth_hash())]
+    if old_password is not None and old_password != user.password:
+        current = user.password
+        user.password = old_password
+        keys.append(user_cache_key(user.pk, user.get_session_auth_hash()))
+        user.password = current
+    cache.delete_many(keys)

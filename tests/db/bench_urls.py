@@ -19,4 +19,24 @@ def floor(request):
     return render(request, "base.html", {})
 
 
-urlpatterns = [path("bench/bare/", bare), path("bench/floor/", floor), *portal_urlpatterns]
+# The floor in parts, each one step more than the last, so their differences are what each
+# part costs: the session, the user, the roles, then the layout (floor).
+def with_session(request):
+    return HttpResponse(str(len(request.session.keys())))
+
+
+@login_required
+def with_user(request):
+    return HttpResponse(request.user.username)
+
+
+@login_required
+def with_roles(request):
+    from tenants.access import roles_for
+
+    return HttpResponse(str(roles_for(request.user).labels))
+
+
+urlpatterns = [path("bench/bare/", bare), path("bench/floor/", floor),
+               path("bench/session/", with_session), path("bench/user/", with_user),
+               path("bench/roles/", with_roles), *portal_urlpatterns]

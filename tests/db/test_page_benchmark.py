@@ -4,7 +4,12 @@ same run on PostgreSQL.
 
 Default size: 50 tenants, 2,000 requests, 6,000 audit rows, 90 days of hourly usage.
 PORTAL_BENCH_FULL=1: 500 tenants, 20,000 requests, 60,000 audit rows, a year of hourly usage
-(4.38 million rows). Rerun alone:
+(4.38 million rows).
+PORTAL_BENCH_SIZES=1,3,10: a sweep of multiples of the full size in one run (10x: 5,000
+tenants, 200,000 requests, 600,000 audit rows, 12 million usage rows — 100 days each, so the
+10x load stays within this machine's disk and an hour), printing each page per size and the
+growth of its p95 from the first size to the last. Not in CI: it loads for many minutes.
+Rerun alone:
     make test ARGS="tests/db/test_page_benchmark.py -s"
 Lines start with BENCHMARK.
 """
@@ -16,6 +21,7 @@ import io
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
@@ -33,15 +39,33 @@ from tests.factories import make_lead, make_pools
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.db.bench_urls")]
 
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
-TENANTS = 500 if FULL else 50
-REQUESTS = 20_000 if FULL else 2_000
-AUDIT = 60_000 if FULL else 6_000
-HOURS = (365 if FULL else 90) * 24
-RUNS = 30 if FULL else 15
+SIZES = [float(x) for x in os.environ.get("PORTAL_BENCH_SIZES", "").split(",") if x.strip()]
+RUNS = 30 if FULL or SIZES else 15
+
+
+@dataclass(frozen=True)
+class Size:
+    label: str
+    tenants: int
+    requests: int
+    audit: int
+    hours: int  # of usage per tenant's allocation
+
+
+def size_of(scale: float | None) -> Size:
+    """None: the small default; else a multiple of the full size."""
+    if scale is None:
+        return Size("small", 50, 2_000, 6_000, 90 * 24)
+    days = 365 if scale <= 3 else 100  # 10x: 12 M usage rows, not 44 M
+    return Size(f"{scale:g}x full", int(500 * scale), int(20_000 * scale),
+                int(60_000 * scale), days * 24)
+
+
 STATUSES = ["draft", "submitted", "denied", "changes_requested", "retired", "approved"]
 
 
-def load_world(lead_user, admin_user):
+def load_world(lead_user, admin_user, size: Size):
+    TENANTS, REQUESTS, AUDIT, HOURS = size.tenants, size.requests, size.audit, size.hours  # noqa: N806
     pools = make_pools()
     shared = pools[Route.SHARED_POOL]
     tenants = Tenant.objects.bulk_create([Tenant(slug=f"t{i:03d}", name=f"Tenant {i:03d}",
@@ -75,18 +99,19 @@ def load_world(lead_user, admin_user):
     GpuNode.objects.bulk_create([GpuNode(name=f"gpu-{i:04d}", gpu_count=8, validated=True,
                                          ready=True, state="schedulable", pool=shared)
                                  for i in range(min(TENANTS * 2, 1000))])
-    buf = io.StringIO()
-    for a in allocs:
-        for h in range(HOURS):
-            hour = start + dt.timedelta(hours=h)
-            buf.write(f"{a.pk}\t{a.tenant_id}\t{shared.pk}\t{hour.isoformat()}\t14400\t"
-                      f"{(h * 37 + a.pk) % 14400}\t0\t0\t14400\t2.5\t10\n")
-    buf.seek(0)
+    # Streamed to COPY a hundred allocations at a time (10x is 12 M rows).
     with connection.cursor() as cursor, cursor.connection.cursor().copy(
             f"COPY {UsageHour._meta.db_table} (allocation_id, tenant_id, pool_id, hour, "
             "allocated_s, used_s, credit_s, borrowed_s, charged_s, rate, amount) FROM STDIN"
     ) as copy:
-        copy.write(buf.read())
+        for first in range(0, len(allocs), 100):
+            buf = io.StringIO()
+            for a in allocs[first:first + 100]:
+                for h in range(HOURS):
+                    hour = start + dt.timedelta(hours=h)
+                    buf.write(f"{a.pk}\t{a.tenant_id}\t{shared.pk}\t{hour.isoformat()}\t"
+                              f"14400\t{(h * 37 + a.pk) % 14400}\t0\t0\t14400\t2.5\t10\n")
+            copy.write(buf.getvalue())
     months, m = set(), month_start(start)
     while m < end.date():
         months.add(m)
@@ -129,7 +154,8 @@ def measure(client, url: str) -> dict:
     with connection.execute_wrapper(count):
         client.get(url)
     times = []
-    for _ in range(RUNS):
+    # The floor and its parts take a millisecond or two: many more runs, or noise decides.
+    for _ in range(RUNS * 10 if url.startswith("/bench/") else RUNS):
         started = time.perf_counter()
         client.get(url)
         times.append((time.perf_counter() - started) * 1000)
@@ -138,65 +164,102 @@ def measure(client, url: str) -> dict:
             "queries": len(executed)}
 
 
+PAGES = [  # (label, who, url); {tenant}, {request}, {month}, {submitted} from the world
+    ("bare HttpResponse", None, "/bench/bare/"),
+    ("floor part: session", "lead", "/bench/session/"),
+    ("floor part: + user", "lead", "/bench/user/"),
+    ("floor part: + roles", "lead", "/bench/roles/"),
+    ("floor: base layout, no data", "lead", "/bench/floor/"),
+    ("lead: overview", "lead", "/"),
+    ("lead: requests", "lead", "/requests/"),
+    ("lead: request", "lead", "/requests/{request}/"),
+    ("lead: new request form", "lead", "/requests/new/"),
+    ("lead: cost", "lead", "/billing/"),
+    ("lead: statement", "lead", "/billing/{tenant}/{month}/"),
+    ("lead: API requests", "lead", "/api/requests/"),
+    ("admin: overview", "admin", "/"),
+    ("admin: review queue", "admin", "/review/"),
+    ("admin: review detail", "admin", "/review/{submitted}/"),
+    ("admin: all requests", "admin", "/requests/"),
+    ("admin: fleet", "admin", "/fleet/"),
+    ("admin: pools", "admin", "/pools/"),
+    ("admin: API requests", "admin", "/api/requests/"),
+    ("admin: API allocations", "admin", "/api/allocations/"),
+    ("finance: overview 6 months", "finance", "/billing/?months=6"),
+    ("finance: overview 12 months", "finance", "/billing/?months=12"),
+    ("finance: budgets", "finance", "/billing/budgets/"),
+]
+
+
+def measure_world(client, users: dict, world: dict) -> dict[str, dict]:
+    names = {"tenant": world["tenant"].slug, "request": world["alloc_request"].pk,
+             "month": world["month"], "submitted": world["submitted"].pk}
+    results, current = {}, "nobody"
+    for label, who, url in PAGES:
+        if who != current:
+            client.logout()
+            if who is not None:
+                client.force_login(users[who])
+            current = who
+        results[label] = measure(client, url.format(**names))
+    return results
+
+
+def print_size(size: Size, results: dict, loaded: float, explains: dict) -> None:
+    floor = results["floor: base layout, no data"]["p95"]
+    bare = results["bare HttpResponse"]["p95"]
+    print(f"\nBENCHMARK pages ({size.label}: {size.tenants} tenants, "
+          f"{CapacityRequest.objects.count()} requests, {AuditEvent.objects.count()} audit "
+          f"rows, {UsageHour.objects.count()} usage hours; loaded in {loaded:.0f}s; "
+          f"{RUNS} runs each)")
+    print(f"BENCHMARK floor p95 = {floor / bare:.1f}x bare; goal 5x")
+    parts = ["bare HttpResponse", "floor part: session", "floor part: + user",
+             "floor part: + roles", "floor: base layout, no data"]
+    steps = [f"{b.split(': ')[-1]} +{results[b]['p50'] - results[a]['p50']:.2f} ms "
+             f"({results[b]['queries'] - results[a]['queries']:+d} q)"
+             for a, b in zip(parts, parts[1:], strict=False)]
+    print("BENCHMARK floor in parts (p50 over the step before): " + "; ".join(steps))
+    for label, r in results.items():
+        print(f"BENCHMARK {label:32s} p50 {r['p50']:7.1f} ms  p95 {r['p95']:7.1f} ms  "
+              f"{r['queries']:3d} queries  p95/floor {r['p95'] / floor:5.1f}")
+    for label, plan in explains.items():
+        print(f"BENCHMARK plan: {label}\n" + "\n".join(
+            f"BENCHMARK plan:   {line}" for line in plan.splitlines()))
+
+
 def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user, capsys,
                                                 monkeypatch):
     # Render templates as production does: the test environment wraps every template render
     # to record it for assertions, which costs per template and would tilt the figures.
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
     from django.template import Template
     from django.test.utils import _TestState
 
     monkeypatch.setattr(Template, "_render", _TestState.saved_data.template_render)
-    started = time.monotonic()
-    world = load_world("bench-lead", admin_user)
-    loaded = time.monotonic() - started
-    t, req = world["tenant"], world["alloc_request"]
-    from django.contrib.auth import get_user_model
-
-    lead = get_user_model().objects.get(username="bench-lead")
-    pages = [
-        ("bare HttpResponse", None, "/bench/bare/"),
-        ("floor: base layout, no data", lead, "/bench/floor/"),
-        ("lead: overview", lead, "/"),
-        ("lead: requests", lead, "/requests/"),
-        ("lead: request", lead, f"/requests/{req.pk}/"),
-        ("lead: new request form", lead, "/requests/new/"),
-        ("lead: cost", lead, "/billing/"),
-        ("lead: statement", lead, f"/billing/{t.slug}/{world['month']}/"),
-        ("lead: API requests", lead, "/api/requests/"),
-        ("admin: overview", admin_user, "/"),
-        ("admin: review queue", admin_user, "/review/"),
-        ("admin: review detail", admin_user, f"/review/{world['submitted'].pk}/"),
-        ("admin: all requests", admin_user, "/requests/"),
-        ("admin: fleet", admin_user, "/fleet/"),
-        ("admin: pools", admin_user, "/pools/"),
-        ("admin: API requests", admin_user, "/api/requests/"),
-        ("admin: API allocations", admin_user, "/api/allocations/"),
-        ("finance: overview 6 months", finance_user, "/billing/?months=6"),
-        ("finance: overview 12 months", finance_user, "/billing/?months=12"),
-        ("finance: budgets", finance_user, "/billing/budgets/"),
-    ]
-    results = {}
-    current = None
-    for label, user, url in pages:
-        if user is not current:
-            client.logout()
-            if user is not None:
-                client.force_login(user)
-            current = user
-        results[label] = measure(client, url)
-    explains = heavy_query_plans(world)
-    floor = results["floor: base layout, no data"]["p95"]
-    bare = results["bare HttpResponse"]["p95"]
-    assert results["finance: overview 12 months"]["queries"] < 40  # constant, not per tenant
-    with capsys.disabled():
-        print(f"\nBENCHMARK pages ({'full' if FULL else 'small'}: {TENANTS} tenants, "
-              f"{CapacityRequest.objects.count()} requests, {AuditEvent.objects.count()} audit "
-              f"rows, {UsageHour.objects.count()} usage hours; loaded in {loaded:.0f}s; "
-              f"{RUNS} runs each)")
-        print(f"BENCHMARK floor p95 = {floor / bare:.1f}x bare; goal 5x")
-        for label, r in results.items():
-            print(f"BENCHMARK {label:32s} p50 {r['p50']:7.1f} ms  p95 {r['p95']:7.1f} ms  "
-                  f"{r['queries']:3d} queries  p95/floor {r['p95'] / floor:5.1f}")
-        for label, plan in explains.items():
-            print(f"BENCHMARK plan: {label}\n" + "\n".join(
-                f"BENCHMARK plan:   {line}" for line in plan.splitlines()))
+    sizes = [size_of(x) for x in SIZES] or [size_of(1 if FULL else None)]
+    sweep = {}
+    for size in sizes:
+        # Each size in a savepoint, rolled back before the next: one run, one machine.
+        point = transaction.savepoint()
+        started = time.monotonic()
+        world = load_world("bench-lead", admin_user, size)
+        loaded = time.monotonic() - started
+        users = {"lead": get_user_model().objects.get(username="bench-lead"),
+                 "admin": admin_user, "finance": finance_user}
+        results = measure_world(client, users, world)
+        explains = heavy_query_plans(world)
+        # Constant, not per tenant: the overview's queries do not grow with the tenants.
+        assert results["finance: overview 12 months"]["queries"] < 40
+        with capsys.disabled():
+            print_size(size, results, loaded, explains)
+        sweep[size.label] = results
+        transaction.savepoint_rollback(point)
+    if len(sizes) > 1:
+        first, last = sizes[0].label, sizes[-1].label
+        with capsys.disabled():
+            print(f"\nBENCHMARK growth of p95, {first} -> {last} (goal <= 1.5x):")
+            for label in sweep[first]:
+                a, b = sweep[first][label]["p95"], sweep[last][label]["p95"]
+                row = "  ".join(f"{sweep[s.label][label]['p95']:7.1f}" for s in sizes)
+                print(f"BENCHMARK growth {label:32s} {row} ms  x{b / a:4.2f}")

@@ -10,11 +10,14 @@ from django.contrib.staticfiles import finders
 
 pytestmark = pytest.mark.web
 STATIC_TAG = re.compile(r"""{%\s*static\s+['"]([^'"]+)['"]\s*%}""")
+STATIC_CALL = re.compile(r"""static\(["']([^"']+)["']\)""")  # the layout's head, in Python
 
 
 def test_every_static_file_a_template_names_is_there():
     named = {m for path in Path(settings.BASE_DIR, "templates").rglob("*.html")
              for m in STATIC_TAG.findall(path.read_text())}
+    named |= set(STATIC_CALL.findall(
+        Path(settings.BASE_DIR, "portal", "context_processors.py").read_text()))
     assert "vendor/chart.umd.min.js" in named and "css/portal.css" in named
     missing = sorted(p for p in named if finders.find(p) is None)
     assert missing == [], f"run scripts/assets.sh; missing: {missing}"
