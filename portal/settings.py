@@ -225,13 +225,14 @@ _broker = env_str("CELERY_BROKER_URL")
 CACHE_URL = env_str("CACHE_URL") or (_broker if PRODUCTION and _broker.startswith(
     ("redis://", "rediss://")) else "")
 if CACHE_URL:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+    CACHES = {"default": {"BACKEND": "portal.cache.PortalRedisCache",
                           "LOCATION": CACHE_URL, "KEY_PREFIX": "portal-cache",
                           "TIMEOUT": 300}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
                           "TIMEOUT": 300}}
-SHARED_CACHE = bool(CACHE_URL) or not PRODUCTION
+# In memory it is shared only by the embedded run's single process (no broker: no workers).
+SHARED_CACHE = bool(CACHE_URL) or not (PRODUCTION or _broker)
 SESSION_ENGINE = ("django.contrib.sessions.backends.cached_db" if SHARED_CACHE
                   else "django.contrib.sessions.backends.db")
 # How long a user's roles may be served from the cache; every grant or revocation clears

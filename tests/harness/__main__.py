@@ -29,6 +29,8 @@ def main(argv: list[str]) -> int:
         env.update({
             "DATABASE_URL": pg.url,
             "CELERY_BROKER_URL": redis.url,
+            # The cache every process shares, as in production (sessions, users, roles).
+            "CACHE_URL": redis.url.rsplit("/", 1)[0] + "/1",
             # Tests run tasks inline unless they start a real worker (tests/worker).
             "CELERY_TASK_ALWAYS_EAGER": "true",
             "PORTAL_TEST_RUN_DIR": str(run_dir),
