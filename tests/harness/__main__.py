@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
             "PORTAL_TEST_RUN_DIR": str(run_dir),
             "PORTAL_VAR_DIR": str(run_dir / "var"),
         })
-        if os.environ.get("PORTAL_BENCH_FULL") == "1":
+        if os.environ.get("PORTAL_BENCH_FULL") == "1" or os.environ.get("PORTAL_BENCH_SIZES"):
             # Loading millions of benchmark rows takes statements longer than production's.
             env.setdefault("DB_STATEMENT_TIMEOUT_MS", "0")
         return subprocess.call([sys.executable, "-m", "pytest", *argv], env=env)
