@@ -5,7 +5,7 @@ every page a fifth of its time (tests/db/test_page_benchmark.py prints the parts
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.safestring import SafeString, mark_safe
@@ -19,12 +19,12 @@ NAV = {  # context name → URL name
 }
 
 
-@cache
+@lru_cache(maxsize=8)  # per URL prefix: a handful, never one per request
 def _nav(prefix: str, urlconf) -> dict[str, str]:
     return {key: reverse(name, urlconf=urlconf) for key, name in NAV.items()}
 
 
-@cache
+@lru_cache(maxsize=8)
 def _head(static_url: str) -> SafeString:
     from django.templatetags.static import static
     from django_htmx.jinja import htmx_script

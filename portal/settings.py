@@ -8,6 +8,7 @@ are required and the secure-cookie/HSTS settings are on.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from pathlib import Path
@@ -217,31 +218,34 @@ SPECTACULAR_SETTINGS = {
                              "portal.api.document_refusals"],
 }
 
-# --- Cache: Redis (CACHE_URL; in production the broker's Redis by default), shared by every
-# process; the embedded run (one process) keeps it in memory. Sessions and each user's roles
-# are read from it first — a query less each on every page — only where every process sees
-# the same cache: a sign-out or a revoked role must reach all of them at once.
+# --- Cache: Redis (CACHE_URL), shared by every process; the embedded run (one process)
+# keeps it in memory. Sessions, the signed-in user and each user's roles are read from it
+# first — a query less each on every page — only where every process sees the same cache: a
+# sign-out or a revoked role must reach all of them at once. Give it its own Redis (with a
+# password or ACL): it holds sessions and pickled users, so writing to it is signing in.
 _broker = env_str("CELERY_BROKER_URL")
-CACHE_URL = env_str("CACHE_URL") or (_broker if PRODUCTION and _broker.startswith(
-    ("redis://", "rediss://")) else "")
+CACHE_URL = env_str("CACHE_URL")
+# A key prefix derived from SECRET_KEY: rotating the key retires every cached session and
+# user at once, as it would signed ones.
+_cache_prefix = "portal-" + hashlib.sha256(SECRET_KEY.encode()).hexdigest()[:12]
 if CACHE_URL:
-    CACHES = {"default": {"BACKEND": "portal.cache.PortalRedisCache",
-                          "LOCATION": CACHE_URL, "KEY_PREFIX": "portal-cache",
-                          "TIMEOUT": 300}}
+    CACHES = {"default": {"BACKEND": "portal.cache.PortalRedisCache", "LOCATION": CACHE_URL,
+                          "KEY_PREFIX": _cache_prefix, "TIMEOUT": 300}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-                          "TIMEOUT": 300}}
+                          "KEY_PREFIX": _cache_prefix, "TIMEOUT": 300,
+                          "OPTIONS": {"MAX_ENTRIES": 20000}}}
 # In memory it is shared only by the embedded run's single process (no broker: no workers).
 SHARED_CACHE = bool(CACHE_URL) or not (PRODUCTION or _broker)
 SESSION_ENGINE = ("django.contrib.sessions.backends.cached_db" if SHARED_CACHE
                   else "django.contrib.sessions.backends.db")
-# How long a user's roles may be served from the cache; every grant or revocation clears
-# them at once (tenants.receivers), this bounds a write racing a read.
-PORTAL_ROLES_CACHE_SECONDS = env_int("PORTAL_ROLES_CACHE_SECONDS", 60 if SHARED_CACHE else 0,
-                                     minimum=0)
-# The signed-in user likewise (tenants.auth.cached_user); 0 turns it off.
-PORTAL_USER_CACHE_SECONDS = env_int("PORTAL_USER_CACHE_SECONDS", 300 if SHARED_CACHE else 0,
-                                    minimum=0)
+# How long the signed-in user and their roles may be served from the cache (0: not at all;
+# always 0 without a shared cache). Every change to them retires the entries at once
+# (tenants.identity_cache); this bounds what nothing else would.
+PORTAL_USER_CACHE_SECONDS = env_int("PORTAL_USER_CACHE_SECONDS", 300, minimum=0) \
+    if SHARED_CACHE else 0
+PORTAL_ROLES_CACHE_SECONDS = env_int("PORTAL_ROLES_CACHE_SECONDS", 60, minimum=0) \
+    if SHARED_CACHE else 0
 
 # --- Celery: eager in the embedded run, Redis when CELERY_BROKER_URL is set.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")

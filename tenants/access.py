@@ -71,16 +71,20 @@ def roles_for(user) -> PortalRoles:
     if cached is not None:
         return cached
     from django.conf import settings
-    from django.core.cache import cache
+
+    from . import identity_cache
 
     seconds = settings.PORTAL_ROLES_CACHE_SECONDS
-    key = roles_cache_key(user.pk, user.date_joined) if seconds else ""
-    if key and (shared := cache.get(key)) is not None:
+    if not seconds:
+        user._portal_roles = _roles_from_database(user)
+        return user._portal_roles
+    key = roles_cache_key(user.pk, user.date_joined)
+    shared, token = identity_cache.read(key, user.pk)  # the token before the database read
+    if isinstance(shared, PortalRoles):
         user._portal_roles = shared
         return shared
     roles = _roles_from_database(user)
-    if key:
-        cache.set(key, roles, seconds)
+    identity_cache.write(key, token, roles, seconds)
     user._portal_roles = roles
     return roles
 
@@ -110,25 +114,11 @@ def _roles_from_database(user) -> PortalRoles:
 
 def forget_roles(user) -> None:
     """Call after changing a user's memberships within the same request."""
+    from . import identity_cache
+
     if hasattr(user, "_portal_roles"):
         del user._portal_roles
-    forget_cached_roles(user.pk)
-
-
-def forget_cached_roles(user_id: int) -> None:
-    """Drop a user's roles from the shared cache: now, and again after the transaction that
-    changed them commits (a page that read the old rows in between may have stored them)."""
-    from django.contrib.auth import get_user_model
-    from django.core.cache import cache
-    from django.db import transaction
-
-    joined = get_user_model().objects.filter(pk=user_id).values_list(
-        "date_joined", flat=True).first()
-    if joined is None:
-        return
-    key = roles_cache_key(user_id, joined)
-    cache.delete(key)
-    transaction.on_commit(lambda: cache.delete(key))
+    identity_cache.changed(user.pk)
 
 
 def visible_tenants(user) -> QuerySet[Tenant]:

@@ -60,9 +60,9 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
 # --- The signed-in user, from the shared cache -------------------------------------------
 # Every page loads its user; where every process shares the cache (settings.SHARED_CACHE)
 # the user is kept there between requests under a key of its id and the session's password
-# hash: a password change, a deactivation or a deletion clears it at once (receivers below),
-# and a session whose hash no longer matches finds no entry and goes through Django's full
-# check (which signs it out).
+# hash, stamped with the user's version token (tenants.identity_cache): a password change, a
+# deactivation or a deletion retires it at once (tenants.receivers), and a session whose hash
+# no longer matches finds no entry and goes through Django's full check (which signs it out).
 
 def user_cache_key(user_id, session_hash: str) -> str:
     return f"user:v1:{user_id}:{session_hash}"
@@ -71,7 +71,8 @@ def user_cache_key(user_id, session_hash: str) -> str:
 def cached_user(request):
     from django.conf import settings
     from django.contrib import auth
-    from django.core.cache import cache
+
+    from . import identity_cache
 
     seconds = settings.PORTAL_USER_CACHE_SECONDS
     session = request.session
@@ -82,11 +83,11 @@ def cached_user(request):
             and backend in settings.AUTHENTICATION_BACKENDS):
         return auth.get_user(request)
     key = user_cache_key(user_id, session_hash)
-    user = cache.get(key)
+    user, token = identity_cache.read(key, user_id)  # the token before the database read
     if user is None:
         user = auth.get_user(request)  # Django's own checks: hash, active, flush on mismatch
         if user.is_authenticated and user.get_session_auth_hash() == session_hash:
-            cache.set(key, user, seconds)
+            identity_cache.write(key, token, user, seconds)
         return user
     user.backend = backend
     return user
@@ -104,17 +105,3 @@ def _once(request):
     if not hasattr(request, "_cached_user"):
         request._cached_user = cached_user(request)
     return request._cached_user
-
-
-def forget_cached_user(user, old_password: str | None = None) -> None:
-    """Drop the user's cache entries: under its current password hash and, after a password
-    change, under the old one (sessions still carrying it must be checked again)."""
-    from django.core.cache import cache
-
-    keys = [user_cache_key(user.pk, user.get_session_auth_hash())]
-    if old_password is not None and old_password != user.password:
-        current = user.password
-        user.password = old_password
-        keys.append(user_cache_key(user.pk, user.get_session_auth_hash()))
-        user.password = current
-    cache.delete_many(keys)

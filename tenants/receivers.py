@@ -6,10 +6,10 @@ import requests
 from allauth.account.signals import user_logged_in
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_out
-from django.db.models.signals import post_delete, post_save, pre_save
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from .access import forget_cached_roles
+from . import identity_cache
 from .models import Membership, PlatformRole
 from .sso import claims_from_extra_data, user_sync_roles
 
@@ -17,24 +17,11 @@ log = logging.getLogger(__name__)
 REFRESH_KEY = "keycloak_refresh_token"
 
 
-@receiver(pre_save, sender=settings.AUTH_USER_MODEL)
-def remember_old_password(sender, instance, **kwargs) -> None:
-    if instance.pk:
-        instance._old_password = (sender.objects.filter(pk=instance.pk)
-                                  .values_list("password", flat=True).first())
-
-
 @receiver(post_save, sender=settings.AUTH_USER_MODEL)
 @receiver(post_delete, sender=settings.AUTH_USER_MODEL)
 def user_changed(sender, instance, **kwargs) -> None:
     """A password change, a deactivation or a deletion reaches every process at once."""
-    from django.db import transaction
-
-    from .auth import forget_cached_user
-
-    old = getattr(instance, "_old_password", None)
-    forget_cached_user(instance, old)
-    transaction.on_commit(lambda: forget_cached_user(instance, old))
+    identity_cache.changed(instance.pk)
 
 
 @receiver(post_save, sender=Membership)
@@ -43,7 +30,7 @@ def user_changed(sender, instance, **kwargs) -> None:
 @receiver(post_delete, sender=PlatformRole)
 def roles_changed(sender, instance, **kwargs) -> None:
     """A grant or a revocation takes effect on the user's next request, in every process."""
-    forget_cached_roles(instance.user_id)
+    identity_cache.changed(instance.user_id)
 
 
 @receiver(user_logged_in)

@@ -92,3 +92,29 @@ def test_a_password_change_signs_out_the_other_sessions(client, lead):
     for c in (client, other):
         response = c.get(reverse("intake:list"))
         assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_a_late_write_is_stale_on_arrival(lead):
+    """A page that read the user before a change and writes its entry after it: the entry
+    carries the token it read first, which the change replaced, so it is never served."""
+    from tenants import identity_cache
+
+    assert identity_cache.read("probe", lead.pk)[0] is None
+    _, token = identity_cache.read("probe", lead.pk)
+    identity_cache.changed(lead.pk)  # e.g. deactivated between the read and the write
+    identity_cache.write("probe", token, "before the change", 60)
+    assert identity_cache.read("probe", lead.pk)[0] is None
+    _, fresh = identity_cache.read("probe", lead.pk)
+    identity_cache.write("probe", fresh, "after", 60)
+    assert identity_cache.read("probe", lead.pk)[0] == "after"
+
+
+def test_an_evicted_token_retires_every_entry(lead):
+    from django.core.cache import cache
+
+    from tenants import identity_cache
+
+    _, token = identity_cache.read("probe2", lead.pk)
+    identity_cache.write("probe2", token, "cached", 60)
+    cache.delete(f"uv:v1:{lead.pk}")  # evicted
+    assert identity_cache.read("probe2", lead.pk)[0] is None
