@@ -123,6 +123,10 @@ class SeamSerializer(serializers.Serializer):
     count = serializers.IntegerField(help_text="measurements in the last 14 days")
     p50_seconds = serializers.FloatField(allow_null=True)
     p95_seconds = serializers.FloatField(allow_null=True)
+    days = serializers.ListField(child=serializers.DateField(), help_text="the last 14 days")
+    p95_by_day = serializers.ListField(child=serializers.FloatField(allow_null=True),
+                                       help_text="p95 seconds of each day in `days` (null: "
+                                                 "nothing measured that day)")
 
 
 class LedgerStepSerializer(serializers.Serializer):

@@ -209,7 +209,7 @@ def allocation_queue_panel(request, pk: int):
     from tenants.access import roles_for, scope_to_tenants
 
     from .forms import QueueNarrowForm
-    from .queues.explain import allocation_queue, history_chart
+    from .queues.explain import allocation_queue, history_chart, seam_chart
 
     alloc = get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk)
@@ -217,6 +217,7 @@ def allocation_queue_panel(request, pk: int):
     view = allocation_queue(alloc, **narrowed)
     return render(request, "partials/queue.html", {
         "alloc": alloc, "view": view, "chart": history_chart(view.history),
+        "seam_chart": seam_chart(view.seams),
         "roles": roles_for(request.user), "narrowed": narrowed})
 
 
@@ -229,9 +230,10 @@ def cohorts(request):
     require_platform_admin(request.user)
     followed = Allocation.objects.filter(pk__in=ClusterQueueState.objects.filter(
         allocation__isnull=False).values("allocation_id"))
-    from .queues.explain import seam_figures
+    from .queues.explain import seam_chart, seam_figures
 
     chart = history_chart(queue_history(followed))
+    seams = seam_figures(followed)  # every tenant's ledger: admins see all
     from .queues.truth import amount
 
     # Quotas in their own unit (devices, or slices of one MIG profile), worded as everywhere.
@@ -244,7 +246,7 @@ def cohorts(request):
         for r in g.rows]} for g in cohort_views()]
     return render(request, "fleet/cohorts.html", {
         "groups": groups, "chart": chart,
-        "seams": seam_figures(followed)})  # every tenant's ledger: admins see all
+        "seams": seams, "seam_chart": seam_chart(seams)})
 
 
 def _usable_allocation(request, pk: int) -> Allocation:

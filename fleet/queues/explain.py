@@ -171,28 +171,65 @@ LEDGER_KINDS = ("submitted", "admitted", "pods", "claimed", "scheduled", "runnin
                 "preempted", "evicted", "finished", "gone")
 
 
-def seam_figures(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS,
-                 local_queue: str | None = None, priority: int | None = None) -> list[dict]:
-    """p50/p95 of each seam (fleet.queues.placement.SEAMS) over the last `days`, from the
-    ledger: the tenant's own allocations, or (admins) all."""
-    from .placement import SEAMS, STOPS, recoveries
+def _seam_values(allocations, *, now: dt.datetime, days: int, local_queue: str | None,
+                 priority: int | None) -> dict[str, list[tuple[dt.datetime, float]]]:
+    """(when, seconds) of each seam over the last `days`, from the ledger."""
+    from .placement import STOPS, recoveries
 
-    now = now or timezone.now()
     events = QueueEvent.objects.filter(allocation__in=allocations,
                                        at__gte=now - dt.timedelta(days=days))
     if local_queue is not None:
         events = events.filter(local_queue=local_queue)
     if priority is not None:
         events = events.filter(priority=priority)
-    values: dict[str, list[float]] = defaultdict(list)
-    for kind, seconds in events.filter(seam_seconds__isnull=False).values_list(
-            "kind", "seam_seconds"):
-        values[kind].append(seconds)
-    values["recovery"] = [s for _, s in recoveries(list(events.filter(
-        kind__in=(*STOPS, "running")).values_list("workload_uid", "kind", "at")))]
-    return [{"code": code, "label": label, "what": what, "count": len(values[code]),
-             "p50_seconds": percentile(values[code], 50),
-             "p95_seconds": percentile(values[code], 95)} for code, label, what in SEAMS]
+    values: dict[str, list[tuple[dt.datetime, float]]] = defaultdict(list)
+    for kind, seconds, at in events.filter(seam_seconds__isnull=False).values_list(
+            "kind", "seam_seconds", "at"):
+        values[kind].append((at, seconds))
+    values["recovery"] = recoveries(list(events.filter(
+        kind__in=(*STOPS, "running")).values_list("workload_uid", "kind", "at")))
+    return values
+
+
+def seam_figures(allocations, *, now: dt.datetime | None = None, days: int = HISTORY_DAYS,
+                 local_queue: str | None = None, priority: int | None = None) -> list[dict]:
+    """p50/p95 of each seam (fleet.queues.placement.SEAMS) over the last `days`, from the
+    ledger: the tenant's own allocations, or (admins) all; each with its p95 per day."""
+    from .placement import SEAMS
+
+    now = now or timezone.now()
+    values = _seam_values(allocations, now=now, days=days, local_queue=local_queue,
+                          priority=priority)
+    first = now.date() - dt.timedelta(days=days - 1)
+    day_list = [first + dt.timedelta(days=i) for i in range(days)]
+    out = []
+    for code, label, what in SEAMS:
+        seconds = [v for _, v in values[code]]
+        by_day: dict[dt.date, list[float]] = defaultdict(list)
+        for at, v in values[code]:
+            by_day[timezone.localdate(at)].append(v)
+        out.append({"code": code, "label": label, "what": what, "count": len(seconds),
+                    "p50_seconds": percentile(seconds, 50),
+                    "p95_seconds": percentile(seconds, 95),
+                    "p95_by_day": [percentile(by_day.get(d, []), 95) for d in day_list],
+                    "days": day_list})
+    return out
+
+
+def seam_chart(seams: list[dict]) -> dict:
+    """The seams' p95 per day as Chart.js draws them (seconds, log scale: sub-second steps
+    beside waits of hours; a day without a measurement is a gap) and the table under it."""
+    measured = [m for m in seams if m["count"]]
+    days = seams[0]["days"] if seams else []
+    return {"any": bool(measured),
+            "series": {"labels": [f"{d:%-d %b}" for d in days],
+                       "lines": [{"label": m["label"], "p95": [
+                           None if v is None else round(v, 3) for v in m["p95_by_day"]]}
+                           for m in measured]},
+            "rows": [{"day": d, "p95": ["—" if m["p95_by_day"][i] is None
+                                        else duration(m["p95_by_day"][i]) for m in measured]}
+                     for i, d in enumerate(days)],
+            "labels": [m["label"] for m in measured]}
 
 
 def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:

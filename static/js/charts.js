@@ -34,6 +34,30 @@
         }
       };
     },
+    // Each seam's p95 per day, in seconds on a log scale (0.1 s steps beside hours of queue).
+    seams: function (d) {
+      var colours = ["#f08c00", "#5c7cfa", "#2b8a3e", "#ae3ec9", "#1098ad", "#c92a2a"];
+      function secs(v) {
+        if (v < 60) { return fmt(v, v < 10 ? 1 : 0) + " s"; }
+        if (v < 3600) { return fmt(v / 60, 1) + " min"; }
+        return fmt(v / 3600, 1) + " h";
+      }
+      return {
+        data: {labels: d.labels, datasets: d.lines.map(function (line, i) {
+          return {type: "line", label: line.label + " (p95)", data: line.p95, spanGaps: false, yAxisID: "seconds",
+                  borderColor: colours[i % colours.length], backgroundColor: colours[i % colours.length]};
+        })},
+        options: {
+          scales: {seconds: {type: "logarithmic", position: "left", title: {display: true, text: "p95, seconds (log)"},
+                             // Label only round steps: a log axis crowds its in-between ticks.
+                             ticks: {autoSkip: true, callback: function (v) {
+                               var l = Math.log10(v);
+                               return (Math.abs(l - Math.round(l)) < 1e-9 || v === 60 || v === 600 || v === 3600) ? secs(v) : "";
+                             }}}},
+          plugins: {tooltip: {callbacks: {label: function (c) { return c.dataset.label + ": " + secs(c.parsed.y); }}}}
+        }
+      };
+    },
     // A queue's waits per day: p50 and p95 in minutes, admissions on the right.
     waits: function (d) {
       return {

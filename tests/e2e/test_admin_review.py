@@ -206,3 +206,34 @@ def test_admin_tables_fit_at_1280(live_server, admin_page, shot, tenant, lead, p
         assert inside(box(cell), rows_box)
     assert not_clipped(rows)
     shot(page, "review-queue-1280")
+
+
+def test_the_seams_per_day_draw_for_admins(live_server, admin_page, shot, tenant, lead, pools):
+    """The cohorts page charts every queue's seams, p95 per day, from the portal's own
+    Chart.js (log scale), with the figures in a table under it."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.models import Allocation, ClusterQueueState, QueueEvent, Route
+
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=2, device_equivalents=Decimal(2), namespace="acme-seams",
+        status="active", starts_at=timezone.now() - dt.timedelta(days=20))
+    ClusterQueueState.objects.create(name="acme-seams", allocation=alloc,
+                                     observed_at=timezone.now())
+    now = timezone.now()
+    for day in range(10):
+        for kind, seconds in (("admitted", 40.0 * (day + 1)), ("pods", 0.4), ("running", 3.0)):
+            QueueEvent.objects.create(allocation=alloc, workload_uid=f"w{day}", workload="train",
+                                      kind=kind, seam_seconds=seconds, reason="recorded",
+                                      at=now - dt.timedelta(days=day, minutes=5))
+    page = admin_page(1280)
+    page.goto(f"{live_server.url}/fleet/cohorts/")
+    canvas = page.locator("canvas[data-chart=seams]")
+    expect(canvas).to_have_attribute("data-drawn", "true")
+    page.get_by_text("p95 per day, seam by seam").click()
+    expect(page.locator("details.figures table").last).to_contain_text("Queue wait")
+    shot(page, "cohorts-seams-1280")

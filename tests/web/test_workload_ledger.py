@@ -134,3 +134,33 @@ def test_metrics_expose_the_seams_as_a_histogram_prometheus_parses(client, alloc
     # 0 or 3 (style hints only); 1 would be a format the Prometheus parser refuses.
     assert checked.returncode in (0, 3), checked.stderr.decode()
     assert b"error while linting" not in checked.stderr
+
+
+def test_each_seam_per_day_for_the_tenant_and_for_admins(client, lead, admin_user, alloc):
+    """p95 per day: a day with measurements has its value, a day without is a gap (null),
+    on the tenant's panel (its own), the admins' cohorts page (all) and in the API."""
+    now = timezone.now()
+    for days_ago, seconds in ((3, [2.0, 4.0]), (0, [10.0])):
+        for i, s in enumerate(seconds):
+            QueueEvent.objects.create(allocation=alloc, workload_uid=f"d{days_ago}-{i}",
+                                      workload="train", kind="running", seam_seconds=s,
+                                      at=now - dt.timedelta(days=days_ago, minutes=1),
+                                      reason="ran")
+    client.force_login(lead)
+    seams = {s["code"]: s for s in client.get(f"/api/allocations/{alloc.pk}/queue/").json()[
+        "seams"]}
+    running = seams["running"]
+    days = [dt.date.fromisoformat(d) for d in running["days"]]
+    by_day = dict(zip(days, running["p95_by_day"], strict=True))
+    assert len(days) == 14 and days[-1] == timezone.localdate(now)
+    three_ago = timezone.localdate(now - dt.timedelta(days=3, minutes=1))
+    assert 3.8 <= by_day[three_ago] <= 4.0 and by_day[days[-1]] == 10.0
+    assert sum(v is not None for v in by_day.values()) == 2  # the other days are gaps
+    assert all(v is None for v in seams["claimed"]["p95_by_day"])
+    panel = client.get(f"/allocations/{alloc.pk}/queue/").content.decode()
+    assert 'data-chart="seams"' in panel and "p95 per day, seam by seam" in panel
+    client.force_login(admin_user)
+    ClusterQueueState.objects.get_or_create(name=alloc.namespace,
+                                            defaults={"allocation": alloc})
+    page = client.get("/fleet/cohorts/").content.decode()
+    assert 'data-chart="seams"' in page and "Pod start" in page
