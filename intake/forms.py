@@ -11,7 +11,7 @@ from fleet.models import Pool, Route
 from tenants.audit import REASON_MAX
 from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
-from tenants.widgets import FastSelect
+from tenants.widgets import FastSelect, TenantPicker
 
 from .domain import IntakeAnswers, Status
 from .models import STATUS_CHOICES, CapacityRequest
@@ -197,7 +197,7 @@ class ReviewQueueFilterForm(forms.Form):
                               widget=FastSelect)
     tenant = TenantBySlugField(
         queryset=Tenant.objects.order_by("name"), to_field_name="slug", required=False,
-        empty_label="All tenants", widget=FastSelect,
+        empty_label="All tenants", widget=TenantPicker,
         error_messages={"invalid_choice": "No tenant has the slug “%(value)s”."})
     older_than = forms.TypedChoiceField(choices=AGES, coerce=int, empty_value=None,
                                         required=False, label="Waiting", widget=FastSelect)

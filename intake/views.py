@@ -85,6 +85,8 @@ def _preview_context(form: CapacityRequestForm) -> dict:
 
 @login_required
 def request_list(request):
+    from tenants.widgets import tenant_filter_html
+
     roles = roles_for(request.user)
     qs = scope_to_tenants(request.user, CapacityRequest.objects.select_related(
         "tenant", "requester", "pool"))
@@ -103,7 +105,8 @@ def request_list(request):
     return render(request, template, {
         "page": page, "status": status, "tenant": tenant, "statuses": list(Status),
         "counts": counts, "can_file": roles.is_lead,
-        "tenants": visible_tenants(request.user),
+        "tenant_filter": tenant_filter_html(visible_tenants(request.user).order_by("name"),
+                                            tenant),
     })
 
 

@@ -370,3 +370,26 @@ def test_an_override_is_not_approved_blind(client, admin_user, tenant, lead, poo
     client.force_login(admin_user)
     page = client.get(f"/review/{req.pk}/").content.decode()
     assert conf["monthly"].replace("\u00a0", "&nbsp;") in page or conf["monthly"] in page
+
+
+def test_with_many_tenants_the_tenant_filters_take_a_typed_slug(client, admin_user, tenant,
+                                                                lead, pools):
+    """Past PICKER_MAX_OPTIONS tenants a filter would be mostly its own options (5,000 at
+    10x the benchmark's size): it becomes a search box for the slug, and still filters."""
+    from tenants.models import Tenant
+    from tenants.widgets import PICKER_MAX_OPTIONS
+    from tests.factories import make_request
+
+    client.force_login(admin_user)
+    assert '<select name="tenant"' in client.get("/requests/").content.decode()
+    Tenant.objects.bulk_create([Tenant(slug=f"bulk-{i}", name=f"Bulk {i}")
+                                for i in range(PICKER_MAX_OPTIONS + 1)])
+    make_request(tenant, lead, submit=True, title="Acme only")
+    for url in ("/requests/", "/review/"):
+        body = client.get(url).content.decode()
+        assert 'type="search"' in body and "Bulk 17" not in body, url
+        assert body.count("<option") < 60, url
+    filtered = client.get("/review/", {"tenant": "acme"}).content.decode()
+    assert "Acme only" in filtered and 'value="acme"' in filtered
+    assert "Acme only" in client.get("/requests/", {"tenant": "acme"}).content.decode()
+    assert "Acme only" not in client.get("/requests/", {"tenant": "bulk-3"}).content.decode()
