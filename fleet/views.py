@@ -23,6 +23,9 @@ from .vocabulary import NodeState
 NODE_STATES = list(NodeState.ALL)
 
 
+AFFECTED_SHOWN = 8
+
+
 def _pool_rows(nodes_by_pool: dict):
     """Per pool: fleet counts, what is allocated, and who is affected if it is overcommitted."""
     rows = []
@@ -32,12 +35,17 @@ def _pool_rows(nodes_by_pool: dict):
         counts = fleet_counts(nodes_by_pool.get(pool.pk, []))
         cap = capacities[pool.pk]
         over = cap.allocated_devices > cap.capacity_devices
-        tenants = []
-        if over:
-            tenants = sorted({a.tenant.name for a in Allocation.objects.filter(
-                pool=pool, status__in=Allocation.HOLDING).select_related("tenant")})
+        tenants, more = [], 0
+        if over:  # the first few by name and how many more: a pool may hold thousands
+            holding = (Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING)
+                       .values_list("tenant__name", flat=True).distinct().order_by(
+                           "tenant__name"))
+            tenants = list(holding[:AFFECTED_SHOWN])
+            if len(tenants) == AFFECTED_SHOWN:
+                more = holding.count() - AFFECTED_SHOWN
         rows.append({"pool": pool, "counts": counts, "cap": cap, "overcommitted": over,
-                     "affected": tenants, "synced": pool.pk in nodes_by_pool})
+                     "affected": tenants, "affected_more": more,
+                     "synced": pool.pk in nodes_by_pool})
     unpooled = nodes_by_pool.get(None, [])
     return rows, fleet_counts(unpooled) if unpooled else None
 

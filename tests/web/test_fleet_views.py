@@ -212,3 +212,28 @@ def test_moving_is_refused_where_there_is_nothing_to_move(client, admin_user, te
     response = client.post(f"/api/allocations/{alloc.pk}/move/", {"node": "h100-shared-01"},
                            content_type="application/json")
     assert response.status_code == 400 and "reason" in response.json()["extra"]["fields"]
+
+
+def test_an_overcommitted_pool_names_a_few_tenants_and_counts_the_rest(client, admin_user,
+                                                                       pools, fleet):
+    """The fleet page stays the same size however many tenants hold a pool."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.models import Allocation
+    from fleet.views import AFFECTED_SHOWN
+    from tenants.models import Tenant
+
+    pool = pools[Route.SHARED_POOL]
+    tenants = Tenant.objects.bulk_create([Tenant(slug=f"t{i:03d}", name=f"Tenant {i:03d}")
+                                          for i in range(AFFECTED_SHOWN + 5)])
+    Allocation.objects.bulk_create([Allocation(
+        tenant=t, pool=pool, route=Route.SHARED_POOL, whole_devices=64,
+        device_equivalents=Decimal(64), namespace=f"{t.slug}-r1", status="active",
+        starts_at=timezone.now() - dt.timedelta(days=1)) for t in tenants])
+    client.force_login(admin_user)
+    body = client.get(reverse("fleet:fleet")).content.decode()
+    assert "overcommitted" in body and "Tenant 000" in body
+    assert f"Tenant {AFFECTED_SHOWN:03d}" not in body and "and 5 more tenants" in body
