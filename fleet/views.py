@@ -135,7 +135,9 @@ def node_move_off(request, name: str):
         try:
             to = allocation_move_off(allocation_id=pk, node_name=node.name, by=request.user,
                                      reason=reason)
-            messages.success(request, f"Allocation {pk} moved to {to}.")
+            moved = Allocation.objects.only("namespace").get(pk=pk)
+            messages.success(request, f"{moved.namespace} moved to {to}; its team leads "
+                                      "are told.")
         except Allocation.DoesNotExist:
             messages.error(request, f"No allocation {pk}.")
         except ValueError as exc:  # FleetError: the reason, the route, no free node
