@@ -35,13 +35,17 @@ class FastSelect(forms.Select):
 PICKER_MAX_OPTIONS = 200
 
 
+def too_many_tenants(queryset) -> bool:
+    return queryset[:PICKER_MAX_OPTIONS + 1].count() > PICKER_MAX_OPTIONS
+
+
 class TenantPicker(FastSelect):
     """Every tenant in a <select> while they are few; a search box for the slug when many
     (the page stays the same size whatever the number of tenants)."""
 
     def render(self, name, value, attrs=None, renderer=None):
         queryset = getattr(self.choices, "queryset", None)
-        if queryset is None or queryset[:PICKER_MAX_OPTIONS + 1].count() <= PICKER_MAX_OPTIONS:
+        if queryset is None or not too_many_tenants(queryset):
             return super().render(name, value, attrs, renderer)
         final = self.build_attrs(self.attrs, attrs or {})
         final.update(name=name, type="search", placeholder="tenant slug",
@@ -54,7 +58,7 @@ def tenant_filter_html(tenants, chosen: str) -> str:
     """The same choice for a hand-written filter: options, or a search box."""
     from django.utils.safestring import mark_safe
 
-    if tenants[:PICKER_MAX_OPTIONS + 1].count() > PICKER_MAX_OPTIONS:
+    if too_many_tenants(tenants):
         return format_html('<input type="search" name="tenant" value="{}" '
                            'placeholder="tenant slug" autocomplete="off">', chosen)
     options = format_html_join("", "<option value=\"{}\"{}>{}</option>", (

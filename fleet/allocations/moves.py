@@ -13,8 +13,7 @@ from tenants.access import require_platform_admin
 from tenants.audit import audit_record, reason_error
 
 from ..domain import FleetError
-from ..inventory.capacity import choose_dedicated_nodes
-from ..inventory.selectors import node_facts
+from ..inventory.selectors import free_dedicated_nodes
 from ..kube import KubeBackend, KubeError
 from ..models import Allocation, GpuNode, Pool, Route
 
@@ -38,28 +37,20 @@ class MoveStep:
                 "retirement.")
 
 
-def _replacements(pool: Pool, count: int) -> list[str]:
-    """Free promisable nodes of the pool, best first (the choice a new block would get)."""
-    pool_nodes = list(GpuNode.objects.filter(pool=pool))
-    reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
-    return choose_dedicated_nodes([node_facts(n) for n in pool_nodes], count=count,
-                                  reserved_nodes=reserved.values_list("name", flat=True))
-
-
 def retirement_plan(node: GpuNode) -> list[MoveStep]:
     """Each dedicated block reserving the node, with a distinct replacement proposed where
-    the pool has one."""
+    its pool has one (the choice a new block would get: free_dedicated_nodes)."""
     allocations = list(node.allocations.filter(status__in=Allocation.HOLDING,
                                                route=Route.DEDICATED_BLOCK)
                        .select_related("tenant", "pool").order_by("pk"))
-    steps, offered = [], set()
+    free: dict[int, list[str]] = {}  # per pool, asked once
+    steps = []
     for alloc in allocations:
-        free = [n for n in _replacements(alloc.pool, len(allocations) + len(offered))
-                if n not in offered and n != node.name]
-        choice = free[0] if free else None
-        if choice:
-            offered.add(choice)
-        steps.append(MoveStep(alloc, choice))
+        if alloc.pool_id not in free:
+            free[alloc.pool_id] = [n for n in free_dedicated_nodes(
+                alloc.pool, len(allocations) + 1) or () if n != node.name]
+        choices = free[alloc.pool_id]
+        steps.append(MoveStep(alloc, choices.pop(0) if choices else None))
     return steps
 
 
@@ -89,7 +80,7 @@ def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
         old = alloc.nodes.filter(name=node_name).first()
         if old is None:
             raise FleetError(f"{alloc.namespace} does not reserve {node_name}.")
-        free = [n for n in _replacements(alloc.pool, 1) if n != node_name]
+        free = [n for n in free_dedicated_nodes(alloc.pool, 2) or () if n != node_name]
         if not free:
             raise FleetError(f"{alloc.pool.name} has no free validated node to move "
                              f"{alloc.namespace} onto: add one, or cancel the retirement.")
