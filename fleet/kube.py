@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import urllib3
 from django.conf import settings
 
 from .vocabulary import (  # noqa: F401 - re-read by callers of the adapter
@@ -295,7 +296,8 @@ class KubernetesBackend:
                     line, buffer = buffer.split(b"\n", 1)
                     if line.strip():
                         yield json.loads(line)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, urllib3.exceptions.HTTPError) as exc:
+            # e.g. "Response ended prematurely" when the server closes a chunked stream
             raise KubeError(f"Watching {path}: {exc.__class__.__name__}: {exc}",
                             retriable=True) from exc
         finally:

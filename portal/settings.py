@@ -327,6 +327,8 @@ PORTAL_PROVIDER_NAME = env_str("PORTAL_PROVIDER_NAME", "AI Factory")
 # the longest gap between two reads that is still integrated into queue-hours for billing.
 PORTAL_QUEUE_SYNC_SECONDS = env_int("PORTAL_QUEUE_SYNC_SECONDS", 15, minimum=2)
 PORTAL_QUEUE_MAX_GAP_SECONDS = env_int("PORTAL_QUEUE_MAX_GAP_SECONDS", 300, minimum=10)
+# `manage.py watch_queues` lists everything again this often (the watch's safety net).
+PORTAL_QUEUE_RESYNC_SECONDS = env_int("PORTAL_QUEUE_RESYNC_SECONDS", 600, minimum=10)
 CELERY_BEAT_SCHEDULE["queue-sync"] = {"task": "fleet.tasks.sync_queues",
                                       "schedule": float(PORTAL_QUEUE_SYNC_SECONDS),
                                       "options": {"expires": float(PORTAL_QUEUE_SYNC_SECONDS)}}

@@ -2,11 +2,16 @@
 Cohorts back from the API server, record each workload's transitions (append-only) and each
 queue's use per hour.
 
-A bounded periodic list (every PORTAL_QUEUE_SYNC_SECONDS), not a watch: listing every kind
-took about 1 s at 5,000 workloads, a re-read about 2 s (tests/k8s/test_queue_benchmark.py),
-restarts need no resourceVersion bookkeeping, and a missed event cannot leave the portal wrong
-for longer than one period. Pending positions come from Kueue's visibility API when it is
-registered, else from Kueue's own ordering (priority, then time queued).
+Two ways in, one way to record. The periodic list (`queue_sync`, every
+PORTAL_QUEUE_SYNC_SECONDS) reads everything; the watch (`fleet/queues/watch.py`,
+`manage.py watch_queues`) keeps the same objects in memory from the list's resourceVersion on
+and records only the workloads an event touched (`record_view(..., only=...)`), so a change
+reaches the page in well under a second. Both may run at once: a workload's row only moves
+forward in resourceVersion, a row is marked gone only by a list that began after it was last
+seen (or by the watch's DELETED event), and a queue's observed time only moves forward — so
+whichever reader is older cannot undo what the newer one recorded. Pending positions come
+from Kueue's visibility API when it is registered, else from Kueue's own ordering (priority,
+then time queued).
 """
 
 from __future__ import annotations
@@ -113,7 +118,9 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
         if old is not None or new.state in (PENDING, DEACTIVATED):
             events.append({**base, "kind": kind, "at": new_stop.at,
                            "reason": explain_stop(new_stop), "detail": new_stop.raw})
-    was_admitted = old is not None and old.state == ADMITTED and \
+    # The same admission already recorded (a finished workload Kueue writes to again is
+    # not admitted again).
+    was_admitted = old is not None and old.state in (ADMITTED, FINISHED) and \
         old.admitted_at == new.admitted_at
     if new.state in (ADMITTED, FINISHED) and new.admitted_at and not was_admitted:
         since = new.requeued_at if new.requeued_at and new.requeued_at < new.admitted_at \
@@ -169,6 +176,31 @@ def _split_hours(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime
         out.append((hour, (nxt - t).total_seconds()))
         t = nxt
     return out
+
+
+# A queue whose use did not change is integrated at least this often while followed by
+# watch (the piecewise-constant use since its last read is the same either way).
+INTEGRATE_AT_LEAST = dt.timedelta(seconds=60)
+
+
+def _integration_due(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
+                     now: dt.datetime, *, everything: bool) -> set[str]:
+    """The queues whose held devices are integrated into queue-hours now: every one on a
+    full list; on a watch burst only those whose use changes, or that were last integrated
+    a while ago (a gap over PORTAL_QUEUE_MAX_GAP_SECONDS would not be counted at all) or in
+    an earlier hour. Writing 500 queues' hours on every event would cost more than the
+    event."""
+    if everything:
+        return set(queues)
+    due = set()
+    for name, q in queues.items():
+        state = states.get(name)
+        if state is None or state.usage != q.usage or state.borrowed != q.borrowed or \
+                now - state.observed_at >= INTEGRATE_AT_LEAST or \
+                state.observed_at.replace(minute=0, second=0, microsecond=0) != \
+                now.replace(minute=0, second=0, microsecond=0):
+            due.add(name)
+    return due
 
 
 def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> None:
@@ -234,31 +266,91 @@ def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
     return out, "+".join(sorted(sources))
 
 
+@dataclass
+class KueueView:
+    """Kueue's objects as one reader sees them (from a list, or kept by the watch), with
+    the moment the read began: a row seen after it is not judged gone by this view."""
+    cluster_queues: list[dict]
+    local_queues: list[dict]
+    workloads: list[dict]
+    cohorts: int = 0
+    listed_at: dt.datetime | None = None
+    pods: list[dict] | None = None  # None: list them when the ledger needs them
+    claims: list[dict] | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    parsed: dict | None = None  # the watch's memo of parsed Workloads
+
+
+KUEUE_BASE = f"/apis/{KUEUE}"
+SELECTOR = f"{MANAGED_BY}={MANAGER}"
+# What the reader lists: path → label selector (the portal's own queues; every Workload).
+KUEUE_LISTS = {"clusterqueues": SELECTOR, "localqueues": SELECTOR, "workloads": ""}
+PODS_PATH, CLAIMS_PATH = "/api/v1/pods", "/apis/resource.k8s.io/v1/resourceclaims"
+
+
+def read_kueue(backend: KubeBackend) -> KueueView:
+    """One list of each kind the queue truth reads, with the versions a watch resumes from."""
+    listed_at = timezone.now()
+    versions, lists = {}, {}
+    for kind, selector in KUEUE_LISTS.items():
+        lists[kind], versions[kind] = backend.list_path_versioned(
+            f"{KUEUE_BASE}/{kind}", label_selector=selector)
+    cohorts = len(backend.list_path(f"{KUEUE_BASE}/cohorts"))
+    return KueueView(cluster_queues=lists["clusterqueues"], local_queues=lists["localqueues"],
+                     workloads=lists["workloads"], cohorts=cohorts, listed_at=listed_at,
+                     versions=versions)
+
+
 def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = None
                ) -> QueueSyncReport:
     """Read Kueue's view of every followed allocation and record what changed."""
     backend = backend or get_backend()
-    report = QueueSyncReport()
     if isinstance(backend, DryRunBackend):
         # Nothing runs behind a dry run: reading it would only erase what is known.
-        report.skipped = "the dry-run backend runs no workloads"
-        return report
+        return QueueSyncReport(skipped="the dry-run backend runs no workloads")
     started = time.monotonic()
-    selector = f"{MANAGED_BY}={MANAGER}"
-    base = f"/apis/{KUEUE}"
-    cq_objs = backend.list_path(f"{base}/clusterqueues", label_selector=selector)
-    lq_objs = backend.list_path(f"{base}/localqueues", label_selector=selector)
-    report.cohorts = len(backend.list_path(f"{base}/cohorts"))
-    wl_objs = backend.list_path(f"{base}/workloads")
-    report.timings["list"] = time.monotonic() - started
-    now = now or timezone.now()
+    view = read_kueue(backend)
+    listed = time.monotonic() - started
+    report = record_view(backend, view, now=now)
+    report.timings = {k: v + listed for k, v in report.timings.items()}
+    report.timings["list"] = listed
+    report.seconds += listed
+    return report
 
+
+def _parsed(obj: dict, cluster_queue_of: dict[tuple[str, str], str], memo: dict | None
+            ) -> WorkloadFacts:
+    """parse_workload, remembered by the watch per (uid, resourceVersion, ClusterQueue of
+    its LocalQueue): reading 5,000 Workloads on every event would cost more than the
+    event."""
+    if memo is None:
+        return parse_workload(obj, cluster_queue_of=cluster_queue_of)
+    meta = obj.get("metadata") or {}
+    key = (meta.get("uid"), meta.get("resourceVersion"), cluster_queue_of.get(
+        (meta.get("namespace", ""), (obj.get("spec") or {}).get("queueName", ""))))
+    found = memo.get(key)
+    if found is None:
+        found = memo[key] = parse_workload(obj, cluster_queue_of=cluster_queue_of)
+    return found
+
+
+def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | None = None,
+                only: set[str] | None = None, gone: set[str] | None = None
+                ) -> QueueSyncReport:
+    """Record what `view` says of every followed allocation: all of its workloads (a list),
+    or only the uids in `only`, with the uids in `gone` deleted (the watch's events). Queue
+    use and positions are always computed from the whole view."""
+    started = time.monotonic()
+    report = QueueSyncReport(cohorts=view.cohorts)
+    now = now or timezone.now()
     allocations = {a.namespace: a for a in Allocation.objects.filter(status__in=FOLLOWED)}
     cluster_queue_of = {((o["metadata"].get("namespace", "")), o["metadata"]["name"]):
-                        (o.get("spec") or {}).get("clusterQueue", "") for o in lq_objs}
-    facts = [parse_workload(o, cluster_queue_of=cluster_queue_of) for o in wl_objs
+                        (o.get("spec") or {}).get("clusterQueue", "")
+                        for o in view.local_queues}
+    facts = [_parsed(o, cluster_queue_of, view.parsed) for o in view.workloads
              if (o.get("metadata") or {}).get("namespace") in allocations]
-    queues = held_by_admissions({q.name: q for q in (parse_cluster_queue(o) for o in cq_objs)},
+    queues = held_by_admissions({q.name: q for q in (parse_cluster_queue(o)
+                                                     for o in view.cluster_queues)},
                                 facts, followed=set(allocations))
     report.workloads, report.queues = len(facts), len(queues)
 
@@ -270,22 +362,30 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
         state=QueueWorkload.State.PENDING).values_list("uid", "cluster_queue", "position",
                                                        "position_source")}
     positions, report.positions = _positions(backend, pending, known)
-    placements = _placements(backend, facts)
+    if only is not None:
+        # Positions move for every waiting workload of a queue whose waiting set changed.
+        moved = {uid for uid, (pos, _src) in positions.items()
+                 if known.get(uid, (None, None, None))[1] != pos}
+        facts = [f for f in facts if f.uid in only or f.uid in moved]
+    placements = _placements(backend, facts, view)
     report.timings["read"] = time.monotonic() - started
 
     with transaction.atomic():
         states = {s.name: s for s in ClusterQueueState.objects.select_for_update()}
-        _integrate_usage(states, now)
-        _store_queues(queues, states, allocations, now)
-        report.changed, report.events = _store_workloads(facts, queues, positions,
-                                                         allocations, now, placements)
+        due = _integration_due(queues, states, now, everything=only is None)
+        _integrate_usage({n: states[n] for n in due if n in states}, now)
+        _store_queues(queues, states, allocations, now, due=due)
+        report.changed, report.events = _store_workloads(
+            facts, queues, positions, allocations, now, placements,
+            listed_at=view.listed_at if only is None else None, gone=gone)
         report.timings["store"] = time.monotonic() - started
         first_estimates(now)
     report.seconds = time.monotonic() - started
     return report
 
 
-def _placements(backend: KubeBackend, facts: list[WorkloadFacts]) -> dict[str, Placement]:
+def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueView
+                ) -> dict[str, Placement]:
     """Workload uid → the steps its current admission took after Kueue (pods, claims,
     node, start), read from the Pods and ResourceClaims of the followed namespaces."""
     admitted = [f for f in facts if f.admitted_at and f.job]
@@ -299,17 +399,19 @@ def _placements(backend: KubeBackend, facts: list[WorkloadFacts]) -> dict[str, P
         return {}
     namespaces = {f.namespace for f in admitted}
     try:
-        pods = {key: found for key, found in pods_by_job(
-            [p for label in JOB_LABELS[:1] for p in backend.list_path(
-                "/api/v1/pods", label_selector=label)]).items() if key[0] in namespaces}
+        pod_objs = view.pods if view.pods is not None else backend.list_path(
+            PODS_PATH, label_selector=JOB_LABELS[0])
+        pods = {key: found for key, found in pods_by_job(pod_objs).items()
+                if key[0] in namespaces}
     except KubeError as exc:  # e.g. an older ClusterRole without pods: Kueue's view stands
         log.warning("workload ledger: pods not readable (%s); steps after admission skipped",
                     exc)
         return {}
     try:
-        claims = claims_by_pod([c for c in backend.list_path(
-            "/apis/resource.k8s.io/v1/resourceclaims")
-            if (c.get("metadata") or {}).get("namespace") in namespaces])
+        claim_objs = view.claims if view.claims is not None else backend.list_path(
+            CLAIMS_PATH)
+        claims = claims_by_pod([c for c in claim_objs
+                                if (c.get("metadata") or {}).get("namespace") in namespaces])
     except KubeError:  # a cluster without DRA's v1 API: no claims to follow
         claims = {}
     return {f.uid: placement_of(pods.get((f.namespace, f.job), []), claims, f.admitted_at)
@@ -336,7 +438,8 @@ PLACED = ("pods_at", "scheduled_at", "node", "claimed_at", "devices_allocated", 
 
 
 def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
-                  allocations: dict[str, Allocation], now: dt.datetime) -> None:
+                  allocations: dict[str, Allocation], now: dt.datetime, *,
+                  due: set[str]) -> None:
     create, update = [], []
     fields = ["allocation_id", "cohort", "resource", "nominal", "borrowing_limit", "usage",
               "borrowed", "pending", "admitted", "active", "inactive_reason"]
@@ -356,21 +459,48 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
             update.append(state)
     if allocations:
         # A queue that is no longer followed keeps no allocation link (it may be reused).
-        ClusterQueueState.objects.exclude(name__in=list(queues)).update(allocation=None)
+        ClusterQueueState.objects.exclude(name__in=list(queues)).exclude(
+            allocation=None).update(allocation=None)
     ClusterQueueState.objects.bulk_create(create)
     ClusterQueueState.objects.bulk_update(update, fields, batch_size=200)
-    # Every queue read now (the queue-hours integrate from this moment on).
-    ClusterQueueState.objects.filter(name__in=list(queues)).update(observed_at=now)
+    # The queues integrated now count from now on. Only forward: a reader that began before
+    # another's store must not count again the time that one already integrated.
+    ClusterQueueState.objects.filter(name__in=sorted(due), observed_at__lt=now).update(
+        observed_at=now)
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether a Workload read at `version` is older than one stored at `than`. Kubernetes
+    calls resourceVersions opaque, but every etcd-backed server gives integers that grow;
+    anything else is never judged older (the newest reader then simply wins)."""
+    return version.isdigit() and than.isdigit() and int(version) < int(than)
 
 
 def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
                      positions: dict[str, tuple[int, str]],
                      allocations: dict[str, Allocation], now: dt.datetime,
-                     placements: dict[str, Placement] | None = None) -> tuple[int, int]:
+                     placements: dict[str, Placement] | None = None, *,
+                     listed_at: dt.datetime | None = None, gone: set[str] | None = None
+                     ) -> tuple[int, int]:
+    """Store the facts read. Without `gone` the facts are a whole list: a followed row not in
+    it (and last seen before the list began, `listed_at`) is gone. With `gone` (the watch)
+    only the facts given and the uids in `gone` are touched."""
     seen = {f.uid for f in facts}
-    rows = {r.uid: r for r in QueueWorkload.objects.filter(
-        allocation__status__in=FOLLOWED).exclude(state=QueueWorkload.State.GONE)}
-    rows |= {r.uid: r for r in QueueWorkload.objects.filter(uid__in=seen)}
+    if gone is None:
+        rows = {r.uid: r for r in QueueWorkload.objects.filter(
+            allocation__status__in=FOLLOWED).exclude(state=QueueWorkload.State.GONE)}
+        rows |= {r.uid: r for r in QueueWorkload.objects.filter(uid__in=seen)}
+        vanished = {uid for uid, row in rows.items()
+                    if uid not in seen and (listed_at is None or row.observed_at < listed_at)}
+    else:
+        rows = {r.uid: r for r in QueueWorkload.objects.filter(uid__in=seen | gone)}
+        vanished = gone - seen
+    # A reader older than what is stored (a list begun before the watch's last event) must
+    # not take a workload back, nor bring back one seen deleted at the version it read.
+    facts = [f for f in facts if f.uid not in rows or not (
+        _older(f.resource_version, rows[f.uid].resource_version)
+        or (rows[f.uid].state == QueueWorkload.State.GONE
+            and f.resource_version == rows[f.uid].resource_version))]
     create, update, events = [], [], []
     changed = 0
     for f in facts:
@@ -412,8 +542,9 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
             row.position_source = source
             row.observed_at = now
             update.append(row)
-    for uid, row in rows.items():
-        if uid not in seen and row.state != QueueWorkload.State.GONE:
+    for uid in vanished:
+        row = rows.get(uid)
+        if row is not None and row.state != QueueWorkload.State.GONE:
             changed += 1
             if row.state != QueueWorkload.State.FINISHED:
                 events.append(QueueEvent(
@@ -424,8 +555,14 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
             row.state, row.position, row.observed_at = QueueWorkload.State.GONE, None, now
             update.append(row)
     QueueWorkload.objects.bulk_create(create)
-    QueueWorkload.objects.bulk_update(
-        update, [*APPLIED, *PLACED, "position", "position_source", "observed_at"],
-        batch_size=500)
+    written = [*APPLIED, *PLACED, "position", "position_source", "observed_at"]
+    if len(update) <= 8:
+        # A watch burst touches a row or two: plain UPDATEs by key are several times cheaper
+        # to build than bulk_update's CASE per field.
+        for row in update:
+            QueueWorkload.objects.filter(pk=row.pk).update(
+                **{f: getattr(row, f) for f in written})
+    else:
+        QueueWorkload.objects.bulk_update(update, written, batch_size=500)
     QueueEvent.objects.bulk_create(events, batch_size=500)
     return changed, len(events)

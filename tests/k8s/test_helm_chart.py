@@ -122,6 +122,9 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
     deployments = {d["metadata"]["name"].rsplit("-aifactory-portal-", 1)[-1]
                    for d in docs if d["kind"] == "Deployment"}
     assert deployments == {"web", "worker", "beat", "fleet-watch"}
+    watchers = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"]
+                    .endswith("-fleet-watch"))["spec"]["template"]["spec"]["containers"]
+    assert [c["command"][-1] for c in watchers] == ["watch_fleet", "watch_queues"]
     web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"]
                .endswith("-web"))
     container = web["spec"]["template"]["spec"]["containers"][0]

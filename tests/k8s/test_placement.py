@@ -2,9 +2,9 @@
 (kwok): the "Use it" example Job, submitted as the tenant, is admitted by the real Kueue,
 placed by kube-scheduler where the route promises (a dedicated block on its own nodes; the
 confidential pool on confidential nodes; MIG: its claim allocated a slice of the approved
-profile on the MIG node), runs and succeeds. The queue sync then records the workload's
-ledger, and each step's time is the one Kubernetes itself recorded. Another tenant's pod is
-never placed on a dedicated block."""
+profile on the MIG node), runs and succeeds. The portal's queue watch records the
+workload's ledger as it happens, and each step's time is the one Kubernetes itself
+recorded. Another tenant's pod is never placed on a dedicated block."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import pytest
 
 from fleet.allocations.connect import example_workload
 from fleet.allocations.provisioning import allocation_spec
+from fleet.kube import get_backend
 from fleet.models import Route
+from fleet.queues.watch import QueueFollower
 from tests.harness.placement import KWOK_ANNOTATION, Placement, start_delays
 
 from .conftest import eventually
@@ -128,6 +130,11 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
     job["spec"]["template"].setdefault("metadata", {})["annotations"] = start_delays(
         run_ms=3000 if route is Route.MIG_VCLUSTER else 500)
     name = job["metadata"]["name"]
+    # The portal follows by watch from before the submission (as `manage.py watch_queues`
+    # does), and the test keeps every container start the API server ever showed.
+    follower = QueueFollower(get_backend(), timeout_seconds=60)
+    follower.start()
+    starts = _StartsSeen(admin, alloc.namespace)
     started = time.monotonic()
     as_identity(control_plane, f"{tenant.slug}-lead",
                 [f"oidc:/tenants/{tenant.slug}/leads"]).apply(job)
@@ -141,11 +148,6 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
                 print("WORKLOAD", wl.get("status"))
             print(placement.log_tail())
             raise
-        # Read while the pod holds its claim: a claim made from a template is deleted with
-        # its pod, so the ledger records the allocation only from a read while it runs.
-        from fleet.queues.sync import queue_sync
-
-        queue_sync()
         seen = _pods(admin, alloc.namespace, name)
 
     try:
@@ -171,20 +173,60 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
         # The scheduler allocated the claim a MIG device of the approved profile on that node.
         assert len(devices) == 1 and devices[0]["driver"] == "gpu.nvidia.com" and \
             devices[0]["pool"] == "mig-0" and "-mig-" in devices[0]["device"], devices
-    _ledger_is_what_kubernetes_recorded(admin, alloc, name, pod, route, seen)
+    try:
+        _ledger_is_what_kubernetes_recorded(admin, alloc, name, pod, route, seen, follower,
+                                            starts)
+    finally:
+        follower.close()
+        starts.stop.set()
+
+
+class _StartsSeen:
+    """Every container startedAt the namespace's pods carried, from a watch of our own: kwok
+    (unlike a kubelet) writes a new startedAt when it completes a pod, so the time the
+    portal's watch recorded while the pod ran may differ from the finished pod's."""
+
+    def __init__(self, admin, namespace: str):
+        import threading
+
+        self.times, self.stop = set(), threading.Event()
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        _items, version = admin.list_path_versioned(path)
+
+        def run():
+            from fleet.kube import KubeError
+
+            while not self.stop.is_set():
+                try:
+                    for event in admin.watch_path(path, resource_version=version,
+                                                  timeout_seconds=5):
+                        self.add(event.get("object") or {})
+                except KubeError:
+                    return
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def add(self, pod: dict) -> None:
+        from fleet.queues.truth import parse_time
+
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = c.get("state") or {}
+            started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+            if started:
+                self.times.add(parse_time(started))
 
 
 def _ledger_is_what_kubernetes_recorded(admin, alloc, job: str, pod: dict, route,
-                                        seen: list[dict]) -> None:
-    """The queue sync's ledger for the Job: every step in order, each at the time the API
-    server's objects carry, each seam the difference of those times."""
+                                        seen: list[dict], follower, starts) -> None:
+    """The watch's ledger for the Job: every step in order, each at the time the API
+    server's objects carry, each seam the difference of those times. For MIG the claim is
+    gone with its pod by now: its device was recorded from the watch's events alone."""
     from fleet.models import QueueEvent
-    from fleet.queues.sync import queue_sync
     from fleet.queues.truth import parse_time
 
     def synced_to_the_end() -> list:
         # Kueue marks the Workload Finished a moment after the Job succeeds: read until then.
-        queue_sync()
+        follower.drain(wait=0.5)
         found = list(QueueEvent.objects.filter(allocation=alloc, workload=job))
         assert "finished" in [e.kind for e in found], [e.kind for e in found]
         return found
@@ -203,10 +245,9 @@ def _ledger_is_what_kubernetes_recorded(admin, alloc, job: str, pod: dict, route
     assert at["pods"] == parse_time(pod["metadata"]["creationTimestamp"])
     # The container's start as the pod carried it when read: kwok (unlike a kubelet) writes
     # a new startedAt when it completes a pod, so a read while it ran may have seen another.
-    starts = {parse_time((state.get("running") or state.get("terminated") or {}).get(
-        "startedAt")) for p in [pod, *seen] for state in (
-        c["state"] for c in p["status"].get("containerStatuses") or [])}
-    assert at["running"] in starts, (at["running"], starts)
+    for p in [pod, *seen]:
+        starts.add(p)
+    assert at["running"] in starts.times, (at["running"], starts.times)
     seams = {e.kind: e.seam_seconds for e in events}
     assert seams["running"] == max(0.0, (at["running"] - at["admitted"]).total_seconds())
     assert seams["scheduled"] == (at["scheduled"] - at["pods"]).total_seconds()

@@ -3,7 +3,8 @@
 Queues and Workloads are created in the real API server and the real Kueue admits what fits
 (4 devices of quota per queue, 10 one-device workloads each: 4 admitted, 6 waiting). Then:
 time to the first full view (one queue sync from nothing), a re-sync with nothing changed,
-one tenant's queue page, and the lag from a Workload change to the portal showing it.
+one tenant's queue page, and the lag from a Workload change to the portal showing it: by the
+periodic list, and by the watch (p50/p95 over a series of changes).
 
 Small by default (50 queues, 500 workloads); PORTAL_BENCH_FULL=1 runs the issue's size
 (500 queues, 5,000 workloads):  make test ARGS="tests/k8s/test_queue_benchmark.py -s"
@@ -24,6 +25,7 @@ from django.utils import timezone
 from fleet.kube import MANAGED_BY, MANAGER
 from fleet.models import Allocation, QueueWorkload, Route
 from fleet.queues.sync import queue_sync
+from fleet.queues.watch import QueueFollower
 
 from .conftest import eventually
 
@@ -31,6 +33,7 @@ pytestmark = [pytest.mark.django_db]
 KUEUE = "kueue.x-k8s.io/v1beta2"
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
 QUEUES, PER_QUEUE, QUOTA = (500, 10, 4) if FULL else (50, 10, 4)
+CHANGES = 60 if FULL else 20
 
 
 def _workload(ns: str, i: int) -> dict:
@@ -141,7 +144,44 @@ def test_benchmark_following_workloads_across_queues(kueue, admin_kube, portal_k
         assert time.monotonic() - changed_at < 120, "the change never showed"
         time.sleep(0.2)
 
+    # The watch (`manage.py watch_queues`, driven step by step here so its writes stay in
+    # this test's transaction): the lag from an API change to the portal's row, per change.
+    follower = QueueFollower(portal_kube, timeout_seconds=120)
+    t0 = time.monotonic()
+    follower.start()
+    watch_start = time.monotonic() - t0
+    lags, burst_s = [], []
+    try:
+        for i in range(CHANGES):
+            ns = namespaces[(i // 2) % len(namespaces)]  # made in one change, deleted next
+            name = f"lag{i:03d}"
+            changed_at = time.monotonic()
+            if i % 2 == 0:
+                admin_kube.apply(_workload(ns, i) | {"metadata": {"name": name,
+                                                                  "namespace": ns}},
+                                 force=True)
+                shown = lambda ns=ns, name=name: QueueWorkload.objects.filter(  # noqa: E731
+                    namespace=ns, name=name).exclude(state="gone").exists()
+            else:
+                assert admin_kube.delete(KUEUE, "Workload", f"lag{i - 1:03d}", ns)
+                shown = lambda ns=ns, i=i: QueueWorkload.objects.filter(  # noqa: E731
+                    namespace=ns, name=f"lag{i - 1:03d}", state="gone").exists()
+            while not shown():
+                burst_s += [r.seconds for r in follower.drain(wait=0.02)]
+                assert time.monotonic() - changed_at < 30, f"change {i} never showed"
+            lags.append(time.monotonic() - changed_at)
+    finally:
+        follower.close()
+    lags.sort()
+    lag_p50, lag_p95 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * .95))]
+
     with capsys.disabled():
+        print(f"\nBENCHMARK queue watch ({QUEUES} queues, {total} workloads): list and open "
+              f"the watches {watch_start:.2f}s; API change → the portal's row, "
+              f"{len(lags)} changes: p50 {lag_p50 * 1000:.0f} ms, p95 {lag_p95 * 1000:.0f} ms "
+              f"(recording a burst {1000 * sorted(burst_s)[len(burst_s) // 2]:.0f} ms median, "
+              f"{1000 * max(burst_s):.0f} ms at most); the periodic list alone: up to "
+              f"PORTAL_QUEUE_SYNC_SECONDS + a sync of {max(syncs):.2f}s")
         print(f"\nBENCHMARK queue truth ({QUEUES} queues, {total} workloads"
               f"{'' if FULL else '; PORTAL_BENCH_FULL=1 for 500/5,000'}): created in "
               f"{created:.1f}s, Kueue settled in {settled:.1f}s; first full view "

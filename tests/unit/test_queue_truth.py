@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import datetime as dt
 import random
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -318,6 +319,10 @@ def test_transitions_become_events_once():
     done = parse_workload(workload(admitted_at="09:30", finished=True), cluster_queue_of={})
     assert [e["kind"] for e in transition_events(admitted, done, now=NOW,
                                                  borrowed=Decimal(0))] == ["finished"]
+    # Kueue may write to a finished Workload again (seen: a status update seconds after
+    # "Finished"): read again, it is neither admitted nor finished a second time.
+    again = replace(done, resource_version=done.resource_version + "9")
+    assert transition_events(done, again, now=NOW, borrowed=Decimal(0)) == []
 
 
 def test_durations_read_naturally():

@@ -8,6 +8,7 @@ import datetime as dt
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -164,3 +165,37 @@ def test_each_seam_per_day_for_the_tenant_and_for_admins(client, lead, admin_use
                                             defaults={"allocation": alloc})
     page = client.get("/fleet/cohorts/").content.decode()
     assert 'data-chart="seams"' in page and "Pod start" in page
+
+
+def test_an_older_reader_cannot_undo_what_a_newer_one_recorded(alloc):
+    """The watch and the beat's list may both record: a list begun before the watch's last
+    event must not take a workload back, bring a deleted one back, or call one gone that
+    the watch saw created after the list began."""
+    from fleet.models import QueueWorkload
+
+    pending = facts(state="pending", admitted_at=None, rv="10")
+    sync(alloc, pending, None, at(40))
+    assert sync(alloc, facts(rv="12"), None, at(41)) == 1  # the watch: admitted
+    # The beat's list, read at version 11, still says pending: ignored, no event.
+    assert sync(alloc, facts(state="pending", admitted_at=None, rv="11"), None, at(42)) == 0
+    row = QueueWorkload.objects.get(uid="wl-1")
+    assert row.state == ADMITTED and row.resource_version == "12"
+    # The watch sees it deleted; an old list that still holds it does not bring it back.
+    _store_workloads([], {}, {}, {alloc.namespace: alloc}, at(43), {}, gone={"wl-1"})
+    row.refresh_from_db()
+    assert row.state == "gone"
+    _store_workloads([facts(rv="12")], {}, {}, {alloc.namespace: alloc}, at(44), {},
+                     listed_at=at(41))
+    row.refresh_from_db()
+    assert row.state == "gone"
+    assert list(QueueEvent.objects.filter(workload_uid="wl-1").values_list(
+        "kind", flat=True).order_by("at", "pk")) == ["submitted", "admitted", "gone"]
+
+    # A workload the watch recorded after a list began is not gone for that list.
+    new = replace(facts(rv="20"), uid="wl-2", name="job-eval-y", job="eval")
+    _store_workloads([new], {}, {}, {alloc.namespace: alloc}, at(50), {}, gone=set())
+    _store_workloads([], {}, {}, {alloc.namespace: alloc}, at(51), {}, listed_at=at(49))
+    assert QueueWorkload.objects.get(uid="wl-2").state == ADMITTED
+    # ...but a list begun after it was last seen, without it, is right to call it gone.
+    _store_workloads([], {}, {}, {alloc.namespace: alloc}, at(52), {}, listed_at=at(51))
+    assert QueueWorkload.objects.get(uid="wl-2").state == "gone"
