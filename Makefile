@@ -1,5 +1,5 @@
 # The two set-up commands of the README: `make run` and `make test`.
-.PHONY: run test lint
+.PHONY: run test lint factory-demo
 ARGS ?=
 
 run:
@@ -10,3 +10,8 @@ test:
 
 lint:
 	bash scripts/venv.sh test && .venv/bin/ruff check .
+
+# Not a set-up command: the simulated GPU factory (real Kubernetes control plane, Kueue,
+# kube-scheduler, kwok nodes) with the portal and a load generator, for people to watch.
+factory-demo:
+	bash scripts/test.sh tests/k8s/factory_demo.py -s -q -p no:cacheprovider $(ARGS)

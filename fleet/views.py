@@ -6,7 +6,10 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from tenants.access import require_platform_admin
@@ -219,15 +222,21 @@ def allocation_queue_panel(request, pk: int):
     from tenants.access import roles_for, scope_to_tenants
 
     from .forms import QueueNarrowForm
-    from .queues.explain import allocation_queue, history_chart, seam_chart
+    from .queues.explain import allocation_queue, history_chart, queue_stamp, seam_chart
 
     alloc = get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk)
     narrowed = QueueNarrowForm(request.GET).narrowed()
+    stamp = queue_stamp(alloc)
+    if request.GET.get("since") == stamp:
+        return HttpResponse(status=204)  # nothing new: htmx keeps the panel as it is
     view = allocation_queue(alloc, **narrowed)
+    query = {k: v for k, v in narrowed.items() if v not in (None, "")}
+    poll_url = reverse("fleet:queue", args=[alloc.pk]) + "?" + urlencode(
+        {**query, "since": stamp})
     return render(request, "partials/queue.html", {
         "alloc": alloc, "view": view, "chart": history_chart(view.history),
-        "seam_chart": seam_chart(view.seams),
+        "seam_chart": seam_chart(view.seams), "poll_url": poll_url,
         "roles": roles_for(request.user), "narrowed": narrowed})
 
 
@@ -282,8 +291,6 @@ def allocation_connect_panel(request, pk: int):
 @login_required
 def allocation_connect_file(request, pk: int, what: str):
     """The kubeconfig or the example workload, as a YAML download."""
-    from django.http import HttpResponse
-
     from .allocations.selectors import connect_info
 
     alloc = _usable_allocation(request, pk)

@@ -8,6 +8,7 @@ recorded. Another tenant's pod is never placed on a dedicated block."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 
@@ -182,15 +183,17 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
 
 
 class _StartsSeen:
-    """Every container startedAt the namespace's pods carried, from a watch of our own: kwok
-    (unlike a kubelet) writes a new startedAt when it completes a pod, so the time the
-    portal's watch recorded while the pod ran may differ from the finished pod's."""
+    """Every version of the namespace's objects at `path` the API server showed, from a
+    watch of our own. For pods: every container startedAt (kwok, unlike a kubelet, writes a
+    new startedAt when it completes a pod, so the time the portal's watch recorded while the
+    pod ran may differ from the finished pod's)."""
 
-    def __init__(self, admin, namespace: str):
+    def __init__(self, admin, namespace: str, kind: str = "pods"):
         import threading
 
-        self.times, self.stop = set(), threading.Event()
-        path = f"/api/v1/namespaces/{namespace}/pods"
+        self.objects, self.stop = [], threading.Event()
+        path = (f"/api/v1/namespaces/{namespace}/pods" if kind == "pods" else
+                f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads")
         _items, version = admin.list_path_versioned(path)
 
         def run():
@@ -200,20 +203,37 @@ class _StartsSeen:
                 try:
                     for event in admin.watch_path(path, resource_version=version,
                                                   timeout_seconds=5):
-                        self.add(event.get("object") or {})
+                        if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                            self.add(event.get("object") or {})
                 except KubeError:
                     return
 
         threading.Thread(target=run, daemon=True).start()
 
-    def add(self, pod: dict) -> None:
+    def add(self, obj: dict) -> None:
+        self.objects.append(obj)
+
+    @property
+    def times(self) -> set:
         from fleet.queues.truth import parse_time
 
-        for c in (pod.get("status") or {}).get("containerStatuses") or []:
-            state = c.get("state") or {}
-            started = (state.get("running") or state.get("terminated") or {}).get("startedAt")
-            if started:
-                self.times.add(parse_time(started))
+        out = set()
+        for pod in self.objects:
+            for c in (pod.get("status") or {}).get("containerStatuses") or []:
+                state = c.get("state") or {}
+                started = (state.get("running") or state.get("terminated") or {}).get(
+                    "startedAt")
+                if started:
+                    out.add(parse_time(started))
+        return out
+
+    def condition_times(self, kind: str) -> set:
+        """Every lastTransitionTime at which a Workload showed condition `kind` True."""
+        from fleet.queues.truth import parse_time
+
+        return {parse_time(c["lastTransitionTime"]) for wl in self.objects
+                for c in (wl.get("status") or {}).get("conditions") or []
+                if c.get("type") == kind and c.get("status") == "True"}
 
 
 def _ledger_is_what_kubernetes_recorded(admin, alloc, job: str, pod: dict, route,
@@ -404,3 +424,132 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
 
     assert eventually(placed, timeout=60) == new
     eventually(lambda: _succeeded(admin, block.namespace, name, placement), timeout=60)
+
+
+def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
+        control_plane, simulated_fleet, placement, admin_user,
+        django_capture_on_commit_callbacks, capsys):
+    """The four-tenant contention of tests/k8s/test_queue_truth.py carried to running pods,
+    followed by the portal's queue watch: A runs within quota; B borrows 4 devices and runs
+    on the shared node; C returns, the cohort reclaims, B's pods are deleted and C's placed;
+    when A finishes B is admitted again and runs to the end. The ledger holds every step in
+    order at the times Kubernetes recorded, the recovery seam is the time from B's
+    preemption to its pod running again, and the borrowed device-seconds billing reads
+    equal the ledger's (within the one-second resolution of Kubernetes' conditions)."""
+    from billing.services import borrowed_device_seconds
+    from fleet.models import Pool, QueueEvent
+    from fleet.queues.placement import recoveries
+    from fleet.queues.truth import parse_time
+
+    from .test_kueue_admission import job as tenant_job
+
+    admin = simulated_fleet
+    tag = uuid.uuid4().hex[:5]
+    Pool.objects.filter(route=Route.SHARED_POOL).update(cohort=f"contend-{tag}",
+                                                        borrowing_limit_devices=8)
+    allocs, idents = {}, {}
+    for letter in "abcd":
+        tenant, lead = _tenant(f"{tag}{letter}")
+        _req, alloc = approve(tenant, lead, admin_user, Route.SHARED_POOL,
+                              django_capture_on_commit_callbacks, whole_devices=2)
+        alloc.refresh_from_db()
+        assert alloc.status == "active", alloc.status_message
+        allocs[letter] = alloc
+        idents[letter] = as_identity(control_plane, f"{tenant.slug}-lead",
+                                     [f"oidc:/tenants/{tenant.slug}/leads"])
+    a, b, c = allocs["a"], allocs["b"], allocs["c"]
+    b_pods, b_workloads = _StartsSeen(admin, b.namespace), _StartsSeen(admin, b.namespace,
+                                                                       "workloads")
+    follower = QueueFollower(get_backend(), timeout_seconds=120)
+    follower.start()
+
+    def submit(letter: str, name: str, devices: int, run_ms: int) -> None:
+        body = tenant_job(allocs[letter].namespace, devices=devices, name=name)
+        body["spec"]["template"]["metadata"] = {"annotations": start_delays(run_ms=run_ms)}
+        idents[letter].apply(body)
+
+    def following(check, timeout: float = 90):
+        """Let the portal's watch record until `check` passes (the watch, not the test,
+        reads the cluster: a check reads the portal's own rows)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            placement.raise_if_dead()
+            follower.drain(wait=0.2)
+            try:
+                return check()
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    print(placement.log_tail())
+                    raise
+
+    def ledger(alloc, job: str) -> list:
+        return list(QueueEvent.objects.filter(allocation=alloc, workload=job)
+                    .order_by("at", "pk"))
+
+    def has(alloc, job: str, *kinds: str) -> list:
+        found = ledger(alloc, job)
+        got = [e.kind for e in found]
+        for k in kinds:
+            assert k in got, (job, got)
+            got.remove(k)
+        return found
+
+    try:
+        submit("a", "a-train", 2, run_ms=15000)
+        following(lambda: has(a, "a-train", "running"))
+        submit("b", "b-sweep", 6, run_ms=12000)
+        following(lambda: has(b, "b-sweep", "running"))
+        until = time.monotonic() + 2  # a span of borrowing
+        while time.monotonic() < until:
+            follower.drain(wait=0.2)
+        submit("c", "c-eval", 2, run_ms=20000)
+        following(lambda: has(b, "b-sweep", "preempted") and has(c, "c-eval", "running"))
+        following(lambda: has(b, "b-sweep", "running", "running", "finished"), timeout=120)
+    finally:
+        follower.close()
+        b_pods.stop.set()
+        b_workloads.stop.set()
+
+    events = ledger(b, "b-sweep")
+    kinds = [e.kind for e in events]
+    assert kinds == ["submitted", "admitted", "pods", "scheduled", "running", "preempted",
+                     "admitted", "pods", "scheduled", "running", "finished"], kinds
+    preempted = next(e for e in events if e.kind == "preempted")
+    assert "reclaimed" in preempted.reason
+    # Every step at the time Kubernetes recorded it: admissions and the preemption from the
+    # Workload's conditions as they were shown, pods from the Pods.
+    assert preempted.at in b_workloads.condition_times("Evicted")
+    admissions = [e for e in events if e.kind == "admitted"]
+    assert {e.at for e in admissions} <= b_workloads.condition_times("Admitted") | \
+        b_workloads.condition_times("QuotaReserved")
+    runs = [e for e in events if e.kind == "running"]
+    assert {e.at for e in runs} <= b_pods.times, ({e.at for e in runs}, b_pods.times)
+    created = sorted(parse_time(p["metadata"]["creationTimestamp"]) for p in b_pods.objects)
+    # Nothing ran without admission: every pod of B was created after one of its admissions.
+    assert created and created[0] >= admissions[0].at
+    # The recovery seam: from the preemption to the pod running again.
+    ((again, seconds),) = recoveries([(e.workload_uid, e.kind, e.at) for e in events])
+    assert again == runs[1].at and seconds == (runs[1].at - preempted.at).total_seconds()
+    assert preempted.at < admissions[1].at <= runs[1].at
+
+    # Billing's borrowed device-seconds (the queue-hours the watch integrated) = the
+    # ledger's: each admission borrowed 4 devices until its preemption or finish.
+    ends = {id(admissions[0]): preempted.at,
+            id(admissions[1]): next(e.at for e in events if e.kind == "finished")}
+    by_ledger = sum(float(e.borrowed) * (ends[id(e)] - e.at).total_seconds()
+                    for e in admissions)
+    assert [e.borrowed for e in admissions] == [4, 4]
+    start = admissions[0].at.replace(minute=0, second=0, microsecond=0)
+    end = start + dt.timedelta(hours=2)
+    billed = borrowed_device_seconds(list(allocs.values()), start, end)
+    by_billing = sum(v for (alloc_id, _hour), v in billed.items() if alloc_id == b.pk)
+    # Conditions and pod times are whole seconds, the watch records a moment after: per
+    # boundary 4 devices × (1 s + 0.5 s).
+    tolerance = 4 * 1.5 * 2 * len(admissions)
+    assert abs(float(by_billing) - by_ledger) <= tolerance, (by_billing, by_ledger)
+    assert {alloc_id for alloc_id, _hour in billed} == {b.pk}, billed  # A, C in quota
+    with capsys.disabled():
+        print(f"\nBENCHMARK contention through placement: B borrowed {by_ledger:.1f} "
+              f"device-s by the ledger, {float(by_billing):.1f} billed (± {tolerance:.0f}); "
+              f"recovery after reclaim {seconds:.1f} s; "
+              + ", ".join(f"{e.kind} {e.at:%H:%M:%S}" for e in events))

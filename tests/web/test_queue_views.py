@@ -66,11 +66,15 @@ def test_the_waiting_tenant_is_told_why_without_a_word_of_its_peer(client, lead,
     view = client.get(f"/api/allocations/{acme.pk}/queue/").json()
     (waiting,) = view["pending"]
     assert waiting["name"] == "eval-3" and waiting["reason_code"] == "cohort"
+    since = acme.workloads.get(job="train-7").admitted_at
+    # A time of today reads as its clock time; of an earlier day, with its date (this test
+    # runs past midnight too).
+    since = f"{since:%H:%M}" if since.date() == timezone.now().date() else \
+        f"{since:%Y-%m-%d %H:%M}"
     assert waiting["reason"] == (
         "Waiting for 2 more devices: your quota of 4 devices has 2 devices unused (lent to the "
-        "cohort meanwhile), the rest is in use by train-7 (2 devices) since "
-        f"{acme.workloads.get(job='train-7').admitted_at:%H:%M}; the cohort has none to lend "
-        "now.")
+        f"cohort meanwhile), the rest is in use by train-7 (2 devices) since {since}; the "
+        "cohort has none to lend now.")
     assert waiting["estimate_basis"] == "limits" and waiting["estimated_start"]
     assert view["estimates_track_record"]["count"] > 0
     assert len(view["history"]) == 14 and any(d["preemptions"] for d in view["history"])
@@ -167,3 +171,29 @@ def test_admins_see_the_history_of_every_queue(client, admin_user, queues):
     client.force_login(admin_user)
     page = client.get("/fleet/cohorts/").content.decode()
     assert "Every queue, last 14 days" in page and "Borrowed device-h" in page
+
+
+def test_the_open_panel_is_told_nothing_new_until_the_queue_changes(client, lead, queues):
+    """The panel polls every second with the stamp it was drawn at: 204 (htmx keeps what
+    it shows) until a workload or the queue is recorded again, then the new panel."""
+    import re
+
+    from fleet.models import QueueWorkload
+
+    acme, _globex = queues
+    client.force_login(lead)
+    page = client.get(f"/allocations/{acme.pk}/queue/?priority=0")
+    assert page.status_code == 200
+    poll = re.search(r'hx-get="([^"]+)" hx-trigger="every 1s"', page.content.decode())[1]
+    poll = poll.replace("&amp;", "&")
+    assert "since=" in poll and "priority=0" in poll  # the narrowing is kept
+    assert client.get(poll).status_code == 204
+    assert client.get(poll).content == b""
+    row = acme.workloads.get(job="eval-3")
+    QueueWorkload.objects.filter(pk=row.pk).update(
+        position=5, observed_at=timezone.now() + dt.timedelta(seconds=1))
+    fresh = client.get(poll)
+    assert fresh.status_code == 200 and "eval-3" in fresh.content.decode()
+    # Another tenant's stamp is no way in: the allocation is scoped before the stamp.
+    client.force_login(lead)
+    assert client.get(f"/allocations/{_globex.pk}/queue/?since=x").status_code == 404
