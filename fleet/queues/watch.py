@@ -115,6 +115,7 @@ class Touched:
     only: set[str] = field(default_factory=set)
     gone: set[str] = field(default_factory=set)
     events: int = 0
+    _by_namespace: dict[str, set[str]] | None = None  # built once per burst, when needed
 
     def add(self, mirror: Mirror, kind: str, event: str, obj: dict) -> None:
         self.events += 1
@@ -125,9 +126,12 @@ class Touched:
             return
         if kind in ("pods", "claims", "localqueues"):
             # A pod's or claim's step, or a queue's link, belongs to the namespace's workloads.
-            self.only |= {(w.get("metadata") or {}).get("uid", "")
-                          for (ns, _n), w in mirror.objects["workloads"].items()
-                          if ns == namespace}
+            if self._by_namespace is None:
+                self._by_namespace = {}
+                for (ns, _n), w in mirror.objects["workloads"].items():
+                    self._by_namespace.setdefault(ns, set()).add(
+                        (w.get("metadata") or {}).get("uid", ""))
+            self.only |= self._by_namespace.get(namespace, set())
         # A ClusterQueue's own change moves no workload: queues are recomputed every time.
 
 
