@@ -5,24 +5,18 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-import requests
-from django.conf import settings
-
 from fleet.domain import mig_share
+from fleet.prometheus import PrometheusError, instant_query
 
 from .domain import HOUR, SECONDS_PER_HOUR
+
+__all__ = ["USED_QUERY", "PrometheusError", "used_device_seconds"]
 
 # Graphics-engine activity (0-1) works for whole GPUs and MIG instances alike. The window is
 # an hour less a millisecond: Prometheus 2 ranges include their left edge, so a sample taken
 # exactly on the hour would otherwise count in two hours.
 USED_QUERY = ("sum by (namespace, GPU_I_PROFILE) "
               "(avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{namespace!=\"\"}[3599999ms]))")
-
-
-class PrometheusError(Exception):
-    """Prometheus did not answer; the hour stays pending (never silently zero)."""
-
-    retriable = True
 
 
 def used_device_seconds(hour: dt.datetime, *, base_url: str | None = None,
@@ -32,19 +26,9 @@ def used_device_seconds(hour: dt.datetime, *, base_url: str | None = None,
     avg_over_time over the hour × 3600 s is the device-seconds one series was busy; a MIG
     instance counts with its share of a device (compute slices / 7 unless configured).
     """
-    url = (base_url or settings.PROMETHEUS_URL).rstrip("/")
-    at = hour + HOUR
-    try:
-        response = requests.get(f"{url}/api/v1/query", params={
-            "query": USED_QUERY, "time": f"{at.timestamp():.3f}"}, timeout=10)
-        response.raise_for_status()
-        body = response.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise PrometheusError(f"Prometheus at {url} did not answer: {exc}") from exc
-    if body.get("status") != "success":
-        raise PrometheusError(f"Prometheus refused the query: {body.get('error')}")
+    result = instant_query(USED_QUERY, hour + HOUR, base_url=base_url)
     out: dict[str, Decimal] = {}
-    for series in body["data"]["result"]:
+    for series in result:
         labels = series["metric"]
         value = Decimal(series["value"][1])
         weight = mig_share(labels.get("GPU_I_PROFILE", ""), weights)

@@ -144,6 +144,15 @@ class LedgerStepSerializer(serializers.Serializer):
 class JobLedgerSerializer(serializers.Serializer):
     name = serializers.CharField()
     steps = LedgerStepSerializer(many=True)
+    gpu_busy = serializers.FloatField(
+        allow_null=True, help_text="mean activity of its GPUs while it ran, 0–1, from DCGM "
+                                   "(DCGM_FI_PROF_GR_ENGINE_ACTIVE of its pods); null: not "
+                                   "measured, or Prometheus has no series for its pods")
+    gpu_memory_gb = serializers.FloatField(
+        allow_null=True, help_text="the most GPU memory one of its GPUs held, GB "
+                                   "(DCGM_FI_DEV_FB_USED)")
+    utilisation_at = serializers.DateTimeField(
+        allow_null=True, help_text="the end of the window measured; null: not measured yet")
 
 
 class QueueQuerySerializer(serializers.Serializer):

@@ -285,6 +285,12 @@ class QueueWorkload(models.Model):
     scheduled_at = models.DateTimeField(null=True, blank=True)
     node = models.CharField(max_length=253, blank=True)
     running_at = models.DateTimeField(null=True, blank=True)
+    # What its GPUs did while it ran, from the DCGM exporter's series of its pods in
+    # Prometheus (fleet.queues.utilisation): mean graphics-engine activity (0–1) and the most
+    # GPU memory used; measured_at is the end of the window measured (None: not yet).
+    gpu_busy = models.FloatField(null=True, blank=True)
+    gpu_memory_gb = models.FloatField(null=True, blank=True)
+    utilisation_at = models.DateTimeField(null=True, blank=True)
     observed_at = models.DateTimeField()
 
     class Meta:

@@ -9,4 +9,4 @@ from .allocations.tasks import (  # noqa: F401 - registered with Celery by impor
     requeue_stalled,
 )
 from .inventory.tasks import sync_fleet  # noqa: F401
-from .queues.tasks import sync_queues  # noqa: F401
+from .queues.tasks import measure_workload_utilisation, sync_queues  # noqa: F401

@@ -59,6 +59,11 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
         required=False, allow_blank=True,
         help_text="one of the profiles the active MIG pools offer")
 
+    trace_id = serializers.CharField(
+        source="allocation.trace.trace_id", read_only=True, allow_null=True, default=None,
+        help_text="the OpenTelemetry trace of the allocation's path from filing to its first "
+                  "running workload; null until it was sent (PORTAL_OTLP_ENDPOINT)")
+
     class Meta:
         model = CapacityRequest
         fields = [
@@ -67,6 +72,7 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
             "memory_gb", "gpu_model", "starts_on", "ends_on", "expected_utilisation",
             "justification", "status", "route", "route_reason", "pool", "route_overridden",
             "override_reason", "decision_reason", "decided_at", "allocation", "created_at",
+            "trace_id",
         ]
         read_only_fields = [
             "status", "route", "route_reason", "route_overridden", "override_reason",
@@ -124,7 +130,8 @@ class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     lookup_value_regex = r"\d+"
 
     def get_queryset(self):
-        qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
+        qs = CapacityRequest.objects.select_related("tenant", "requester", "pool",
+                                                    "allocation__trace")
         status = self.request.query_params.get("status")
         if status in Status._value2member_map_:
             qs = qs.filter(status=status)

@@ -122,3 +122,17 @@ class CapacityRequest(models.Model):
             mig_profile=self.mig_profile,
             memory_gb=self.memory_gb,
         )
+
+
+class AllocationTrace(models.Model):
+    """The OpenTelemetry trace sent for an allocation's path from filing to its first running
+    workload (intake.trace): one per allocation, written once the collector took it."""
+
+    allocation = models.OneToOneField(Allocation, on_delete=models.CASCADE,
+                                      related_name="trace")
+    trace_id = models.CharField(max_length=32)  # 32 lower-case hex digits, as OTLP shows it
+    spans = models.PositiveSmallIntegerField()
+    exported_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id}: {self.trace_id}"

@@ -390,6 +390,19 @@ CELERY_BEAT_SCHEDULE["reconcile-allocations"] = {
     "task": "fleet.tasks.reconcile_allocations",
     "schedule": float(env_int("PORTAL_RECONCILE_SECONDS", 600, minimum=30))}
 
+# --- Tracing: one OpenTelemetry trace per allocation (filed → … → first workload running),
+# sent over OTLP/HTTP to this collector (e.g. http://jaeger:4318); empty: none are sent.
+PORTAL_OTLP_ENDPOINT = env_str("PORTAL_OTLP_ENDPOINT")
+PORTAL_OTEL_SERVICE_NAME = env_str("PORTAL_OTEL_SERVICE_NAME", "aifactory-portal")
+# Where people open a trace, with {trace_id} in it (e.g. http://jaeger:16686/trace/{trace_id}).
+PORTAL_TRACE_URL = env_str("PORTAL_TRACE_URL")
+if PORTAL_TRACE_URL and "{trace_id}" not in PORTAL_TRACE_URL:
+    raise ImproperlyConfigured("PORTAL_TRACE_URL must contain {trace_id}")
+CELERY_BEAT_SCHEDULE["export-allocation-traces"] = {
+    "task": "intake.tasks.export_allocation_traces",
+    "schedule": float(env_int("PORTAL_TRACE_EXPORT_SECONDS", 30, minimum=5)),
+    "options": {"expires": 30.0}}
+
 # --- Billing
 PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090")
 # Per-profile device weights, e.g. "1g.10gb=0.125,3g.40gb=0.4"; default compute slices / 7.
@@ -405,6 +418,14 @@ PORTAL_EMBEDDED_BEAT = env_bool("PORTAL_EMBEDDED_BEAT", False)
 if PRODUCTION and (PORTAL_USAGE_SOURCE or PORTAL_EMBEDDED_BEAT):
     raise ImproperlyConfigured("PORTAL_USAGE_SOURCE and PORTAL_EMBEDDED_BEAT are for the "
                                "embedded run only")
+# GPU activity and memory per workload, from the same DCGM series (0: not measured; the
+# embedded run has no Prometheus).
+PORTAL_UTILISATION_SECONDS = env_int("PORTAL_UTILISATION_SECONDS", 300, minimum=0)
+if PORTAL_UTILISATION_SECONDS:
+    CELERY_BEAT_SCHEDULE["measure-workload-utilisation"] = {
+        "task": "fleet.tasks.measure_workload_utilisation",
+        "schedule": float(PORTAL_UTILISATION_SECONDS),
+        "options": {"expires": float(PORTAL_UTILISATION_SECONDS)}}
 CELERY_BEAT_SCHEDULE["rollup-usage"] = {"task": "billing.tasks.rollup_recent_usage",
                                         "schedule": 900.0}
 

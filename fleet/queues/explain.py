@@ -242,12 +242,17 @@ def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:
     for e in QueueEvent.objects.filter(allocation=alloc, workload_uid__in=uids).order_by(
             "at", "id"):
         by_uid[e.workload_uid].append(e)
+    measured = {r["uid"]: r for r in QueueWorkload.objects.filter(uid__in=uids).values(
+        "uid", "gpu_busy", "gpu_memory_gb", "utilisation_at")}
     out = []
     for uid in uids:
         steps = by_uid[uid]
+        gpu = measured.get(uid) or {}
         out.append({"name": steps[-1].workload, "steps": [
             {"kind": e.kind, "label": e.get_kind_display(), "at": e.at,
-             "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps]})
+             "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps],
+            "gpu_busy": gpu.get("gpu_busy"), "gpu_memory_gb": gpu.get("gpu_memory_gb"),
+            "utilisation_at": gpu.get("utilisation_at")})
     return out
 
 

@@ -12,3 +12,12 @@ def sync_queues() -> str:
     from .sync import queue_sync
 
     return queue_sync().summary()
+
+
+@shared_task(name="fleet.tasks.measure_workload_utilisation", ignore_result=True)
+def measure_workload_utilisation() -> int:
+    """Join DCGM's GPU activity and memory to the workloads that ran (beat, every
+    PORTAL_UTILISATION_SECONDS)."""
+    from .utilisation import measure_utilisation
+
+    return measure_utilisation()

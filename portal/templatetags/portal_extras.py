@@ -95,3 +95,12 @@ def hours(value) -> str:
     from billing.domain import hours_text
 
     return hours_text(value)
+
+
+@register.filter
+def trace_url(trace_id: str) -> str:
+    """Where an allocation's trace opens (PORTAL_TRACE_URL), or '' where none is set."""
+    from django.conf import settings
+
+    template_ = settings.PORTAL_TRACE_URL
+    return template_.replace("{trace_id}", trace_id) if template_ and trace_id else ""

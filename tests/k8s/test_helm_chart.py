@@ -28,6 +28,8 @@ FULL_VALUES = {
         "keycloak": {"serverUrl": "https://sso.example.com/realms/aifactory",
                      "clientId": "aifactory-portal"},
         "prometheusUrl": "http://prometheus.monitoring:9090",
+        "otlpEndpoint": "http://jaeger-collector.tracing:4318",
+        "traceUrl": "https://jaeger.example.com/trace/{trace_id}",
         "email": {"host": "smtp.example.com", "port": 587, "useTls": True,
                   "from": "Portal <portal@example.com>"},
         "extraEnv": {"PORTAL_CLUSTER_API_URL": "https://k8s.example.com:6443",
@@ -107,6 +109,8 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
         config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
         assert config["PORTAL_PROVISIONING"] == "gitops"
         assert config["PORTAL_GITOPS_SSH_KEY_FILE"].startswith("/var/run/secrets/aifactory/git/")
+        assert config["PORTAL_OTLP_ENDPOINT"] == "http://jaeger-collector.tracing:4318"
+        assert config["PORTAL_TRACE_URL"] == "https://jaeger.example.com/trace/{trace_id}"
     for doc in docs:
         if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "Namespace"):
             doc["metadata"].setdefault("namespace", NAMESPACE)
@@ -163,6 +167,7 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
     ("web.replicas=0", "replicas"),
     ("settings.currency=euro", "currency"),
     ("settings.baseUrl=portal.example.com", "baseUrl"),
+    ("settings.traceUrl=https://jaeger.example.com/trace/", "traceUrl"),
     ("image.pullPolicy=Sometimes", "pullPolicy"),
     ("unknownKey=1", "unknownKey"),
 ])

@@ -19,8 +19,10 @@ from fleet.allocations.provisioning import allocation_spec
 from fleet.kube import get_backend
 from fleet.models import Route
 from fleet.queues.watch import QueueFollower
+from tests.harness.jaeger import JaegerServer
 from tests.harness.placement import KWOK_ANNOTATION, Placement, start_delays
 
+from .cohorts import four_in_a_cohort
 from .conftest import eventually
 from .gpu_nodes import create_gpu_node, patch_node, resource_slice
 from .test_provisioning import approve
@@ -39,6 +41,16 @@ def placement(control_plane, kueue, tmp_path_factory):
           "(builds included)")
     yield p
     p.stop()
+
+
+@pytest.fixture(scope="module")
+def jaeger(tmp_path_factory):
+    """A real trace collector (Jaeger v2, OTLP/HTTP in, memory storage, query API out)."""
+    started = time.monotonic()
+    server = JaegerServer(tmp_path_factory.mktemp("jaeger")).start()
+    print(f"\njaeger: ready in {time.monotonic() - started:.1f}s (build included)")
+    yield server
+    server.stop()
 
 
 def _kwok_node(admin, name: str, labels: dict, **kw) -> None:
@@ -109,7 +121,7 @@ def _succeeded(admin, namespace: str, job: str, placement) -> dict:
 
 @pytest.mark.parametrize("route", list(Route))
 def test_the_example_runs_where_the_route_promises(route, control_plane, simulated_fleet,
-                                                   placement, admin_user,
+                                                   placement, admin_user, jaeger, settings,
                                                    django_capture_on_commit_callbacks):
     from fleet.models import Pool
 
@@ -135,7 +147,7 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
     # does), and the test keeps every container start the API server ever showed.
     follower = QueueFollower(get_backend(), timeout_seconds=60)
     follower.start()
-    starts = _StartsSeen(admin, alloc.namespace)
+    starts = _VersionsSeen(admin, alloc.namespace)
     started = time.monotonic()
     as_identity(control_plane, f"{tenant.slug}-lead",
                 [f"oidc:/tenants/{tenant.slug}/leads"]).apply(job)
@@ -180,9 +192,57 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
     finally:
         follower.close()
         starts.stop.set()
+    settings.PORTAL_OTLP_ENDPOINT = jaeger.otlp_url
+    _the_trace_jaeger_keeps_is_the_ledger(jaeger, alloc, name)
 
 
-class _StartsSeen:
+def _the_trace_jaeger_keeps_is_the_ledger(jaeger, alloc, job: str) -> None:
+    """The allocation's trace, sent by the beat task's function to a real Jaeger and read back
+    through Jaeger's query API: one trace, the stages under one root, the times those of the
+    audit trail and the ledger (Jaeger keeps microseconds)."""
+    from fleet.models import QueueEvent
+    from intake.tasks import export_allocation_traces
+    from tenants.models import AuditEvent
+
+    assert export_allocation_traces() == 1
+    trace_id = alloc.trace.trace_id
+
+    def kept() -> dict:
+        found = jaeger.trace(trace_id)
+        assert found is not None, f"Jaeger has no trace {trace_id} yet"
+        return found
+
+    got = eventually(kept, timeout=20)
+    spans = {s["operationName"]: s for s in got["spans"]}
+    root = spans.pop(f"allocation {alloc.namespace}")
+    assert set(spans) == {"review", "provisioning", "until the first workload", "queue wait",
+                          "placement"}
+    assert all(s["references"] == [{"refType": "CHILD_OF", "traceID": trace_id,
+                                     "spanID": root["spanID"]}] for s in spans.values())
+    assert got["processes"][root["processID"]]["serviceName"] == "aifactory-portal"
+
+    def us(t) -> int:
+        return (t - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)
+
+    ledger = {e.kind: e.at for e in QueueEvent.objects.filter(allocation=alloc, workload=job)}
+    submitted = AuditEvent.objects.get(subject_type="capacityrequest",
+                                       subject_id=alloc.request.pk, action="request.submitted")
+    assert root["startTime"] == us(submitted.at)
+    assert root["startTime"] + root["duration"] == us(ledger["running"])
+    wait, placed = spans["queue wait"], spans["placement"]
+    assert (wait["startTime"], placed["startTime"]) == (us(ledger["submitted"]),
+                                                        us(ledger["admitted"]))
+    logs = {f["value"]: entry["timestamp"] for entry in placed["logs"]
+            for f in entry["fields"] if f["key"] == "event"}
+    assert logs["Scheduled"] == us(ledger["scheduled"]) and \
+        logs["Running"] == us(ledger["running"]), logs
+    tags = {t["key"]: t["value"] for t in root["tags"]}
+    assert tags["portal.tenant"] == alloc.tenant.slug and tags["portal.route"] == alloc.route
+    print(f"\nBENCHMARK trace {alloc.route}: {len(got['spans'])} spans in Jaeger, filed → "
+          f"running {root['duration'] / 1e6:.1f}s")
+
+
+class _VersionsSeen:
     """Every version of the namespace's objects at `path` the API server showed, from a
     watch of our own. For pods: every container startedAt (kwok, unlike a kubelet, writes a
     new startedAt when it completes a pod, so the time the portal's watch recorded while the
@@ -437,28 +497,21 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     preemption to its pod running again, and the borrowed device-seconds billing reads
     equal the ledger's (within the one-second resolution of Kubernetes' conditions)."""
     from billing.services import borrowed_device_seconds
-    from fleet.models import Pool, QueueEvent
+    from fleet.models import QueueEvent
     from fleet.queues.placement import recoveries
     from fleet.queues.truth import parse_time
 
     from .test_kueue_admission import job as tenant_job
 
     admin = simulated_fleet
-    tag = uuid.uuid4().hex[:5]
-    Pool.objects.filter(route=Route.SHARED_POOL).update(cohort=f"contend-{tag}",
-                                                        borrowing_limit_devices=8)
     allocs, idents = {}, {}
-    for letter in "abcd":
-        tenant, lead = _tenant(f"{tag}{letter}")
-        _req, alloc = approve(tenant, lead, admin_user, Route.SHARED_POOL,
-                              django_capture_on_commit_callbacks, whole_devices=2)
-        alloc.refresh_from_db()
-        assert alloc.status == "active", alloc.status_message
+    for letter, (tenant, _lead, alloc) in four_in_a_cohort(
+            admin_user, django_capture_on_commit_callbacks, prefix="t").items():
         allocs[letter] = alloc
         idents[letter] = as_identity(control_plane, f"{tenant.slug}-lead",
                                      [f"oidc:/tenants/{tenant.slug}/leads"])
     a, b, c = allocs["a"], allocs["b"], allocs["c"]
-    b_pods, b_workloads = _StartsSeen(admin, b.namespace), _StartsSeen(admin, b.namespace,
+    b_pods, b_workloads = _VersionsSeen(admin, b.namespace), _VersionsSeen(admin, b.namespace,
                                                                        "workloads")
     follower = QueueFollower(get_backend(), timeout_seconds=120)
     follower.start()

@@ -18,10 +18,11 @@ import pytest
 from django.test import Client
 
 from fleet.allocations.provisioning import allocation_spec
-from fleet.models import ClusterQueueState, Pool, QueueEvent, QueueUsageHour, Route
+from fleet.models import ClusterQueueState, QueueEvent, QueueUsageHour, Route
 from fleet.queues.sync import queue_sync
 from tests.factories import TenantFactory, make_lead
 
+from .cohorts import four_in_a_cohort
 from .conftest import eventually
 from .test_kueue_admission import condition, job, wait_workload, workload_of
 from .test_provisioning import approve
@@ -62,20 +63,8 @@ def _borrowed(admin, name: str) -> int:
 @pytest.fixture
 def cohort_of_four(fleet, kueue, pools, admin_user,  # noqa: F811
                    django_capture_on_commit_callbacks):
-    """Four tenants, 2 devices each, in a cohort of their own (a fresh name, so queues left
-    by other tests cannot lend to it), each may borrow up to 8."""
-    tag = uuid.uuid4().hex[:5]
-    Pool.objects.filter(pk=pools[Route.SHARED_POOL].pk).update(
-        cohort=f"contend-{tag}", borrowing_limit_devices=8)
-    out = {}
-    for letter in "abcd":
-        tenant, lead = _tenant(f"q{tag}{letter}")
-        _req, alloc = approve(tenant, lead, admin_user, Route.SHARED_POOL,
-                              django_capture_on_commit_callbacks, whole_devices=2)
-        alloc.refresh_from_db()
-        assert alloc.status == "active", alloc.status_message
-        out[letter] = (tenant, lead, alloc)
-    return out
+    """Four tenants, 2 devices each, in a cohort of their own; each may borrow up to 8."""
+    return four_in_a_cohort(admin_user, django_capture_on_commit_callbacks, prefix="q")
 
 
 def test_four_tenants_contend_in_one_cohort_and_each_is_told_only_its_own_story(

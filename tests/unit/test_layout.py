@@ -129,8 +129,8 @@ def test_no_import_cycles():
 # Inside fleet: the platform's vocabulary and the Kubernetes adapter below everything, then
 # three rooms with a direction of their own: inventory ← allocations ← queues. The app's
 # entry points (views, API, forms, admin, urls, the Celery task registry) compose them.
-FLEET_BELOW = {"fleet.kube", "fleet.domain", "fleet.vocabulary", "fleet.signals",
-               "fleet.models", "fleet.apps"}
+FLEET_BELOW = {"fleet.kube", "fleet.prometheus", "fleet.domain", "fleet.vocabulary",
+               "fleet.signals", "fleet.models", "fleet.apps"}
 FLEET_ROOMS = ("fleet.inventory", "fleet.allocations", "fleet.queues.truth")
 FLEET_TOP = {"fleet.views", "fleet.api", "fleet.forms", "fleet.admin", "fleet.urls",
              "fleet.tasks", "fleet"}

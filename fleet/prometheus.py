@@ -1,0 +1,30 @@
+"""Asking Prometheus one instant query (the DCGM exporter's series live there): one client
+for billing's used device-hours and the ledger's per-workload utilisation."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import requests
+from django.conf import settings
+
+
+class PrometheusError(Exception):
+    """Prometheus did not answer or refused; callers keep their work pending (never zero)."""
+
+    retriable = True
+
+
+def instant_query(query: str, at: dt.datetime, *, base_url: str | None = None) -> list[dict]:
+    """The result vector of `query` evaluated at `at`: [{"metric": {...}, "value": [t, v]}]."""
+    url = (base_url or settings.PROMETHEUS_URL).rstrip("/")
+    try:
+        response = requests.get(f"{url}/api/v1/query", params={
+            "query": query, "time": f"{at.timestamp():.3f}"}, timeout=10)
+        response.raise_for_status()
+        body = response.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise PrometheusError(f"Prometheus at {url} did not answer: {exc}") from exc
+    if body.get("status") != "success":
+        raise PrometheusError(f"Prometheus refused the query: {body.get('error')}")
+    return body["data"]["result"]
