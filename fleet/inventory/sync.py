@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tenants.audit import audit_bulk, audit_record
+from tenants.bulk import update_rows
 
 from ..kube import DryRunBackend, KubeBackend, KubeError, get_backend
 from ..models import Allocation, GpuNode, NodeOutage, Pool
@@ -223,7 +224,7 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
     GpuNode.objects.bulk_create(to_create, batch_size=500)
     audit_bulk([dict(actor=by, subject=row, action="node.discovered",
                      reason=f"{row.name} discovered: {row.reason}") for row in to_create])
-    GpuNode.objects.bulk_update(to_update, (*NODE_FIELDS, "facts_digest"), batch_size=500)
+    update_rows(GpuNode, to_update, (*NODE_FIELDS, "facts_digest"))
     # Unchanged nodes only record that they were seen: one UPDATE, not a row each.
     unchanged = GpuNode.objects.filter(present=True).exclude(
         name__in=[f.name for f in live] + gone_names)

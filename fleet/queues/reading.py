@@ -9,6 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
+from tenants.bulk import update_rows
+
 from ..models import ClusterQueueState, QueueEvent, QueueWorkload
 from .truth import (
     ADMITTED,
@@ -141,6 +143,5 @@ def first_estimates(now: dt.datetime) -> int:
                     line.estimate.basis
                 done.append(row)
     # Only the first estimate counts: rows that have one are never selected again.
-    QueueWorkload.objects.bulk_update(done, ["first_estimate_at", "first_estimate_basis"],
-                                      batch_size=500)
+    update_rows(QueueWorkload, done, ["first_estimate_at", "first_estimate_basis"])
     return len(done)

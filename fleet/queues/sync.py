@@ -27,6 +27,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from tenants.bulk import update_rows
+
 from ..allocations import lifecycle
 from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError, get_backend
 from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
@@ -232,7 +234,7 @@ def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> 
             row.borrowed_s += borrowed
             update.append(row)
     QueueUsageHour.objects.bulk_create(create)
-    QueueUsageHour.objects.bulk_update(update, ["used_s", "borrowed_s"])
+    update_rows(QueueUsageHour, update, ["used_s", "borrowed_s"])
 
 
 def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
@@ -462,7 +464,7 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
         ClusterQueueState.objects.exclude(name__in=list(queues)).exclude(
             allocation=None).update(allocation=None)
     ClusterQueueState.objects.bulk_create(create)
-    ClusterQueueState.objects.bulk_update(update, fields, batch_size=200)
+    update_rows(ClusterQueueState, update, fields)
     # The queues integrated now count from now on. Only forward: a reader that began before
     # another's store must not count again the time that one already integrated.
     ClusterQueueState.objects.filter(name__in=sorted(due), observed_at__lt=now).update(
@@ -556,13 +558,6 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
             update.append(row)
     QueueWorkload.objects.bulk_create(create)
     written = [*APPLIED, *PLACED, "position", "position_source", "observed_at"]
-    if len(update) <= 8:
-        # A watch burst touches a row or two: plain UPDATEs by key are several times cheaper
-        # to build than bulk_update's CASE per field.
-        for row in update:
-            QueueWorkload.objects.filter(pk=row.pk).update(
-                **{f: getattr(row, f) for f in written})
-    else:
-        QueueWorkload.objects.bulk_update(update, written, batch_size=500)
+    update_rows(QueueWorkload, update, written)
     QueueEvent.objects.bulk_create(events, batch_size=500)
     return changed, len(events)

@@ -1,0 +1,114 @@
+"""tenants.bulk.update_rows writes what Django's bulk_update writes (every type the portal
+updates in bulk: text, integers, decimals, floats, times, NULLs), and a benchmark prints both
+at the sizes the queue sync writes (5,000 workloads at full size)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from fleet.models import Allocation, GpuNode, QueueWorkload, Route
+from tenants.bulk import update_rows
+
+pytestmark = pytest.mark.django_db
+NOW = timezone.now().replace(microsecond=123456)
+FIELDS = ["state", "position", "devices", "first_estimate_at", "first_estimate_basis",
+          "gpu_busy", "pending_detail", "node"]
+
+
+@pytest.fixture
+def alloc(tenant, pools):
+    return Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=2, device_equivalents=Decimal(2), namespace="acme-r1", status="active",
+        starts_at=NOW)
+
+
+def rows(alloc, n: int) -> list[QueueWorkload]:
+    QueueWorkload.objects.bulk_create(
+        QueueWorkload(allocation=alloc, uid=f"u{i}", namespace="acme-r1", name=f"w{i}",
+                      state="pending", position=i, devices=Decimal(1), observed_at=NOW,
+                      first_estimate_at=NOW if i % 2 else None) for i in range(n))
+    return list(QueueWorkload.objects.order_by("pk"))
+
+
+def change(row: QueueWorkload, i: int) -> None:
+    row.state = "admitted" if i % 3 else "pending"
+    row.position = None if i % 4 == 0 else i * 7
+    row.devices = Decimal(i % 9) / Decimal(8)
+    row.first_estimate_at = None if i % 2 else NOW + dt.timedelta(seconds=i, microseconds=7)
+    row.first_estimate_basis = ["", "limits", "history"][i % 3]
+    row.gpu_busy = None if i % 5 == 0 else i / 1000
+    row.pending_detail = "it's \"quoted\", with ; and \\ and ünïcode" if i % 2 else ""
+    row.node = f"n{i}"
+
+
+def snapshot() -> list[tuple]:
+    return list(QueueWorkload.objects.order_by("pk").values_list("pk", *FIELDS))
+
+
+def test_writes_what_bulk_update_writes(alloc):
+    got = rows(alloc, 250)
+    for i, row in enumerate(got):
+        change(row, i)
+    assert update_rows(QueueWorkload, got, FIELDS, batch_size=100) == 250
+    ours = snapshot()
+    expected = []
+    for i, row in enumerate(got):
+        change(row, i)
+        expected.append((row.pk, *(getattr(row, f) for f in FIELDS)))
+    assert ours == expected
+    # Other columns are untouched.
+    assert set(QueueWorkload.objects.values_list("observed_at", flat=True)) == {NOW}
+
+
+def test_nothing_to_write_is_no_statement(django_assert_num_queries):
+    with django_assert_num_queries(0):
+        assert update_rows(GpuNode, [], ["ready"]) == 0
+
+
+def test_benchmark_bulk_update_against_values(alloc, capsys):
+    n = 5000 if os.environ.get("PORTAL_BENCH_FULL") == "1" else 1000
+    got = rows(alloc, n)
+    for i, row in enumerate(got):
+        change(row, i)
+    figures = {}
+    for name, write in (("bulk_update (CASE)", lambda: QueueWorkload.objects.bulk_update(
+            got, FIELDS[:5], batch_size=500)),
+                        ("update_rows (VALUES)", lambda: update_rows(
+                            QueueWorkload, got, FIELDS[:5]))):
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            write()
+            times.append(time.perf_counter() - started)
+        figures[name] = min(times)
+    with capsys.disabled():
+        print(f"\nBENCHMARK bulk write of {n} workload rows × 5 fields: " + ", ".join(
+            f"{k} {v * 1000:.0f} ms" for k, v in figures.items()))
+    assert snapshot()[1][1:6] == tuple(getattr(got[1], f) for f in FIELDS[:5])
+
+
+def test_json_booleans_and_foreign_keys(pools):
+    from fleet.inventory.sync import NODE_FIELDS
+
+    GpuNode.objects.bulk_create(GpuNode(name=f"n{i}", gpu_count=8) for i in range(4))
+    nodes = list(GpuNode.objects.order_by("name"))
+    for i, node in enumerate(nodes):
+        node.health_problems = [f"Xid {i}", "it's \"hot\""] if i % 2 else []
+        node.mig_devices = {"1g.10gb": i} if i else {}
+        node.ready, node.cordoned = bool(i % 2), not i % 2
+        node.pool = pools[Route.SHARED_POOL] if i % 2 else None
+        node.dra_whole_gpus = None if i == 3 else i
+        node.last_synced_at = NOW if i else None
+    assert update_rows(GpuNode, nodes, (*NODE_FIELDS, "facts_digest")) == 4
+    got = {n.name: n for n in GpuNode.objects.all()}
+    for node in nodes:
+        again = got[node.name]
+        assert [getattr(again, f) for f in NODE_FIELDS] == [getattr(node, f)
+                                                              for f in NODE_FIELDS]
