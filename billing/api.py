@@ -121,8 +121,7 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
             if request.query_params.get("from") else None
         last = parse_month(request.query_params["to"], "to") \
             if request.query_params.get("to") else None
-        figures = [f for f in month_figures(tenant_ids=tenant_ids)
-                   if (first is None or f.month >= first) and (last is None or f.month <= last)]
+        figures = month_figures(tenant_ids=tenant_ids, first=first, last=last)
         return Response([_with_currency(f) for f in figures])
 
     def _statement_of(self, request, pk, *, write: bool = False):

@@ -58,11 +58,13 @@ class MonthFigures:
 
 
 def month_figures(*, tenant_ids: Iterable[int] | None = None,
-                  months: Iterable[dt.date] | None = None, route: str = ""
+                  months: Iterable[dt.date] | None = None, route: str = "",
+                  first: dt.date | None = None, last: dt.date | None = None
                   ) -> list[MonthFigures]:
     """Every (tenant, month) with usage, a statement or an adjustment, among the tenants and
-    months given (None: all). With a route, only that route's lines, and no adjustment (an
-    adjustment is the whole tenant-month's). Four queries whatever the size."""
+    months given (None: all; `first`/`last`: a range of months, in SQL). With a route, only
+    that route's lines, and no adjustment (an adjustment is the whole tenant-month's). Four
+    queries whatever the size."""
     from tenants.models import Tenant
 
     from .models import Adjustment, Statement, StatementLine, UsageMonth
@@ -72,6 +74,10 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
             qs = qs.filter(**{f"{tenant_field}__in": list(tenant_ids)})
         if months is not None:
             qs = qs.filter(**{f"{month_field}__in": list(months)})
+        if first is not None:
+            qs = qs.filter(**{f"{month_field}__gte": first})
+        if last is not None:
+            qs = qs.filter(**{f"{month_field}__lte": last})
         return qs
 
     closed = {(s["tenant_id"], s["month"]): s["pk"] for s in scoped(
@@ -141,9 +147,92 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
     return sorted(out.values(), key=lambda f: (f.tenant, f.month))
 
 
-def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures]) -> None:
-    """Put the one number into the finance overview's rows and month totals (the page sorts
-    and pages tenants in SQL; the figures it shows are these)."""
+def _sum_of_figures(figures: Iterable[MonthFigures], months: Iterable[dt.date]
+                    ) -> dict[dt.date, dict[str, Decimal]]:
+    out = {m: {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO} for m in months}
+    for f in figures:
+        t = out.setdefault(f.month, {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO})
+        t["allocated_h"] += f.allocated_h
+        t["used_h"] += f.used_h
+        t["amount"] += f.final
+    return out
+
+
+def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.date],
+                 route: str = "") -> dict[dt.date, dict[str, Decimal]]:
+    """Per month, the sum of month_figures over the tenants given (None: all): allocated
+    and used hours and the final amount. On PostgreSQL the database sums, line by line
+    with the roundings month_figures makes (hours to 4 places, ties to even; amounts to the
+    cent, half up), so a page of all tenants reads a few sums instead of every tenant's
+    lines; elsewhere (SQLite: decimals are floats there) it is the sum of month_figures, the
+    reference the property tests compare the two against."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return _sum_of_figures(month_figures(tenant_ids=tenant_ids, months=months,
+                                             route=route), months)
+    from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
+
+    from .models import Adjustment, Statement, StatementLine, UsageMonth
+
+    ids = None if tenant_ids is None else list(tenant_ids)
+    out = _sum_of_figures([], months)
+    hours_field = DecimalField(max_digits=24, decimal_places=4)
+
+    class Hours(Func):
+        """billing.figures.hours in SQL: seconds (4 decimal places) / 3600 to 4 places, an
+        exact tie (10⁴·s ≡ 1800 mod 3600) to the even neighbour as Decimal.quantize does;
+        otherwise ROUND, whose half-away rounding only differs on ties."""
+        template = ("CASE WHEN MOD(%(expressions)s * 10000, 3600) = 1800 THEN "
+                    "(FLOOR(%(expressions)s * 10000 / 3600) + "
+                    "MOD(FLOOR(%(expressions)s * 10000 / 3600), 2)) / 10000 "
+                    "ELSE ROUND(%(expressions)s / 3600, 4) END")
+        output_field = hours_field
+
+    class Cents(Func):
+        template = "ROUND(%(expressions)s, 2)"  # half away from zero = money()'s half up
+        output_field = hours_field
+
+    closed = Statement.objects.filter(tenant_id=OuterRef("tenant_id"), month=OuterRef("month"),
+                                      closed_at__isnull=False)
+    usage = UsageMonth.objects.filter(month__in=months).exclude(Exists(closed))
+    if ids is not None:
+        usage = usage.filter(tenant_id__in=ids)
+    if route:
+        usage = usage.filter(allocation__route=route)
+    for t in usage.values("month").annotate(
+            allocated=Sum(Hours(F("allocated_s"))), used=Sum(Hours(F("used_s"))),
+            amount=Sum(Cents(F("amount")))).order_by():
+        out[t["month"]].update(allocated_h=t["allocated"] or ZERO, used_h=t["used"] or ZERO,
+                               amount=t["amount"] or ZERO)
+    lines = StatementLine.objects.filter(statement__closed_at__isnull=False,
+                                         statement__month__in=months)
+    if ids is not None:
+        lines = lines.filter(statement__tenant_id__in=ids)
+    if route:
+        lines = lines.filter(route=route)
+    for t in lines.values("statement__month").annotate(
+            allocated=Sum("allocated_h"), used=Sum("used_h"), amount=Sum("amount")).order_by():
+        o = out[t["statement__month"]]
+        o["allocated_h"] += t["allocated"] or ZERO
+        o["used_h"] += t["used"] or ZERO
+        o["amount"] += t["amount"] or ZERO
+    if not route:
+        made = Adjustment.objects.filter(statement__month__in=months)
+        if ids is not None:
+            made = made.filter(statement__tenant_id__in=ids)
+        for t in made.values("statement__month").annotate(amount=Sum("amount")).order_by():
+            out[t["statement__month"]]["amount"] += t["amount"] or ZERO
+    return out
+
+
+def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures],
+                      sums: dict[dt.date, dict[str, Decimal]] | None = None) -> None:
+    """Put the one number into the finance overview's rows (from `figures`, those of the
+    rows' tenants) and month totals (`sums`: month_totals of every tenant the filters leave;
+    by default the sum of `figures`, when those are all of them)."""
+    if sums is None:
+        sums = _sum_of_figures(figures, [t["month"] for t in totals])
     by_tenant: dict[int, list[MonthFigures]] = defaultdict(list)
     for f in figures:
         by_tenant[f.tenant_id].append(f)
@@ -154,14 +243,8 @@ def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures]) -> 
         r.allocated_h = sum((f.allocated_h for f in mine), ZERO)
         r.used_h = sum((f.used_h for f in mine), ZERO)
         r.amount = sum((f.final for f in mine), ZERO)
-    per_month: dict[dt.date, list[MonthFigures]] = defaultdict(list)
-    for f in figures:
-        per_month[f.month].append(f)
     for t in totals:
-        mine = per_month.get(t["month"], [])
-        t.update(allocated_h=sum((f.allocated_h for f in mine), ZERO),
-                 used_h=sum((f.used_h for f in mine), ZERO),
-                 amount=sum((f.final for f in mine), ZERO))
+        t.update(sums.get(t["month"]) or {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO})
 
 
 def tenant_month(tenant_id: int, month: dt.date) -> MonthFigures:

@@ -24,7 +24,7 @@ from tenants.models import Tenant
 from . import services
 from .budgets import this_month
 from .domain import month_bounds, month_start
-from .figures import apply_to_overview, month_figures, tenant_month
+from .figures import apply_to_overview, month_figures, month_totals, tenant_month
 from .models import UsageHour
 from .selectors import (
     budget_view,
@@ -88,8 +88,11 @@ def finance_overview(request):
     # The numbers shown are the one number of billing.figures (statement = page = exports).
     filtered = None if not f["q"] and tenant_ids is None else filtered_tenant_ids(
         tenant_ids, months, route=f["route"], q=f["q"])
-    everything = month_figures(tenant_ids=filtered, months=months, route=f["route"])
-    apply_to_overview(rows, totals, everything)
+    # The rows shown from their own figures; the month totals of every tenant the filters
+    # leave summed by the database (billing.figures.month_totals: the same roundings).
+    apply_to_overview(rows, totals, month_figures(
+        tenant_ids=[r.tenant_id for r in rows], months=months, route=f["route"]),
+        month_totals(tenant_ids=filtered, months=months, route=f["route"]))
     grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
              "used_h": sum(t["used_h"] for t in totals),
              "amount": sum(t["amount"] for t in totals)}

@@ -237,27 +237,43 @@ def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> 
     update_rows(QueueUsageHour, update, ["used_s", "borrowed_s"])
 
 
+POSITION_THREADS = 8  # visibility calls in flight at once (each is a round trip, little work)
+
+
 def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
                known: dict[str, tuple[str, int | None, str]]
                ) -> tuple[dict[str, tuple[int, str]], str]:
     """uid → (position, source): 0 is next in its ClusterQueue, from Kueue's visibility API
     where it answers, else from Kueue's ordering. A queue whose waiting set is unchanged
-    keeps the positions read before (one visibility call per changed queue, not per queue);
-    after three failed calls in a row the API is not asked again in this pass."""
+    keeps the positions read before (one visibility call per changed queue, not per queue).
+    Calls go one at a time until one answers (after three failures in a row the API is not
+    asked again in this pass: it is not there), then the rest in parallel."""
     out: dict[str, tuple[int, str]] = {}
-    failures = 0
+    ask = []
     for cq, workloads in pending.items():
         uids = {w.uid for w in workloads}
         before = {uid: pos for uid, (q, pos, _src) in known.items() if q == cq}
         if set(before) == uids and all(p is not None for p in before.values()):
             out.update({uid: (known[uid][1], known[uid][2]) for uid in uids})
-            continue
-        answer = None
-        if failures < 3:
-            answer = backend.get_path(VISIBILITY.format(cq))
-            failures = 0 if answer is not None else failures + 1
+        else:
+            ask.append(cq)
+    answers: dict[str, dict | None] = {}
+    failures = 0
+    while ask and failures < 3 and not any(answers.values()):
+        cq = ask.pop(0)
+        answers[cq] = backend.get_path(VISIBILITY.format(cq))
+        failures = 0 if answers[cq] is not None else failures + 1
+    if ask and any(answers.values()):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=POSITION_THREADS) as pool:
+            answers.update(zip(ask, pool.map(
+                lambda q: backend.get_path(VISIBILITY.format(q)), ask), strict=True))
+    for cq, workloads in pending.items():
+        if cq not in answers and cq not in ask:
+            continue  # kept from before
         by_key = {(w.namespace, w.name): w.uid for w in workloads}
-        for item in (answer or {}).get("items") or []:
+        for item in (answers.get(cq) or {}).get("items") or []:
             meta = item.get("metadata") or {}
             uid = by_key.get((meta.get("namespace"), meta.get("name")))
             if uid is not None and isinstance(item.get("positionInClusterQueue"), int):

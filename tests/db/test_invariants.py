@@ -111,6 +111,7 @@ def check_invariants(allocs, tenant, finance_user) -> None:
     hours = list(UsageHour.objects.filter(allocation__in=allocs))
     assert hours, "the world billed nothing"
     check_hours(allocs)
+    check_month_totals([MONTH])
     figures = check_tenant_month(tenant, MONTH, finance_user)
     check_metrics(tenant, finance_user, Decimal(figures["final"]))
     # the statement's hours are the API's
@@ -138,6 +139,16 @@ def check_hours(allocs) -> None:
                         if _in_window(alloc, q.hour) and q.hour < finished), Decimal(0))
         expected = measured if borrowing_is_billed(alloc.route) else Decimal(0)
         assert billed == expected, (alloc.route, billed, expected)
+
+
+def check_month_totals(months: list[dt.date]) -> None:
+    """The overview's month totals, summed by the database, are the sum of every tenant's
+    month figures (all routes and each one)."""
+    from billing.figures import _sum_of_figures, month_figures, month_totals
+
+    for route in ["", *Route.values]:
+        want = _sum_of_figures(month_figures(months=months, route=route), months)
+        assert month_totals(months=months, route=route) == want, route
 
 
 def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
@@ -258,6 +269,7 @@ def test_the_seeded_demo_keeps_every_invariant(finance_user):
     check_hours(allocs)
     months = month_figures()
     assert any(f.closed and f.adjustments for f in months)  # a closed month with a credit
+    check_month_totals(sorted({f.month for f in months}))
     assert any(f.borrowed_h for f in months)  # borrowing billed
     for tenant in Tenant.objects.all():
         finals = Decimal(0)

@@ -130,3 +130,15 @@ def test_finance_closes_adjusts_and_reopens_through_the_api(client, finance_user
     refused = client.post(f"/api/billing/{key}/reopen/", {"reason": "wrong"},
                           content_type="application/json")
     assert refused.status_code == 400 and "adjustments" in refused.json()["message"]
+
+
+def test_the_list_narrows_to_a_range_of_months(finance_user, tenant, billed):
+    last = f"{LAST_MONTH:%Y-%m}"
+    before = month_start(LAST_MONTH - dt.timedelta(days=1))
+    api = _api(finance_user)
+    assert [f["month"] for f in api.get(f"/api/billing/?from={last}&to={last}").json()] \
+        == [str(LAST_MONTH)]
+    assert api.get(f"/api/billing/?to={before:%Y-%m}").json() == []
+    assert api.get(f"/api/billing/?from={month_start(timezone.now()):%Y-%m}").json() == []
+    assert api.get(f"/api/billing/?from={last}").json() == \
+        api.get(f"/api/billing/?tenant={tenant.slug}").json()

@@ -1,0 +1,84 @@
+"""billing.figures.month_totals (the database sums the finance overview's month totals) is
+the sum of month_figures (Python, line by line), on worlds made to hit every rounding edge:
+hours that are exact ties at the fourth place, amounts at half a cent, closed months read
+from their frozen lines, adjustments, route filters, a tenant subset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.figures import _sum_of_figures, hours, month_figures, month_totals
+from billing.models import Adjustment, Statement, StatementLine, UsageMonth
+from fleet.models import Allocation, Route
+from tests.factories import TenantFactory
+
+pytestmark = pytest.mark.django_db
+MONTHS = [dt.date(2026, m, 1) for m in (9, 10, 11)]
+# 10⁴·s ≡ 1800 (mod 3600): an exact tie at the fourth place of s / 3600 (0.00005 → 0.0000,
+# 0.00015 → 0.0002 half-even; half-up would make both larger).
+TIES = [Decimal("0.18"), Decimal("0.54"), Decimal("3600.18"), Decimal("7199.82")]
+
+
+def test_the_roundings_are_exercised():
+    assert hours(Decimal("0.18")) == Decimal("0.0000")
+    assert hours(Decimal("0.54")) == Decimal("0.0002")
+
+
+@pytest.fixture
+def world(pools, finance_user):
+    rng = random.Random(7)
+    tenants = [TenantFactory(slug=f"t{i}") for i in range(6)]
+    for t in tenants:
+        for route in (Route.SHARED_POOL, Route.DEDICATED_BLOCK, Route.MIG_VCLUSTER):
+            alloc = Allocation.objects.create(
+                tenant=t, pool=pools[route], route=route, whole_devices=1,
+                device_equivalents=Decimal(1), namespace=f"{t.slug}-{route}", status="active",
+                starts_at=timezone.now())
+            for month in MONTHS:
+                def seconds():
+                    return rng.choice(TIES) if rng.random() < 0.5 else \
+                        Decimal(rng.randrange(0, 10**9)) / 10000
+                UsageMonth.objects.create(
+                    allocation=alloc, tenant=t, pool=alloc.pool, month=month,
+                    allocated_s=seconds(), used_s=seconds(), borrowed_s=seconds(),
+                    amount=Decimal(rng.randrange(0, 10**7)) / 10000 + Decimal("0.005")
+                    * rng.randrange(2))
+        # The tenant's September closed: its frozen lines count, not its usage rows.
+        if t.slug in ("t0", "t3"):
+            st = Statement.objects.create(tenant=t, month=MONTHS[0], closed_at=timezone.now(),
+                                          closed_by=finance_user)
+            for alloc in t.allocations.all():
+                StatementLine.objects.create(
+                    statement=st, allocation=alloc, description="line", route=alloc.route,
+                    policy="p", allocated_h=Decimal("12.3456"), used_h=Decimal("1.0001"),
+                    idle_h=Decimal("11.3455"), credit_h=0, charged_h=Decimal("12.3456"),
+                    amount=Decimal("30.86"))
+            Adjustment.objects.create(statement=st, amount=Decimal("-4.33"), reason="credit",
+                                      by=finance_user)
+    return tenants
+
+
+@pytest.mark.parametrize("route", ["", *Route.values])
+def test_the_database_sums_what_the_figures_sum(world, route):
+    want = _sum_of_figures(month_figures(months=MONTHS, route=route), MONTHS)
+    assert month_totals(months=MONTHS, route=route) == want
+    some = [world[0].pk, world[4].pk]
+    want = _sum_of_figures(month_figures(tenant_ids=some, months=MONTHS, route=route), MONTHS)
+    assert month_totals(tenant_ids=some, months=MONTHS, route=route) == want
+    assert any(v["amount"] for v in want.values()) == (route != Route.CONFIDENTIAL_POOL)
+
+
+def test_the_overview_page_shows_the_totals_of_every_tenant(world, client, finance_user):
+    """The page reads figures for its own rows only; its month totals are every tenant's."""
+    client.force_login(finance_user)
+    response = client.get("/billing/?months=6")
+    totals = {t["month"]: t for t in response.context["totals"]}
+    want = _sum_of_figures(month_figures(months=MONTHS), MONTHS)
+    for month in MONTHS:
+        assert totals[month]["amount"] == want[month]["amount"]
+        assert totals[month]["allocated_h"] == want[month]["allocated_h"]
