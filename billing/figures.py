@@ -147,37 +147,53 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
     return sorted(out.values(), key=lambda f: (f.tenant, f.month))
 
 
-def _sum_of_figures(figures: Iterable[MonthFigures], months: Iterable[dt.date]
-                    ) -> dict[dt.date, dict[str, Decimal]]:
-    out = {m: {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO} for m in months}
+Sums = dict[str, Decimal]
+
+
+def _zero() -> Sums:
+    return {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO}
+
+
+def sum_figures(figures: Iterable[MonthFigures], by: tuple[str, ...], *,
+                adjustments: bool = True) -> dict[tuple, Sums]:
+    """The reference: MonthFigures summed per group of `by` ⊆ (tenant, month, pool), tenant
+    as its slug. Per pool, amounts are the lines' (an adjustment belongs to no pool)."""
+    out: dict[tuple, Sums] = defaultdict(_zero)
     for f in figures:
-        t = out.setdefault(f.month, {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO})
+        key = {"tenant": f.tenant, "month": f.month}
+        if "pool" in by:
+            for pool, p in f.by_pool.items():
+                t = out[tuple({**key, "pool": pool}[k] for k in by)]
+                for name in ("allocated_h", "used_h", "amount"):
+                    t[name] += p[name]
+            continue
+        t = out[tuple(key[k] for k in by)]
         t["allocated_h"] += f.allocated_h
         t["used_h"] += f.used_h
-        t["amount"] += f.final
-    return out
+        t["amount"] += f.final if adjustments else f.usage_amount
+    return dict(out)
 
 
-def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.date],
-                 route: str = "") -> dict[dt.date, dict[str, Decimal]]:
-    """Per month, the sum of month_figures over the tenants given (None: all): allocated
-    and used hours and the final amount. On PostgreSQL the database sums, line by line
+def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
+                months: Iterable[dt.date] | None = None, route: str = "",
+                adjustments: bool = True) -> dict[tuple, Sums]:
+    """sum_figures(month_figures(…)), summed by the database on PostgreSQL: line by line
     with the roundings month_figures makes (hours to 4 places, ties to even; amounts to the
-    cent, half up), so a page of all tenants reads a few sums instead of every tenant's
-    lines; elsewhere (SQLite: decimals are floats there) it is the sum of month_figures, the
-    reference the property tests compare the two against."""
+    cent, half up), so a page or a scrape over every tenant and month reads a few sums
+    instead of every line. Elsewhere (SQLite: decimals are floats there) it is the
+    reference itself; the property tests compare the two."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        return _sum_of_figures(month_figures(tenant_ids=tenant_ids, months=months,
-                                             route=route), months)
+        return sum_figures(month_figures(tenant_ids=tenant_ids, months=months, route=route),
+                           by, adjustments=adjustments)
     from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
 
     from .models import Adjustment, Statement, StatementLine, UsageMonth
 
     ids = None if tenant_ids is None else list(tenant_ids)
-    out = _sum_of_figures([], months)
-    hours_field = DecimalField(max_digits=24, decimal_places=4)
+    months = None if months is None else list(months)
+    field = DecimalField(max_digits=24, decimal_places=4)
 
     class Hours(Func):
         """billing.figures.hours in SQL: seconds (4 decimal places) / 3600 to 4 places, an
@@ -187,43 +203,53 @@ def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.dat
                     "(FLOOR(%(expressions)s * 10000 / 3600) + "
                     "MOD(FLOOR(%(expressions)s * 10000 / 3600), 2)) / 10000 "
                     "ELSE ROUND(%(expressions)s / 3600, 4) END")
-        output_field = hours_field
+        output_field = field
 
     class Cents(Func):
         template = "ROUND(%(expressions)s, 2)"  # half away from zero = money()'s half up
-        output_field = hours_field
+        output_field = field
+
+    out: dict[tuple, Sums] = defaultdict(_zero)
+
+    def add(qs, names: dict[str, str], **sums) -> None:
+        if ids is not None:
+            qs = qs.filter(**{f"{names['tenant_id']}__in": ids})
+        if months is not None:
+            qs = qs.filter(**{f"{names['month']}__in": months})
+        cols = [names[k] for k in by]
+        for row in qs.values(*cols).annotate(**sums).order_by():
+            t = out[tuple(row[c] for c in cols)]
+            for name in sums:
+                t[name] += row[name] or ZERO
 
     closed = Statement.objects.filter(tenant_id=OuterRef("tenant_id"), month=OuterRef("month"),
                                       closed_at__isnull=False)
-    usage = UsageMonth.objects.filter(month__in=months).exclude(Exists(closed))
-    if ids is not None:
-        usage = usage.filter(tenant_id__in=ids)
+    usage = UsageMonth.objects.exclude(Exists(closed))
     if route:
         usage = usage.filter(allocation__route=route)
-    for t in usage.values("month").annotate(
-            allocated=Sum(Hours(F("allocated_s"))), used=Sum(Hours(F("used_s"))),
-            amount=Sum(Cents(F("amount")))).order_by():
-        out[t["month"]].update(allocated_h=t["allocated"] or ZERO, used_h=t["used"] or ZERO,
-                               amount=t["amount"] or ZERO)
-    lines = StatementLine.objects.filter(statement__closed_at__isnull=False,
-                                         statement__month__in=months)
-    if ids is not None:
-        lines = lines.filter(statement__tenant_id__in=ids)
+    add(usage, {"tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
+                "pool": "pool__slug"},
+        allocated_h=Sum(Hours(F("allocated_s"))), used_h=Sum(Hours(F("used_s"))),
+        amount=Sum(Cents(F("amount"))))
+    lines = StatementLine.objects.filter(statement__closed_at__isnull=False)
     if route:
         lines = lines.filter(route=route)
-    for t in lines.values("statement__month").annotate(
-            allocated=Sum("allocated_h"), used=Sum("used_h"), amount=Sum("amount")).order_by():
-        o = out[t["statement__month"]]
-        o["allocated_h"] += t["allocated"] or ZERO
-        o["used_h"] += t["used"] or ZERO
-        o["amount"] += t["amount"] or ZERO
-    if not route:
-        made = Adjustment.objects.filter(statement__month__in=months)
-        if ids is not None:
-            made = made.filter(statement__tenant_id__in=ids)
-        for t in made.values("statement__month").annotate(amount=Sum("amount")).order_by():
-            out[t["statement__month"]]["amount"] += t["amount"] or ZERO
-    return out
+    add(lines, {"tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
+                "month": "statement__month", "pool": "allocation__pool__slug"},
+        allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+    if adjustments and not route and "pool" not in by:
+        add(Adjustment.objects.all(), {
+            "tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
+            "month": "statement__month"}, amount=Sum("amount"))
+    return dict(out)
+
+
+def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.date],
+                 route: str = "") -> dict[dt.date, Sums]:
+    """Per month, the sum of month_figures over the tenants given (None: all): the finance
+    overview's month totals."""
+    sums = figure_sums(("month",), tenant_ids=tenant_ids, months=months, route=route)
+    return {m: sums.get((m,)) or _zero() for m in months}
 
 
 def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures],
@@ -232,7 +258,7 @@ def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures],
     rows' tenants) and month totals (`sums`: month_totals of every tenant the filters leave;
     by default the sum of `figures`, when those are all of them)."""
     if sums is None:
-        sums = _sum_of_figures(figures, [t["month"] for t in totals])
+        sums = {k[0]: v for k, v in sum_figures(figures, ("month",)).items()}
     by_tenant: dict[int, list[MonthFigures]] = defaultdict(list)
     for f in figures:
         by_tenant[f.tenant_id].append(f)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.conf import settings
 from django.db import connection
 from django.db.models import Count
@@ -12,7 +10,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
-from billing.figures import month_figures
+from billing.figures import figure_sums
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
 from intake.domain import Status
@@ -99,15 +97,10 @@ def metrics(request):
         "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",
         "# TYPE aifactory_allocated_device_hours counter",
     ]
-    # The one number (billing.figures): the same lines, cents and adjustments as statements.
-    per_pool: dict[tuple[str, str], dict[str, Decimal]] = {}
-    per_tenant: dict[str, Decimal] = {}
-    for f in month_figures():
-        per_tenant[f.tenant] = per_tenant.get(f.tenant, Decimal(0)) + f.final
-        for pool, figures in f.by_pool.items():
-            acc = per_pool.setdefault((f.tenant, pool), {k: Decimal(0) for k in figures})
-            for k, v in figures.items():
-                acc[k] += v
+    # The one number (billing.figures): the same lines, cents and adjustments as statements,
+    # summed by the database (a scrape reads sums, not every tenant's every month).
+    per_pool = figure_sums(("tenant", "pool"))
+    per_tenant = {tenant: t["amount"] for (tenant,), t in figure_sums(("tenant",)).items()}
     used_lines, amount_lines = [], []
     for (tenant, pool), t in sorted(per_pool.items()):
         labels = f'tenant="{tenant}",pool="{pool}"'

@@ -144,11 +144,15 @@ def check_hours(allocs) -> None:
 def check_month_totals(months: list[dt.date]) -> None:
     """The overview's month totals, summed by the database, are the sum of every tenant's
     month figures (all routes and each one)."""
-    from billing.figures import _sum_of_figures, month_figures, month_totals
+    from billing.figures import figure_sums, month_figures, month_totals, sum_figures
 
     for route in ["", *Route.values]:
-        want = _sum_of_figures(month_figures(months=months, route=route), months)
-        assert month_totals(months=months, route=route) == want, route
+        want = sum_figures(month_figures(months=months, route=route), ("month",))
+        got = month_totals(months=months, route=route)
+        assert got == {m: want.get((m,), {"allocated_h": 0, "used_h": 0, "amount": 0})
+                       for m in months}, route
+    for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
+        assert figure_sums(by) == sum_figures(month_figures(), by), by
 
 
 def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing.figures import _sum_of_figures, hours, month_figures, month_totals
+from billing.figures import figure_sums, hours, month_figures, month_totals, sum_figures
 from billing.models import Adjustment, Statement, StatementLine, UsageMonth
 from fleet.models import Allocation, Route
 from tests.factories import TenantFactory
@@ -63,14 +63,28 @@ def world(pools, finance_user):
     return tenants
 
 
+def monthly(figures) -> dict:
+    sums = sum_figures(figures, ("month",))
+    return {m: sums.get((m,), {"allocated_h": 0, "used_h": 0, "amount": 0}) for m in MONTHS}
+
+
 @pytest.mark.parametrize("route", ["", *Route.values])
 def test_the_database_sums_what_the_figures_sum(world, route):
-    want = _sum_of_figures(month_figures(months=MONTHS, route=route), MONTHS)
+    want = monthly(month_figures(months=MONTHS, route=route))
     assert month_totals(months=MONTHS, route=route) == want
     some = [world[0].pk, world[4].pk]
-    want = _sum_of_figures(month_figures(tenant_ids=some, months=MONTHS, route=route), MONTHS)
+    want = monthly(month_figures(tenant_ids=some, months=MONTHS, route=route))
     assert month_totals(tenant_ids=some, months=MONTHS, route=route) == want
     assert any(v["amount"] for v in want.values()) == (route != Route.CONFIDENTIAL_POOL)
+
+
+@pytest.mark.parametrize("by", [("tenant",), ("tenant", "pool"), ("month", "tenant", "pool"),
+                                ("month",)])
+def test_every_grouping_sums_what_the_figures_sum(world, by):
+    for adjustments in (True, False):
+        want = sum_figures(month_figures(), by, adjustments=adjustments)
+        assert figure_sums(by, adjustments=adjustments) == want, (by, adjustments)
+        assert len(want) > 1
 
 
 def test_the_overview_page_shows_the_totals_of_every_tenant(world, client, finance_user):
@@ -78,7 +92,7 @@ def test_the_overview_page_shows_the_totals_of_every_tenant(world, client, finan
     client.force_login(finance_user)
     response = client.get("/billing/?months=6")
     totals = {t["month"]: t for t in response.context["totals"]}
-    want = _sum_of_figures(month_figures(months=MONTHS), MONTHS)
+    want = monthly(month_figures(months=MONTHS))
     for month in MONTHS:
         assert totals[month]["amount"] == want[month]["amount"]
         assert totals[month]["allocated_h"] == want[month]["allocated_h"]
