@@ -154,7 +154,7 @@ def test_rendered_objects_pass_a_server_dry_run(helm, admin_kube, tmp_path, valu
     default = policies["portal-aifactory-portal-default"]
     assert default["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in default
     ports = {p["port"] for rule in default["egress"] for p in rule["ports"]}
-    assert ports == {53, 5432, 6379, 443, 6443, 8443, 9090, 25, 465, 587, 22}
+    assert ports == {53, 5432, 6379, 443, 6443, 8443, 9090, 4318, 25, 465, 587, 22}
     web_in = policies["portal-aifactory-portal-web-ingress"]
     assert web_in["ingress"][0]["ports"] == [{"port": "http", "protocol": "TCP"}]
     hooks = {d["metadata"]["name"]: d["metadata"].get("annotations", {}).get("helm.sh/hook")
