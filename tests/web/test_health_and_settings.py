@@ -205,3 +205,14 @@ def test_an_api_address_that_matches_nothing_answers_json_and_a_page_answers_htm
     assert api.json()["message"] == "Not found."
     page = client.get("/no/such/page/")
     assert page.status_code == 404 and b"<html" in page.content
+
+
+def test_the_web_process_loads_its_views_and_freezes_them_out_of_the_collector():
+    """portal.wsgi (what gunicorn loads) imports every view, then gc.freeze(): a full
+    collection during a request scans only what requests made."""
+    code = ("import gc, sys; import portal.wsgi; "
+            "print(gc.get_freeze_count(), 'billing.views' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    frozen, views_loaded = out.split()
+    assert int(frozen) > 50_000 and views_loaded == "True", out
