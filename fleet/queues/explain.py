@@ -360,12 +360,15 @@ def seam_histograms() -> list[dict]:
 
 def queue_stamp(alloc) -> str:
     """What changes whenever the queue panel of `alloc` would: the last time any of its
-    workloads or its queue was recorded. The panel polls with it every second and is
+    workloads or its queue was recorded, or its GPU activity measured. The panel polls with
+    it every second and is
     answered "nothing new" (204) until it differs — so a change the watch records reaches
     an open page within about a second, for two small indexed reads per poll."""
     from django.db.models import Max
 
-    last = QueueWorkload.objects.filter(allocation=alloc).aggregate(at=Max("observed_at"))
+    last = QueueWorkload.objects.filter(allocation=alloc).aggregate(
+        at=Max("observed_at"), measured=Max("utilisation_at"))
     state = ClusterQueueState.objects.filter(allocation=alloc).values_list(
         "observed_at", flat=True).first()
-    return "-".join(f"{t.timestamp():.6f}" if t else "0" for t in (last["at"], state))
+    return "-".join(f"{t.timestamp():.6f}" if t else "0"
+                    for t in (last["at"], state, last["measured"]))

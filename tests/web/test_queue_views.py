@@ -197,3 +197,18 @@ def test_the_open_panel_is_told_nothing_new_until_the_queue_changes(client, lead
     # Another tenant's stamp is no way in: the allocation is scoped before the stamp.
     client.force_login(lead)
     assert client.get(f"/allocations/{_globex.pk}/queue/?since=x").status_code == 404
+
+
+def test_a_new_gpu_measurement_redraws_the_open_panel(client, lead, queues):
+    import re
+
+    from fleet.models import QueueWorkload
+
+    acme, _globex = queues
+    client.force_login(lead)
+    page = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    poll = re.search(r'hx-get="([^"]+)" hx-trigger="every 1s"', page)[1].replace("&amp;", "&")
+    assert client.get(poll).status_code == 204
+    QueueWorkload.objects.filter(allocation=acme).update(
+        gpu_busy=0.5, utilisation_at=timezone.now())
+    assert client.get(poll).status_code == 200
