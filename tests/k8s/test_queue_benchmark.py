@@ -8,6 +8,7 @@ periodic list, and by the watch (p50/p95 over a series of changes).
 
 Small by default (50 queues, 500 workloads); PORTAL_BENCH_FULL=1 runs the issue's size
 (500 queues, 5,000 workloads):  make test ARGS="tests/k8s/test_queue_benchmark.py -s"
+PORTAL_BENCH_PROFILE=1 prints where the first full view's time goes (cProfile).
 """
 
 from __future__ import annotations
@@ -111,7 +112,16 @@ def test_benchmark_following_workloads_across_queues(kueue, admin_kube, portal_k
     eventually(kueue_done, timeout=600 if FULL else 120)
     settled = time.monotonic() - started - created
 
-    first = queue_sync(portal_kube)
+    if os.environ.get("PORTAL_BENCH_PROFILE") == "1":  # where the first full view goes
+        import cProfile
+        import pstats
+
+        profile = cProfile.Profile()
+        first = profile.runcall(queue_sync, portal_kube)
+        with capsys.disabled():
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+    else:
+        first = queue_sync(portal_kube)
     second = queue_sync(portal_kube)
     alloc = Allocation.objects.get(namespace=namespaces[0])
     client = Client()
