@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from tenants.bulk import update_rows
+from tenants.bulk import insert_rows, update_rows
 
 from ..allocations import lifecycle
 from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError, get_backend
@@ -572,8 +572,8 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
                     devices=row.devices, reason="Deleted (its job was removed)."))
             row.state, row.position, row.observed_at = QueueWorkload.State.GONE, None, now
             update.append(row)
-    QueueWorkload.objects.bulk_create(create)
+    insert_rows(QueueWorkload, create)
     written = [*APPLIED, *PLACED, "position", "position_source", "observed_at"]
     update_rows(QueueWorkload, update, written)
-    QueueEvent.objects.bulk_create(events, batch_size=500)
+    insert_rows(QueueEvent, events)
     return changed, len(events)

@@ -112,3 +112,56 @@ def test_json_booleans_and_foreign_keys(pools):
         again = got[node.name]
         assert [getattr(again, f) for f in NODE_FIELDS] == [getattr(node, f)
                                                               for f in NODE_FIELDS]
+
+
+def _fields(model) -> list[str]:
+    return [f.attname for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def test_insert_rows_writes_what_bulk_create_writes(alloc):
+    from fleet.models import QueueEvent
+    from tenants.bulk import insert_rows
+
+    def events(tag: str) -> list[QueueEvent]:
+        return [QueueEvent(allocation=alloc, workload_uid=f"{tag}{i}", workload=f"w{i}",
+                           kind="admitted", at=NOW + dt.timedelta(microseconds=i),
+                           devices=Decimal(i) / 8, borrowed=Decimal(i % 3),
+                           wait_seconds=None if i % 2 else i / 3,
+                           reason=f"it's \"{i}\"\tthe\ncohort\\ lent ü",
+                           detail="" if i % 2 else "x") for i in range(40)]
+
+    QueueEvent.objects.bulk_create(events("a"))
+    assert insert_rows(QueueEvent, events("b")) == 40
+    fields = [f for f in _fields(QueueEvent) if f != "workload_uid"]
+    a = list(QueueEvent.objects.filter(workload_uid__startswith="a").order_by("at")
+             .values_list(*fields))
+    b = list(QueueEvent.objects.filter(workload_uid__startswith="b").order_by("at")
+             .values_list(*fields))
+    assert a == b and len(a) == 40
+    nodes = [GpuNode(name=f"c{i}", gpu_count=8, health_problems=[f"Xid {i}", 'a "b"'],
+                     mig_devices={"1g.10gb": i}, dra_whole_gpus=None if i else 3)
+             for i in range(3)]
+    insert_rows(GpuNode, nodes)
+    got = {n.name: n for n in GpuNode.objects.filter(name__startswith="c")}
+    assert [got[n.name].health_problems for n in nodes] == [n.health_problems for n in nodes]
+    assert [got[n.name].mig_devices for n in nodes] == [n.mig_devices for n in nodes]
+    assert got["c0"].dra_whole_gpus == 3 and got["c1"].dra_whole_gpus is None
+
+
+def test_benchmark_bulk_create_against_copy(alloc, capsys):
+    from tenants.bulk import insert_rows
+
+    n = 5000 if os.environ.get("PORTAL_BENCH_FULL") == "1" else 1000
+    figures = {}
+    for name, write in (("bulk_create (INSERT)", QueueWorkload.objects.bulk_create),
+                        ("insert_rows (COPY)", lambda rows: insert_rows(QueueWorkload, rows))):
+        rows = [QueueWorkload(allocation=alloc, uid=f"{name[:4]}{i}", namespace="acme-r1",
+                              name=f"w{i}", state="pending", position=i, devices=Decimal(1),
+                              observed_at=NOW) for i in range(n)]
+        started = time.perf_counter()
+        write(rows)
+        figures[name] = time.perf_counter() - started
+    with capsys.disabled():
+        print(f"\nBENCHMARK insert of {n} workload rows: " + ", ".join(
+            f"{k} {v * 1000:.0f} ms" for k, v in figures.items()))
+    assert QueueWorkload.objects.count() == 2 * n
