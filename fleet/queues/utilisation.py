@@ -103,14 +103,19 @@ def measure_utilisation(*, now: dt.datetime | None = None, base_url: str | None 
     """Measure what is due; stops at the first Prometheus error (all of it stays due)."""
     now = now or timezone.now()
     measured = 0
-    for row in due_for_measurement(now):
+    due = list(due_for_measurement(now))
+    # Every Job name of the namespaces measured, in one read (not one per workload).
+    jobs: dict[str, set[str]] = {}
+    for ns, name in QueueWorkload.objects.filter(
+            namespace__in={r.namespace for r in due}).exclude(job="").values_list(
+            "namespace", "job").distinct():
+        jobs.setdefault(ns, set()).add(name)
+    for row in due:
         end = row.finished_at or now
         if row.state != QueueWorkload.State.ADMITTED and row.finished_at is None:
             end = row.observed_at  # deleted or stopped: as far as it was seen
         job = row.job or row.name
-        others = tuple(QueueWorkload.objects.filter(
-            namespace=row.namespace, job__startswith=f"{job}-").exclude(job=job)
-            .values_list("job", flat=True).distinct())
+        others = tuple(o for o in jobs.get(row.namespace, ()) if o.startswith(f"{job}-"))
         busy_q, memory_q, at = utilisation_queries(row.namespace, job, row.running_at,
                                                    max(end, row.running_at), others)
         try:
