@@ -128,26 +128,48 @@ def metrics(request):
                         content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-def _seam_lines() -> list[str]:
-    """The workload ledger's seams as one Prometheus histogram (fleet.queues.explain)."""
-    from fleet.queues.explain import seam_histograms
+def _escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
-    def esc(value: str) -> str:
-        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
-    out = ["# HELP aifactory_workload_seam_seconds Time a workload spent at each seam from "
-           "queued to running (seam: admitted = queue wait, pods, claimed, scheduled, "
-           "running = pod start after admission), by tenant and queue.",
-           "# TYPE aifactory_workload_seam_seconds histogram"]
-    for h in seam_histograms():
-        labels = (f'tenant="{esc(h["tenant"])}",queue="{esc(h["queue"])}",'
-                  f'seam="{esc(h["seam"])}"')
+def _histogram_lines(name: str, help_text: str, rows: list[dict], labels_of) -> list[str]:
+    """One Prometheus histogram: rows with cumulative `buckets` [(bound, n)], `count`, `sum`."""
+    out = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    for h in rows:
+        labels = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels_of(h))
         for bound, n in h["buckets"]:
-            out.append(f'aifactory_workload_seam_seconds_bucket{{{labels},le="{bound:g}"}} {n}')
-        out += [f'aifactory_workload_seam_seconds_bucket{{{labels},le="+Inf"}} {h["count"]}',
-                f"aifactory_workload_seam_seconds_sum{{{labels}}} {h['sum']:.3f}",
-                f"aifactory_workload_seam_seconds_count{{{labels}}} {h['count']}"]
+            out.append(f'{name}_bucket{{{labels},le="{bound:g}"}} {n}')
+        out += [f'{name}_bucket{{{labels},le="+Inf"}} {h["count"]}',
+                f"{name}_sum{{{labels}}} {h['sum']:.3f}",
+                f"{name}_count{{{labels}}} {h['count']}"]
     return out
+
+
+def _seam_lines() -> list[str]:
+    """The workload ledger's seams and the finished workloads' GPU activity (DCGM), as
+    Prometheus histograms by tenant and queue."""
+    from fleet.queues.explain import seam_histograms
+    from fleet.queues.utilisation import utilisation_histograms
+
+    def queue_labels(h):
+        return (("tenant", h["tenant"]), ("queue", h["queue"]))
+
+    lines = _histogram_lines(
+        "aifactory_workload_seam_seconds",
+        "Time a workload spent at each seam from queued to running (seam: admitted = queue "
+        "wait, pods, claimed, scheduled, running = pod start after admission), by tenant and "
+        "queue.", seam_histograms(), lambda h: (*queue_labels(h), ("seam", h["seam"])))
+    measured = utilisation_histograms()
+    lines += _histogram_lines(
+        "aifactory_workload_gpu_busy_ratio",
+        "Mean GPU activity (DCGM graphics engine, 0-1) of each finished workload over its "
+        "run, by tenant and queue.", [h for h in measured if h["metric"] == "busy"],
+        queue_labels)
+    lines += _histogram_lines(
+        "aifactory_workload_gpu_memory_gigabytes",
+        "The most GPU memory one of a finished workload's GPUs held (DCGM), by tenant and "
+        "queue.", [h for h in measured if h["metric"] == "memory"], queue_labels)
+    return lines
 
 
 def server_error(request):

@@ -130,3 +130,41 @@ def measure_utilisation(*, now: dt.datetime | None = None, base_url: str | None 
             utilisation_at=row.finished_at or now)
         measured += 1
     return measured
+
+
+# Buckets of the /metrics histograms: activity as a fraction, memory in GB (MIG slices of
+# 5–40 GB up to a whole H200's 141 GB).
+BUSY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+MEMORY_BUCKETS_GB = (5, 10, 20, 40, 80, 160)
+
+
+def utilisation_histograms() -> list[dict]:
+    """Per tenant and queue: how busy finished workloads kept their GPUs, and the most memory
+    they held, as cumulative bucket counts. Only workloads measured over their whole run
+    count, each once, so the counts only grow (a running one's figure still changes; a
+    deleted or stopped one was seen only in part). One aggregate query."""
+    from django.db.models import Count, Sum
+
+    def buckets(field: str, bounds) -> dict:
+        return {f"{field}_le{i}": Count("id", filter=Q(**{f"{field}__lte": b}))
+                for i, b in enumerate(bounds)}
+
+    rows = (QueueWorkload.objects
+            .filter(finished_at__isnull=False, utilisation_at__gte=F("finished_at"))
+            .values("allocation__tenant__slug", "namespace", "local_queue")
+            .annotate(busy_n=Count("gpu_busy"), busy_sum=Sum("gpu_busy"),
+                      memory_n=Count("gpu_memory_gb"), memory_sum=Sum("gpu_memory_gb"),
+                      **buckets("gpu_busy", BUSY_BUCKETS),
+                      **buckets("gpu_memory_gb", MEMORY_BUCKETS_GB))
+            .order_by("allocation__tenant__slug", "namespace", "local_queue"))
+    out = []
+    for r in rows:
+        base = {"tenant": r["allocation__tenant__slug"],
+                "queue": f"{r['namespace']}/{r['local_queue']}"}
+        for field, bounds, key in (("gpu_busy", BUSY_BUCKETS, "busy"),
+                                   ("gpu_memory_gb", MEMORY_BUCKETS_GB, "memory")):
+            if r[f"{key}_n"]:
+                out.append({**base, "metric": key,
+                            "buckets": [(b, r[f"{field}_le{i}"]) for i, b in enumerate(bounds)],
+                            "count": r[f"{key}_n"], "sum": r[f"{key}_sum"] or 0.0})
+    return out

@@ -6,6 +6,9 @@ count."""
 from __future__ import annotations
 
 import datetime as dt
+import re
+import shutil
+import subprocess
 from decimal import Decimal
 
 import pytest
@@ -143,6 +146,41 @@ def test_the_tenant_reads_it_in_the_ledger(prometheus, alloc, client, lead):
     assert job["gpu_busy"] == pytest.approx(busy) and job["gpu_memory_gb"] == memory
     page = client.get(f"/allocations/{alloc.pk}/queue/").content.decode()
     assert f"{round(busy * 100)}% busy" in page and f"memory up to <strong>{memory} GB" in page
+
+
+def _histogram(body: str, name: str, labels: str) -> tuple[list[tuple[float, int]], int, float]:
+    buckets = [(float(le), int(n)) for le, n in re.findall(
+        rf'{name}_bucket{{{re.escape(labels)},le="([^"]+)"}} (\d+)', body) if le != "+Inf"]
+    count = int(re.search(rf"{name}_count{{{re.escape(labels)}}} (\d+)", body).group(1))
+    total = float(re.search(rf"{name}_sum{{{re.escape(labels)}}} ([0-9.]+)", body).group(1))
+    return buckets, count, total
+
+
+def test_metrics_expose_finished_workloads_gpu_activity_as_histograms(prometheus, alloc,
+                                                                      client, tenant):
+    """/metrics: each finished, measured workload once in the busy and memory histograms of
+    its tenant and queue; a running one (its figure still changes) not yet."""
+    workload(alloc, "train")
+    workload(alloc, "sweep")
+    workload(alloc, "idle")  # measured, no series: in neither histogram
+    workload(alloc, "train-2", finished=False)  # still running: its figure can change
+    assert measure_utilisation(base_url=prometheus.url, now=RUN[1]) == 4
+    body = client.get("/metrics").content.decode()
+    labels = f'tenant="{tenant.slug}",queue="acme-r1/gpu"'
+    # The stored figures (the test above checks them against the samples): train's mean is
+    # 0.6 exactly in decimal, so the bucket it lands in is the stored float's, not ours.
+    figures = list(QueueWorkload.objects.filter(job__in=("train", "sweep")).values_list(
+        "gpu_busy", "gpu_memory_gb"))
+    assert len(figures) == 2 and all(b and m for b, m in figures)
+    for name, values in (("aifactory_workload_gpu_busy_ratio", [b for b, _ in figures]),
+                         ("aifactory_workload_gpu_memory_gigabytes", [m for _, m in figures])):
+        buckets, count, total = _histogram(body, name, labels)
+        assert count == 2 and total == pytest.approx(sum(values), abs=1e-3), name
+        assert buckets and all(n == sum(v <= le for v in values) for le, n in buckets), name
+    checked = subprocess.run([shutil.which("promtool"), "check", "metrics"],
+                             input=body.encode(), capture_output=True)
+    assert checked.returncode in (0, 3) and b"error while linting" not in checked.stderr, \
+        checked.stderr.decode()
 
 
 @pytest.mark.unit
