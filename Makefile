@@ -14,4 +14,4 @@ lint:
 # Not a set-up command: the simulated GPU factory (real Kubernetes control plane, Kueue,
 # kube-scheduler, kwok nodes) with the portal and a load generator, for people to watch.
 factory-demo:
-	bash scripts/test.sh tests/k8s/factory_demo.py -s -q -p no:cacheprovider $(ARGS)
+	bash scripts/test.sh tests/k8s/factory_demo.py -n 0 -s -q -p no:cacheprovider $(ARGS)

@@ -9,6 +9,7 @@ are required and the secure-cookie/HSTS settings are on.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
 from pathlib import Path
@@ -34,7 +35,16 @@ def _embedded_secret_key() -> str:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     path = VAR_DIR / "dev-secret-key"
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
+        # Written aside and linked into place: processes starting together (web, worker,
+        # test workers) all read the one that won, never a half-written file.
+        aside = path.with_name(f".{path.name}.{os.getpid()}")
+        aside.write_text(secrets.token_urlsafe(50))
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            pass
+        finally:
+            aside.unlink()
     return path.read_text().strip()
 
 

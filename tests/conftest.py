@@ -11,13 +11,89 @@ CHROMIUM = os.environ.get("PORTAL_TEST_CHROMIUM", "/usr/bin/chromium")
 TIERS = ("unit", "db", "web", "worker", "k8s", "sso", "metrics", "e2e")
 
 
+# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): each group below runs
+# whole on one worker, because its tests share one expensive server for the session (the
+# cluster, Keycloak, the browser) or must not run beside each other (real Celery workers);
+# any other file is a group of its own. The longest groups go first, so the cluster's tier
+# starts at once on one worker while the other takes the files.
+SHARED_SERVER_GROUPS = {"k8s": "cluster", "sso": "keycloak", "e2e": "browser",
+                        "worker": "celery"}
+GROUP_ORDER = ("cluster", "keycloak", "browser", "celery")
+
+
 def pytest_collection_modifyitems(config, items):
     # A test's tier is its folder, so `-m unit` runs one tier alone.
+    order = {}
     for item in items:
         parts = Path(str(item.fspath)).parts
+        group = None
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
+                group = group or SHARED_SERVER_GROUPS.get(tier)
+        group = group or item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        order[item.nodeid] = GROUP_ORDER.index(group) if group in GROUP_ORDER else \
+            len(GROUP_ORDER)
+    items.sort(key=lambda item: order[item.nodeid])  # stable: a file keeps its order
+
+
+def pytest_configure(config):
+    # Tests create many users; the production hasher is deliberately slow.
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1… under pytest-xdist
+    if worker:
+        _redis_of_its_own(int(worker.removeprefix("gw")))
+
+
+def _redis_of_its_own(n: int) -> None:
+    """Each xdist worker has its own test database (pytest-django's suffix); its broker and
+    cache get Redis databases of their own too: user ids repeat across the workers' databases,
+    so a shared cache would hand one worker's cached user to the other, and a Celery worker
+    started by one must not take the other's tasks. The processes a test starts inherit it."""
+    from django.conf import settings
+
+    def on_db(url: str, db: int) -> str:
+        return url.rsplit("/", 1)[0] + f"/{db}"
+
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if broker.startswith("redis://"):
+        os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL = on_db(broker, 2 + 2 * n)
+        from portal.celery import app
+
+        app.conf.broker_url = settings.CELERY_BROKER_URL
+    cache = os.environ.get("CACHE_URL", "")
+    if cache.startswith("redis://"):
+        os.environ["CACHE_URL"] = on_db(cache, 3 + 2 * n)
+        from django.core.cache import caches
+
+        assert "default" not in caches._connections.__dict__, "the cache was used already"
+        settings.CACHES["default"]["LOCATION"] = os.environ["CACHE_URL"]
+
+
+def pytest_runtest_logreport(report):
+    """Keep what benchmarks print (lines starting BENCHMARK, with the output around them), to
+    show at the end: under xdist a worker's printing never reaches the terminal."""
+    if report.when != "call" or not report.passed:
+        return
+    out = "\n".join(content for name, content in report.sections if "stdout" in name)
+    if "BENCHMARK" in out:
+        _FIGURES.append((report.nodeid, [line for line in out.splitlines() if line.strip()]))
+
+
+_FIGURES: list[tuple[str, list[str]]] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _FIGURES:
+        return
+    terminalreporter.section("benchmarks: the figures they printed")
+    for nodeid, lines in sorted(_FIGURES):
+        terminalreporter.write_line(f"--- {nodeid}")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -90,13 +166,6 @@ def finance_user(db):
     from tests.factories import make_platform_user
 
     return make_platform_user("fin", PlatformRole.Role.FINANCE)
-
-
-def pytest_configure(config):
-    # Tests create many users; the production hasher is deliberately slow.
-    from django.conf import settings
-
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 # --- Headless Chromium (Debian's) driven by Playwright: one browser per session, shared by

@@ -72,7 +72,7 @@ def test_nothing_to_write_is_no_statement(django_assert_num_queries):
         assert update_rows(GpuNode, [], ["ready"]) == 0
 
 
-def test_benchmark_bulk_update_against_values(alloc, capsys):
+def test_benchmark_bulk_update_against_values(alloc):
     n = 5000 if os.environ.get("PORTAL_BENCH_FULL") == "1" else 1000
     got = rows(alloc, n)
     for i, row in enumerate(got):
@@ -88,9 +88,8 @@ def test_benchmark_bulk_update_against_values(alloc, capsys):
             write()
             times.append(time.perf_counter() - started)
         figures[name] = min(times)
-    with capsys.disabled():
-        print(f"\nBENCHMARK bulk write of {n} workload rows × 5 fields: " + ", ".join(
-            f"{k} {v * 1000:.0f} ms" for k, v in figures.items()))
+    print(f"\nBENCHMARK bulk write of {n} workload rows × 5 fields: " + ", ".join(
+        f"{k} {v * 1000:.0f} ms" for k, v in figures.items()))
     assert snapshot()[1][1:6] == tuple(getattr(got[1], f) for f in FIELDS[:5])
 
 
@@ -148,7 +147,7 @@ def test_insert_rows_writes_what_bulk_create_writes(alloc):
     assert got["c0"].dra_whole_gpus == 3 and got["c1"].dra_whole_gpus is None
 
 
-def test_benchmark_bulk_create_against_copy(alloc, capsys):
+def test_benchmark_bulk_create_against_copy(alloc):
     from tenants.bulk import insert_rows
 
     n = 5000 if os.environ.get("PORTAL_BENCH_FULL") == "1" else 1000
@@ -161,7 +160,6 @@ def test_benchmark_bulk_create_against_copy(alloc, capsys):
         started = time.perf_counter()
         write(rows)
         figures[name] = time.perf_counter() - started
-    with capsys.disabled():
-        print(f"\nBENCHMARK insert of {n} workload rows: " + ", ".join(
-            f"{k} {v * 1000:.0f} ms" for k, v in figures.items()))
+    print(f"\nBENCHMARK insert of {n} workload rows: " + ", ".join(
+        f"{k} {v * 1000:.0f} ms" for k, v in figures.items()))
     assert QueueWorkload.objects.count() == 2 * n

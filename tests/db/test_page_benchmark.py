@@ -245,7 +245,7 @@ def print_size(size: Size, results: dict, loaded: float, explains: dict) -> None
             f"BENCHMARK plan:   {line}" for line in plan.splitlines()))
 
 
-def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user, capsys,
+def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user,
                                                 monkeypatch):
     # Render templates as production does: the test environment wraps every template render
     # to record it for assertions, which costs per template and would tilt the figures.
@@ -276,15 +276,13 @@ def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user
         explains = heavy_query_plans(world)
         # Constant, not per tenant: the overview's queries do not grow with the tenants.
         assert results["finance: overview 12 months"]["queries"] < 40
-        with capsys.disabled():
-            print_size(size, results, loaded, explains)
+        print_size(size, results, loaded, explains)
         sweep[size.label] = results
         transaction.savepoint_rollback(point)
     if len(sizes) > 1:
         first, last = sizes[0].label, sizes[-1].label
-        with capsys.disabled():
-            print(f"\nBENCHMARK growth of p95, {first} -> {last} (goal <= 1.5x):")
-            for label in sweep[first]:
-                a, b = sweep[first][label]["p95"], sweep[last][label]["p95"]
-                row = "  ".join(f"{sweep[s.label][label]['p95']:7.1f}" for s in sizes)
-                print(f"BENCHMARK growth {label:32s} {row} ms  x{b / a:4.2f}")
+        print(f"\nBENCHMARK growth of p95, {first} -> {last} (goal <= 1.5x):")
+        for label in sweep[first]:
+            a, b = sweep[first][label]["p95"], sweep[last][label]["p95"]
+            row = "  ".join(f"{sweep[s.label][label]['p95']:7.1f}" for s in sizes)
+            print(f"BENCHMARK growth {label:32s} {row} ms  x{b / a:4.2f}")

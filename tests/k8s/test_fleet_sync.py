@@ -193,7 +193,7 @@ def test_two_approvals_racing_for_the_last_validated_devices(clean_nodes, portal
     assert Allocation.objects.count() == 1
 
 
-def test_benchmark_fleet_sync(clean_nodes, portal_kube, pools, capsys):
+def test_benchmark_fleet_sync(clean_nodes, portal_kube, pools):
     """Not a timed assertion: prints how long syncing the fleet takes — first sync, an
     unchanged re-sync, and a re-sync after one node changed. 1,000 nodes by default,
     10,000 with PORTAL_BENCH_FULL=1."""
@@ -210,18 +210,17 @@ def test_benchmark_fleet_sync(clean_nodes, portal_kube, pools, capsys):
     second = fleet_sync(backend=portal_kube)
     patch_node(admin, "bench-00007", {"spec": {"unschedulable": True}})
     third = fleet_sync(backend=portal_kube)
-    with capsys.disabled():
-        print(f"\nBENCHMARK fleet sync of {n} nodes: created in {created:.1f}s; first sync "
-              f"{first.seconds:.2f}s ({first.created} new), unchanged re-sync "
-              f"{second.seconds:.2f}s ({second.changed} changed), one node cordoned "
-              f"{third.seconds:.2f}s ({third.changed} changed)")
+    print(f"\nBENCHMARK fleet sync of {n} nodes: created in {created:.1f}s; first sync "
+          f"{first.seconds:.2f}s ({first.created} new), unchanged re-sync "
+          f"{second.seconds:.2f}s ({second.changed} changed), one node cordoned "
+          f"{third.seconds:.2f}s ({third.changed} changed)")
     assert first.created == n and second.changed == 0 and third.changed == 1
     assert GpuNode.objects.get(name="bench-00007").cordoned is True
     assert GpuNode.objects.filter(name__startswith="bench-").count() == n
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_watch_shows_a_change_within_a_second(clean_nodes, portal_kube, pools, capsys):
+def test_the_watch_shows_a_change_within_a_second(clean_nodes, portal_kube, pools):
     """`manage.py watch_fleet`'s loop, as the portal's identity against the real API server:
     a cordon, a new node and a deleted one reach the table from the watch, not the beat."""
     import threading
@@ -267,6 +266,5 @@ def test_the_watch_shows_a_change_within_a_second(clean_nodes, portal_kube, pool
         thread.join(timeout=15)
     assert {kind for kind, *_ in events} >= {"MODIFIED", "ADDED", "DELETED"}
     assert AuditEvent.objects.filter(action="node.gone").exists()
-    with capsys.disabled():
-        print(f"\nBENCHMARK fleet watch: a cordon showed after {cordon * 1000:.0f} ms, a new "
-              f"node after {added * 1000:.0f} ms, a deleted one after {deleted * 1000:.0f} ms")
+    print(f"\nBENCHMARK fleet watch: a cordon showed after {cordon * 1000:.0f} ms, a new "
+          f"node after {added * 1000:.0f} ms, a deleted one after {deleted * 1000:.0f} ms")

@@ -492,7 +492,7 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
 
 def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
         control_plane, simulated_fleet, placement, admin_user,
-        django_capture_on_commit_callbacks, capsys):
+        django_capture_on_commit_callbacks):
     """The four-tenant contention of tests/k8s/test_queue_truth.py carried to running pods,
     followed by the portal's queue watch: A runs within quota; B borrows 4 devices and runs
     on the shared node; C returns, the cohort reclaims, B's pods are deleted and C's placed;
@@ -610,14 +610,13 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     tolerance = 4 * 1.5 * 2 * len(admissions)
     assert abs(float(by_billing) - by_ledger) <= tolerance, (by_billing, by_ledger)
     assert {alloc_id for alloc_id, _hour in billed} == {b.pk}, billed  # A, C in quota
-    with capsys.disabled():
-        print(f"\nBENCHMARK contention through placement: B borrowed {by_ledger:.1f} "
-              f"device-s by the ledger, {float(by_billing):.1f} billed (± {tolerance:.0f}); "
-              f"recovery after reclaim {seconds:.1f} s; "
-              + ", ".join(f"{e.kind} {e.at:%H:%M:%S}" for e in events))
+    print(f"\nBENCHMARK contention through placement: B borrowed {by_ledger:.1f} "
+          f"device-s by the ledger, {float(by_billing):.1f} billed (± {tolerance:.0f}); "
+          f"recovery after reclaim {seconds:.1f} s; "
+          + ", ".join(f"{e.kind} {e.at:%H:%M:%S}" for e in events))
 
 
-def test_benchmark_placement_rate(control_plane, simulated_fleet, placement, capsys):
+def test_benchmark_placement_rate(control_plane, simulated_fleet, placement):
     """Benchmark (printed, never a timed assertion): how fast the simulated factory places
     GPU pods — by the device plugin's extended resource, and by DRA claims made from a
     template (one whole GPU each) — beside Kubernetes' own published scheduling rates.
@@ -704,16 +703,15 @@ def test_benchmark_placement_rate(control_plane, simulated_fleet, placement, cap
         for name in names:
             admin.delete("resource.k8s.io/v1", "ResourceSlice", f"{name}-gpu.nvidia.com")
             admin.delete("v1", "Node", name)
-    with capsys.disabled():
-        print(f"\nBENCHMARK placement rate ({nodes} kwok nodes × 8 GPUs, {pods} pods each"
-              f"{'' if full else '; PORTAL_BENCH_FULL=1 for 50 nodes, 400 pods'}): device "
-              f"plugin {plugin_rate:.0f} pods/s (created at {plugin_created:.0f}/s), DRA claim "
-              f"from a template {dra_rate:.0f} pods/s (created at {dra_created:.0f}/s), "
-              "submit → bound. Anchor, Kubernetes' scheduler_perf thresholds (in-process "
-              "scheduler, no kubelets, its CI machines): SchedulingBasic/5000Nodes_10000Pods "
-              "680 pods/s, SchedulingWithResourceClaimTemplate/5000pods_500nodes 56 pods/s "
-              "(\"typically above 70\"). Here: 2 cores shared by etcd, the API server, kcm, "
-              "Kueue, the scheduler and kwok, and pod creation through the API counted in.")
+    print(f"\nBENCHMARK placement rate ({nodes} kwok nodes × 8 GPUs, {pods} pods each"
+          f"{'' if full else '; PORTAL_BENCH_FULL=1 for 50 nodes, 400 pods'}): device "
+          f"plugin {plugin_rate:.0f} pods/s (created at {plugin_created:.0f}/s), DRA claim "
+          f"from a template {dra_rate:.0f} pods/s (created at {dra_created:.0f}/s), "
+          "submit → bound. Anchor, Kubernetes' scheduler_perf thresholds (in-process "
+          "scheduler, no kubelets, its CI machines): SchedulingBasic/5000Nodes_10000Pods "
+          "680 pods/s, SchedulingWithResourceClaimTemplate/5000pods_500nodes 56 pods/s "
+          "(\"typically above 70\"). Here: 2 cores shared by etcd, the API server, kcm, "
+          "Kueue, the scheduler and kwok, and pod creation through the API counted in.")
 
 
 def _all_bound(names: list[str], bound: dict) -> None:

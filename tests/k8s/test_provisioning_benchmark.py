@@ -51,7 +51,7 @@ def renamed(manifest: dict, namespace: str, suffix: str) -> dict:
 
 
 def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, portal_kube, pools,
-                                                 tenant, lead, admin_user, tmp_path, capsys):
+                                                 tenant, lead, admin_user, tmp_path):
     from portal.celery import app
 
     set_backend(portal_kube)
@@ -114,16 +114,15 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
             apply_together(portal_kube, wave)
     adapter_s = time.monotonic() - started_a
     portal_s = done - started
-    with capsys.disabled():
-        print(f"\nBENCHMARK provisioning: {len(requests)} allocations "
-              f"({PER_ROUTE} per route), {len(manifests)} objects; approvals "
-              f"{approved - started:.1f}s, "
-              f"approval→all active {portal_s:.1f}s through a real worker (2 processes) "
-              f"(after the last approval {done - approved:.1f}s); kubectl apply --server-side "
-              f"of the same objects {kubectl_s:.1f}s; ratio {portal_s / kubectl_s:.2f}x "
-              f"(the adapter alone, in waves, one process: {adapter_s:.1f}s, "
-              f"{adapter_s / kubectl_s:.2f}x) "
-              f"(goal 0.5x); worker RSS {rss} MiB")
+    print(f"\nBENCHMARK provisioning: {len(requests)} allocations "
+          f"({PER_ROUTE} per route), {len(manifests)} objects; approvals "
+          f"{approved - started:.1f}s, "
+          f"approval→all active {portal_s:.1f}s through a real worker (2 processes) "
+          f"(after the last approval {done - approved:.1f}s); kubectl apply --server-side "
+          f"of the same objects {kubectl_s:.1f}s; ratio {portal_s / kubectl_s:.2f}x "
+          f"(the adapter alone, in waves, one process: {adapter_s:.1f}s, "
+          f"{adapter_s / kubectl_s:.2f}x) "
+          f"(goal 0.5x); worker RSS {rss} MiB")
 
 
 def worker_rss_mib(worker: ManagedProcess) -> str:

@@ -80,7 +80,7 @@ def _queue_objects(ns: str, cohort: str, flavor: str) -> list[dict]:
 
 
 def test_benchmark_following_workloads_across_queues(kueue, admin_kube, portal_kube, tenant,
-                                                     lead, pools, capsys):
+                                                     lead, pools):
     tag = uuid.uuid4().hex[:5]
     flavor = f"bench-{tag}"
     namespaces = [f"qb-{tag}-{i:03d}" for i in range(QUEUES)]
@@ -118,8 +118,7 @@ def test_benchmark_following_workloads_across_queues(kueue, admin_kube, portal_k
 
         profile = cProfile.Profile()
         first = profile.runcall(queue_sync, portal_kube)
-        with capsys.disabled():
-            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     else:
         first = queue_sync(portal_kube)
     second = queue_sync(portal_kube)
@@ -185,24 +184,23 @@ def test_benchmark_following_workloads_across_queues(kueue, admin_kube, portal_k
     lags.sort()
     lag_p50, lag_p95 = lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * .95))]
 
-    with capsys.disabled():
-        print(f"\nBENCHMARK queue watch ({QUEUES} queues, {total} workloads): list and open "
-              f"the watches {watch_start:.2f}s; API change → the portal's row, "
-              f"{len(lags)} changes: p50 {lag_p50 * 1000:.0f} ms, p95 {lag_p95 * 1000:.0f} ms "
-              f"(recording a burst {1000 * sorted(burst_s)[len(burst_s) // 2]:.0f} ms median, "
-              f"{1000 * max(burst_s):.0f} ms at most); the periodic list alone: up to "
-              f"PORTAL_QUEUE_SYNC_SECONDS + a sync of {max(syncs):.2f}s")
-        print(f"\nBENCHMARK queue truth ({QUEUES} queues, {total} workloads"
-              f"{'' if FULL else '; PORTAL_BENCH_FULL=1 for 500/5,000'}): created in "
-              f"{created:.1f}s, Kueue settled in {settled:.1f}s; first full view "
-              f"{first.seconds:.2f}s ({_phases(first)}, "
-              f"{first.changed} new), re-sync {second.seconds:.2f}s ({_phases(second)}, "
-              f"{second.changed} changed); "
-              f"one tenant's queue API {view_ms:.0f} ms (median of 5, warm); a deleted "
-              f"Workload shown gone after {seen_gone:.2f}s, the next one admitted by Kueue "
-              f"shown after {seen_next:.2f}s "
-              f"({len(syncs)} syncs of {max(syncs):.2f}s at most; add up to "
-              f"PORTAL_QUEUE_SYNC_SECONDS between beats); positions from {first.positions}")
+    print(f"\nBENCHMARK queue watch ({QUEUES} queues, {total} workloads): list and open "
+          f"the watches {watch_start:.2f}s; API change → the portal's row, "
+          f"{len(lags)} changes: p50 {lag_p50 * 1000:.0f} ms, p95 {lag_p95 * 1000:.0f} ms "
+          f"(recording a burst {1000 * sorted(burst_s)[len(burst_s) // 2]:.0f} ms median, "
+          f"{1000 * max(burst_s):.0f} ms at most); the periodic list alone: up to "
+          f"PORTAL_QUEUE_SYNC_SECONDS + a sync of {max(syncs):.2f}s")
+    print(f"\nBENCHMARK queue truth ({QUEUES} queues, {total} workloads"
+          f"{'' if FULL else '; PORTAL_BENCH_FULL=1 for 500/5,000'}): created in "
+          f"{created:.1f}s, Kueue settled in {settled:.1f}s; first full view "
+          f"{first.seconds:.2f}s ({_phases(first)}, "
+          f"{first.changed} new), re-sync {second.seconds:.2f}s ({_phases(second)}, "
+          f"{second.changed} changed); "
+          f"one tenant's queue API {view_ms:.0f} ms (median of 5, warm); a deleted "
+          f"Workload shown gone after {seen_gone:.2f}s, the next one admitted by Kueue "
+          f"shown after {seen_next:.2f}s "
+          f"({len(syncs)} syncs of {max(syncs):.2f}s at most; add up to "
+          f"PORTAL_QUEUE_SYNC_SECONDS between beats); positions from {first.positions}")
     assert first.workloads == total and first.changed == total
     assert len(running) == QUOTA and len(waiting) == PER_QUEUE - QUOTA
     assert QueueWorkload.objects.filter(allocation=alloc, state="admitted").count() == QUOTA

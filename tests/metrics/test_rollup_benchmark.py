@@ -51,7 +51,7 @@ class LazySeries(dict):
                                for k in range(1, 24 * 3600 // STEP + 1))
 
 
-def test_benchmark_rollup_of_a_day_and_a_month(tmp_path, capsys):
+def test_benchmark_rollup_of_a_day_and_a_month(tmp_path):
     started = time.monotonic()
     write_openmetrics(tmp_path / "dcgm.om", LazySeries())
     written = time.monotonic() - started
@@ -86,9 +86,8 @@ def test_benchmark_rollup_of_a_day_and_a_month(tmp_path, capsys):
     finally:
         server.stop()
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    with capsys.disabled():
-        print(f"\nBENCHMARK rollup ({TENANTS} tenants × {GPUS} GPUs, a sample a minute: "
-              f"{TENANTS * GPUS * 1440} samples; written {written:.1f}s, promtool backfill "
-              f"{backfilled:.1f}s): a day {day_s:.1f}s ({day.rows} allocation-hours), a month "
-              f"{month_s:.1f}s ({month.rows} allocation-hours); peak RSS of the test process "
-              f"{peak_mib:.0f} MiB")
+    print(f"\nBENCHMARK rollup ({TENANTS} tenants × {GPUS} GPUs, a sample a minute: "
+          f"{TENANTS * GPUS * 1440} samples; written {written:.1f}s, promtool backfill "
+          f"{backfilled:.1f}s): a day {day_s:.1f}s ({day.rows} allocation-hours), a month "
+          f"{month_s:.1f}s ({month.rows} allocation-hours); peak RSS of the test process "
+          f"{peak_mib:.0f} MiB")

@@ -76,7 +76,7 @@ def _session(user, base: str) -> requests.Session:
     return s
 
 
-def test_fifty_leads_and_five_admins(gunicorn, pools, capsys):
+def test_fifty_leads_and_five_admins(gunicorn, pools):
     # Tight pools, so approvals compete for the last devices and some must be refused.
     Pool.objects.filter(route=Route.SHARED_POOL).update(capacity_devices=64)
     leads = []
@@ -142,16 +142,15 @@ def test_fifty_leads_and_five_admins(gunicorn, pools, capsys):
         values = sorted(values)
         return values[min(len(values) - 1, int(len(values) * q))] * 1000 if values else 0
 
-    with capsys.disabled():
-        print(f"\nBENCHMARK load ({LEADS} leads, {ADMINS} admins, gunicorn 3×4, "
-              f"{elapsed:.0f}s{'' if FULL else '; PORTAL_BENCH_FULL=1 for 3 min'}): "
-              f"{total} requests, {total / elapsed:.1f}/s; statuses "
-              f"{dict(sorted(statuses.items()))}")
-        for kind, values in sorted(latencies.items()):
-            print(f"  {kind:8s} n={len(values):5d} p50 {pct(values, .5):6.0f} ms  "
-                  f"p95 {pct(values, .95):6.0f} ms")
-        print("  promised/capacity: " + ", ".join(
-            f"{k} {v[0]:f}/{v[1]}" for k, v in promised.items()))
+    print(f"\nBENCHMARK load ({LEADS} leads, {ADMINS} admins, gunicorn 3×4, "
+          f"{elapsed:.0f}s{'' if FULL else '; PORTAL_BENCH_FULL=1 for 3 min'}): "
+          f"{total} requests, {total / elapsed:.1f}/s; statuses "
+          f"{dict(sorted(statuses.items()))}")
+    for kind, values in sorted(latencies.items()):
+        print(f"  {kind:8s} n={len(values):5d} p50 {pct(values, .5):6.0f} ms  "
+              f"p95 {pct(values, .95):6.0f} ms")
+    print("  promised/capacity: " + ", ".join(
+        f"{k} {v[0]:f}/{v[1]}" for k, v in promised.items()))
     assert not errors, "\n".join(errors[:10])
     for slug, (held, capacity) in promised.items():
         assert held <= capacity, f"{slug} promised {held} of {capacity}"
