@@ -11,31 +11,48 @@ CHROMIUM = os.environ.get("PORTAL_TEST_CHROMIUM", "/usr/bin/chromium")
 TIERS = ("unit", "db", "web", "worker", "k8s", "sso", "metrics", "e2e")
 
 
-# `make test` runs two pytest-xdist workers (`-n 2 --dist loadgroup`): each group below runs
-# whole on one worker, because its tests share one expensive server for the session (the
-# cluster, Keycloak, the browser) or must not run beside each other (real Celery workers);
-# any other file is a group of its own. The longest groups go first, so the cluster's tier
-# starts at once on one worker while the other takes the files.
-SHARED_SERVER_GROUPS = {"k8s": "cluster", "sso": "keycloak", "e2e": "browser",
+# `make test` runs two pytest-xdist workers. Each scope below runs whole on one worker,
+# because its tests share one expensive server for the session (the cluster, Keycloak, the
+# browser) or must not run beside each other (real Celery workers); any other file is a
+# scope of its own. The longest scopes go first, so the cluster's tier starts at once on one
+# worker while the other takes the files. (xdist's own `loadgroup` cannot be used: it marks
+# the group in an attribute pytest 9 no longer reads.)
+SHARED_SERVER_SCOPES = {"k8s": "cluster", "sso": "keycloak", "e2e": "browser",
                         "worker": "celery"}
-GROUP_ORDER = ("cluster", "keycloak", "browser", "celery")
+SCOPE_ORDER = ("cluster", "keycloak", "browser", "celery")
+
+
+def scope_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    for part in Path(path).parts:
+        if part in SHARED_SERVER_SCOPES:
+            return SHARED_SERVER_SCOPES[part]
+    return path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedServerScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return SharedServerScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     # A test's tier is its folder, so `-m unit` runs one tier alone.
-    order = {}
     for item in items:
         parts = Path(str(item.fspath)).parts
-        group = None
         for tier in TIERS:
             if tier in parts:
                 item.add_marker(getattr(pytest.mark, tier))
-                group = group or SHARED_SERVER_GROUPS.get(tier)
-        group = group or item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        order[item.nodeid] = GROUP_ORDER.index(group) if group in GROUP_ORDER else \
-            len(GROUP_ORDER)
-    items.sort(key=lambda item: order[item.nodeid])  # stable: a file keeps its order
+
+    def rank(item) -> int:
+        scope = scope_of(item.nodeid)
+        return SCOPE_ORDER.index(scope) if scope in SCOPE_ORDER else len(SCOPE_ORDER)
+
+    items.sort(key=rank)  # stable: a file keeps its order
 
 
 def pytest_configure(config):
@@ -252,3 +269,4 @@ def smtp_server(settings):
     inbox.controller = controller
     yield inbox
     controller.stop()
+

@@ -187,14 +187,29 @@ def test_every_url_has_a_row_and_every_row_a_url():
         assert set(row.expect) == set(ROLES), f"{name}: a status for every role"
 
 
-@pytest.fixture
-def world(tenant, other_tenant, lead, member, other_lead, admin_user, finance_user, pools,
-          django_capture_on_commit_callbacks):
+def _build_world() -> dict:
     """acme's active allocation (from an approved request), a node, a month of usage."""
-    from intake import services
+    from django.test import TestCase
 
+    from intake import services
+    from tenants.models import PlatformRole
+    from tests.factories import (
+        TenantFactory,
+        make_lead,
+        make_member,
+        make_platform_user,
+        make_pools,
+    )
+
+    tenant, other_tenant = (TenantFactory(slug="acme", name="Acme"),
+                            TenantFactory(slug="globex", name="Globex"))
+    make_pools()
+    lead, member = make_lead(tenant, "lead"), make_member(tenant, "member")
+    other_lead = make_lead(other_tenant, "outsider")
+    admin_user = make_platform_user("padmin", PlatformRole.Role.PLATFORM_ADMIN)
+    finance_user = make_platform_user("fin", PlatformRole.Role.FINANCE)
     req = make_request(tenant, lead, submit=True, title="Matrix")
-    with django_capture_on_commit_callbacks(execute=True):
+    with TestCase.captureOnCommitCallbacks(execute=True):
         services.request_approve(request=req, by=admin_user, reason="ok")
     req.refresh_from_db()
     alloc = req.allocation
@@ -209,6 +224,28 @@ def world(tenant, other_tenant, lead, member, other_lead, admin_user, finance_us
     return {"request": req, "allocation": alloc, "node": node, "pool": alloc.pool,
             "users": {"member": member, "lead": lead, "other_lead": other_lead,
                       "admin": admin_user, "finance": finance_user}}
+
+
+@pytest.fixture(scope="module")
+def _world_once(django_db_setup, django_db_blocker):
+    """The world built once for the module's 400 cases, in a transaction rolled back at the
+    end; each case runs in a savepoint of it (pytest-django's `db` nests), so what one case
+    writes is gone before the next, as with a world of its own."""
+    from django.db import transaction
+
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield _build_world()
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(_world_once, db):
+    from django.core.cache import cache
+
+    # The cache is not rolled back with the savepoint: a user or roles one case cached
+    # (the same ids in every case now) must not answer for the next.
+    cache.clear()
+    return _world_once
 
 
 def _args(kind: str, world) -> list:
