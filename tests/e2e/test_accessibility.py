@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import session_cookie
-from tests.web.test_authorization_matrix import MATRIX, _args, world  # noqa: F401 - fixture
+from tests.web.test_authorization_matrix import MATRIX, _args, build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,15 +47,18 @@ def test_axe_is_installed():
 
 
 @pytest.fixture
-def richer_world(world, tenant, lead):  # noqa: F811
-    """More states on the pages: a budget nearly spent (warning colours), a request waiting
-    for review, a draft, an e-mail in the lead's list."""
+def richer_world(transactional_db):
+    """The authorization matrix's world (committed: the live server reads it from its own
+    connection) and more states on the pages: a budget nearly spent (warning colours), a
+    request waiting for review, a draft, an e-mail in the lead's list."""
     from decimal import Decimal
 
     from billing.models import Budget
     from tenants.models import Notification
     from tests.factories import make_request
 
+    world = build_world()
+    tenant, lead = world["request"].tenant, world["users"]["lead"]
     Budget.objects.create(tenant=tenant, monthly_amount=Decimal("2.6"))
     make_request(tenant, lead, submit=True, title="Waiting")
     make_request(tenant, lead, title="Draft")

@@ -187,7 +187,7 @@ def test_every_url_has_a_row_and_every_row_a_url():
         assert set(row.expect) == set(ROLES), f"{name}: a status for every role"
 
 
-def _build_world() -> dict:
+def build_world() -> dict:
     """acme's active allocation (from an approved request), a node, a month of usage."""
     from django.test import TestCase
 
@@ -234,7 +234,7 @@ def _world_once(django_db_setup, django_db_blocker):
     from django.db import transaction
 
     with django_db_blocker.unblock(), transaction.atomic():
-        yield _build_world()
+        yield build_world()
         transaction.set_rollback(True)
 
 
