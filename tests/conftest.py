@@ -127,6 +127,18 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = 1
 
 
+@pytest.fixture(autouse=True)
+def _configured_kube_backend():
+    """After each test the process-wide Kubernetes backend is rebuilt from settings (the dry
+    run unless a test sets one): under xdist one worker process runs the cluster tier and
+    then other files, and a backend a test left pointed at the cluster must not answer for
+    the next test (seen: the provisioning benchmark's)."""
+    yield
+    from fleet.kube import set_backend
+
+    set_backend(None)
+
+
 @pytest.fixture
 def tenant(db):
     from tests.factories import TenantFactory
