@@ -36,8 +36,10 @@ def active(tenant, lead, admin_user, pools, django_capture_on_commit_callbacks, 
     return req
 
 
-def run_first_job(alloc, *, running: bool = True):
-    t0 = timezone.now().replace(microsecond=0) + dt.timedelta(seconds=5)
+def run_first_job(alloc, *, running: bool = True, t0: dt.datetime | None = None):
+    # Called twice by a test (not running yet, then running), it must pass the same t0: a
+    # second boundary between the calls moved "submitted" (seen in CI).
+    t0 = t0 or timezone.now().replace(microsecond=0) + dt.timedelta(seconds=5)
 
     def at(s):
         return t0 + dt.timedelta(seconds=s)
@@ -60,9 +62,10 @@ class Refusing(InMemorySpanExporter):
 def test_sent_once_when_the_first_workload_runs(active):
     alloc = active.allocation
     sink = InMemorySpanExporter()
-    run_first_job(alloc, running=False)
+    t0 = timezone.now().replace(microsecond=0) + dt.timedelta(seconds=5)
+    run_first_job(alloc, running=False, t0=t0)
     assert trace.export_due_traces(exporter=sink) == 0  # admitted, not running: not due
-    at = run_first_job(alloc)
+    at = run_first_job(alloc, t0=t0)
     assert trace.export_due_traces(exporter=sink) == 1
     assert trace.export_due_traces(exporter=sink) == 0  # sent once
     spans = {s.name: s for s in sink.get_finished_spans()}
