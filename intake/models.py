@@ -136,22 +136,3 @@ class AllocationTrace(models.Model):
 
     def __str__(self) -> str:
         return f"{self.allocation_id}: {self.trace_id}"
-
-
-class RequestTally(models.Model):
-    """How many capacity requests each tenant has in each status, kept by the database itself
-    (triggers on intake_capacityrequest, migration 0008: every insert, delete and change of
-    status or tenant, whichever code path or bulk write made it). Counting the requests
-    instead reads every row ever filed: the lists' and overview's counts would grow with
-    history (200,000 requests: ~100 ms a page)."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
-    status = models.CharField(max_length=20)
-    n = models.IntegerField(default=0)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "status"],
-                                               name="intake_tally_one_row")]
-
-    def __str__(self) -> str:
-        return f"{self.tenant_id} {self.status}: {self.n}"

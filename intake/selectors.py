@@ -388,28 +388,3 @@ def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
     else:
         later = Q(updated_at__gt=after_at) | Q(updated_at=after_at, id__gt=after_pk)
     return waiting.filter(later).first() or waiting.first()
-
-
-def request_counts(user, *, tenant_slug: str = "") -> dict[str, int]:
-    """Requests per status among those `user` may see (or one tenant's of them), from the
-    tally the database keeps (RequestTally): a few rows per tenant, however many were filed."""
-    from django.db.models import Sum
-
-    from tenants.access import scope_to_tenants
-
-    from .models import RequestTally
-
-    tally = scope_to_tenants(user, RequestTally.objects.all())
-    if tenant_slug:
-        tally = tally.filter(tenant__slug=tenant_slug)
-    return {status: total for status, total in tally.values("status").annotate(
-        total=Sum("n")).values_list("status", "total") if total}
-
-
-def page_with_count(queryset, per_page: int, number, count: int):
-    """A page of `queryset` whose number of rows is already known (no COUNT over them)."""
-    from django.core.paginator import Paginator
-
-    paginator = Paginator(queryset, per_page)
-    paginator.count = count  # a cached property: set here, never computed
-    return paginator.get_page(number)

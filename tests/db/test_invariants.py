@@ -114,7 +114,6 @@ def check_invariants(allocs, tenant, finance_user) -> None:
     check_month_totals([MONTH])
     figures = check_tenant_month(tenant, MONTH, finance_user)
     check_metrics(tenant, finance_user, Decimal(figures["final"]))
-    check_request_tally()
     # the statement's hours are the API's
     allocated = sum((Decimal(h.allocated_s) for h in hours), Decimal(0)) / SECONDS_PER_HOUR
     assert abs(Decimal(figures["allocated_device_hours"]) - allocated) < Decimal("0.001")
@@ -154,20 +153,6 @@ def check_month_totals(months: list[dt.date]) -> None:
                        for m in months}, route
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
-
-
-def check_request_tally() -> None:
-    """The request counts the pages and /metrics read (the database's tally) are the count of
-    the requests, per tenant and status."""
-    from django.db.models import Count
-
-    from intake.models import CapacityRequest, RequestTally
-
-    counted = {(t, s): n for t, s, n in CapacityRequest.objects.values_list(
-        "tenant_id", "status").annotate(n=Count("id")).values_list("tenant_id", "status", "n")}
-    tally = {(t, s): n for t, s, n in RequestTally.objects.values_list(
-        "tenant_id", "status", "n") if n}
-    assert tally == counted
 
 
 def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
