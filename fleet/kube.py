@@ -64,6 +64,9 @@ class ObjectKey:
 
 class KubeBackend(Protocol):
     field_manager: str
+    # Whether the server runs admission (policies refuse objects): a real API server does,
+    # the dry-run record does not.
+    enforces_admission: bool
 
     def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict: ...
 
@@ -99,6 +102,8 @@ def _error_from_api(exc: Exception, what: str) -> KubeError:
 
 class KubernetesBackend:
     """A real API server through the official client's dynamic API."""
+
+    enforces_admission = True
 
     def __init__(self, api_client, *, field_manager: str = MANAGER,
                  request_timeout: float = 20) -> None:
@@ -337,6 +342,7 @@ class DryRunBackend:
     """The embedded default: records what it would apply and answers from that record."""
 
     field_manager: str = MANAGER
+    enforces_admission = False
     objects: dict[ObjectKey, dict] = field(default_factory=dict)
     log: list[tuple[str, ObjectKey]] = field(default_factory=list)
 

@@ -358,6 +358,9 @@ PORTAL_PROVISION_RETRY_SECONDS = env_int("PORTAL_PROVISION_RETRY_SECONDS", 5, mi
 # Provisioning without a sign of progress for this long is queued again (lost task).
 # (A killed worker's message comes back only after the broker's visibility timeout, an
 # hour on Redis: this check is what finishes its work in about a minute.)
+# How long provisioning waits for an allocation's admission guards to be in force (the API
+# server compiles new policies about once a second) before it retries.
+PORTAL_GUARD_WAIT_SECONDS = env_int("PORTAL_GUARD_WAIT_SECONDS", 20, minimum=1)
 PORTAL_PROVISION_STALL_SECONDS = env_int("PORTAL_PROVISION_STALL_SECONDS", 60, minimum=10)
 PORTAL_PROVISION_STALL_CHECK_SECONDS = env_int("PORTAL_PROVISION_STALL_CHECK_SECONDS", 15,
                                                minimum=5)

@@ -8,6 +8,8 @@ so retiring one tenant never removes another's flavor.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 from ..domain import Route
@@ -447,6 +449,73 @@ def _confidential_guard(spec: AllocationSpec) -> list[dict]:
         {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}, pod_only=pods)
 
 
+# The API server loads admission policies from a watch and recompiles them about once a
+# second, each apiserver on its own: a policy that was just created may not refuse anything
+# yet. Nothing in the API says when it does, so provisioning asks: after the guards it
+# applies one last policy, the check, that refuses exactly one object nobody else creates (a
+# namespace carrying the check's own label), and dry-runs that object until it is refused.
+# The check comes last in both watches (policies and bindings), and the API server compiles
+# every policy it has seen at once, so its refusal means the guards before it are in force
+# too — before the dedicated nodes are tainted and before anyone gets access.
+GUARD_PROBE_LABEL = "aifactory.io/guard-probe"
+GUARD_DIGEST_ANNOTATION = "aifactory.io/guards-digest"
+
+
+def guard_check_name(spec: AllocationSpec) -> str:
+    return f"aifactory-a{spec.allocation_id}-guard-check"
+
+
+def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:
+    # The refusal quotes a digest of the guards: after a change (a block moved to other
+    # nodes) only the check of the new guards answers with the new digest.
+    name = guard_check_name(spec)
+    digest = hashlib.sha256(json.dumps(guards, sort_keys=True).encode()).hexdigest()[:12]
+    group = "admissionregistration.k8s.io/v1"
+    meta = _meta(spec, name, namespaced=False)
+    meta["annotations"] = {GUARD_DIGEST_ANNOTATION: digest}
+    return [
+        {"apiVersion": group, "kind": "ValidatingAdmissionPolicy", "metadata": meta,
+         "spec": {"failurePolicy": "Fail",
+                  "matchConstraints": {
+                      "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                         "operations": ["CREATE"],
+                                         "resources": ["namespaces"]}],
+                      # Only the probe carries this label: no real namespace is evaluated.
+                      "objectSelector": {"matchLabels": {GUARD_PROBE_LABEL: name}}},
+                  "validations": [{"expression": "false", "message":
+                                   f"{name}: the guards applied before this check "
+                                   f"(digest {digest}) are in force."}]}},
+        {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
+         "metadata": _meta(spec, name, namespaced=False),
+         "spec": {"policyName": name, "validationActions": ["Deny"]}},
+    ]
+
+
+def guard_probe(manifests: list[dict]) -> dict | None:
+    """The object only the allocation's guard check refuses (never created: dry-run only),
+    or None when the allocation has no guards."""
+    for m in manifests:
+        digest = m["metadata"].get("annotations", {}).get(GUARD_DIGEST_ANNOTATION)
+        if m["kind"] == "ValidatingAdmissionPolicy" and digest:
+            name = m["metadata"]["name"]
+            return {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": name, "labels": {GUARD_PROBE_LABEL: name},
+                                 "annotations": {GUARD_DIGEST_ANNOTATION: digest}}}
+    return None
+
+
+def guard_check_answer(probe: dict, status: int | None, message: str) -> str:
+    """What the API server's refusal of the probe says: "current" (the check of these guards
+    refused it: they are in force), "older" (a check of the guards as they were, e.g. before
+    a block moved: not yet) or "other" (not the check at all: a missing permission, say)."""
+    meta = probe["metadata"]
+    if status not in (400, 403, 422) or f"'{meta['name']}'" not in message or \
+            "(digest " not in message:
+        return "other"
+    digest = meta["annotations"][GUARD_DIGEST_ANNOTATION]
+    return "current" if f"(digest {digest})" in message else "older"
+
+
 def _mig_device_class(spec: AllocationSpec) -> dict:
     """Pool-level (no allocation label, like the flavor): one class per offered profile."""
     expression = (f"device.driver == '{MIG_DRIVER}' && "
@@ -497,6 +566,8 @@ def render_manifests(spec: AllocationSpec) -> list[dict]:
         out += _dedicated_guard(spec)
     if spec.route == Route.CONFIDENTIAL_POOL:
         out += _confidential_guard(spec)
+    if out:
+        out += _guard_check(spec, out)  # after every guard: its refusal says all are in force
     out += [_namespace(spec), _quota(spec), _limit_range(spec), *_network_policies(spec)]
     if spec.route == Route.DEDICATED_BLOCK:
         out += _dedicated_nodes(spec)

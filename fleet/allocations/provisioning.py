@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import threading
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,10 +36,13 @@ from ..models import Allocation, Pool
 from ..signals import allocation_status_changed
 from . import lifecycle
 from .manifests import (
+    GUARD_KINDS,
     OWNED_KINDS,
     AllocationSpec,
     apply_waves,
     drift,
+    guard_check_answer,
+    guard_probe,
     node_release,
     render_manifests,
 )
@@ -207,14 +211,28 @@ class ApplySink:
 
     def publish(self, alloc, manifests, backend):
         _progress(alloc.pk, 0, len(manifests))
-        done = 0
+        done, probe, guarded = 0, guard_probe(manifests), None
         for wave in apply_waves(manifests):
+            if probe and guarded is None and not any(m["kind"] in GUARD_KINDS for m in wave):
+                # Nothing after the guards (tainted nodes, the tenant's access) before they
+                # are in force.
+                try:
+                    guarded = guards_in_force(backend, probe)
+                except KubeError as exc:
+                    if not exc.retriable:
+                        raise
+                    raise KubeError(f"{exc.message}; nothing else of the allocation was "
+                                    "applied, and provisioning will try again.",
+                                    retriable=True, status=exc.status) from exc
             apply_together(backend, wave)
             done += len(wave)
             _progress(alloc.pk, done, len(manifests))
+        reason = f"Provisioned: {len(manifests)} object(s) applied in namespace {alloc.namespace}."
+        if guarded is not None:
+            reason += (f" Its admission guards refused the check's probe {guarded:.1f} s after "
+                       "they were applied, before anything else of it existed.")
         allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
-                              reason=f"Provisioned: {len(manifests)} object(s) applied in "
-                                     f"namespace {alloc.namespace}.")
+                              reason=reason)
         return Allocation.objects.get(pk=alloc.pk)
 
     def withdraw(self, alloc, backend):
@@ -347,6 +365,8 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
         if backend.get(key.api_version, key.kind, key.name, key.namespace) is not None:
             present += 1
     _progress(allocation_id, present, len(wanted))
+    if present == len(wanted) and not _guards_answer(alloc, backend):
+        return Allocation.objects.get(pk=allocation_id)
     if present == len(wanted):
         allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
                               reason=f"Applied from Git: all {len(wanted)} object(s) are in "
@@ -354,6 +374,23 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
     else:
         _explain_waiting(alloc, present, len(wanted), backend)
     return Allocation.objects.get(pk=allocation_id)
+
+
+def _guards_answer(alloc: Allocation, backend: KubeBackend) -> bool:
+    """Whether the allocation's guards (if any) refuse what they must, asked once: the GitOps
+    tool applied them, so the portal only says so and keeps the allocation provisioning."""
+    probe = guard_probe(allocation_manifests(alloc))
+    if probe is None:
+        return True
+    try:
+        guards_in_force(backend, probe, timeout=0)
+        return True
+    except KubeError as exc:
+        message = ("Every object is in the cluster, but its admission guards are not in "
+                   f"force yet ({exc.message}); checking again.")
+        Allocation.objects.filter(pk=alloc.pk, status=S.PROVISIONING).update(
+            status_message=message[:2000])
+        return False
 
 
 def _explain_waiting(alloc: Allocation, present: int, total: int,
@@ -387,6 +424,35 @@ def _explain_waiting(alloc: Allocation, present: int, total: int,
         if status.state == "failed":
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.gitops_error", reason=message[:2000])
+
+
+def guards_in_force(backend: KubeBackend, probe: dict, *,
+                    timeout: float | None = None) -> float | None:
+    """Dry-run the guard check's probe until the API server refuses it: the seconds that
+    took, or None for a backend that runs no admission (the dry-run record). Not refused in
+    time is a retriable error: the task tries again, and nobody has access meanwhile."""
+    if not backend.enforces_admission:
+        return None
+    timeout = settings.PORTAL_GUARD_WAIT_SECONDS if timeout is None else timeout
+    start, pause = time.monotonic(), 0.05
+    while True:
+        try:
+            backend.apply(probe, dry_run=True)
+        except KubeError as exc:
+            answer = guard_check_answer(probe, exc.status, exc.message)
+            if answer == "current":
+                return time.monotonic() - start
+            if answer == "other":
+                raise
+            # "older": the check as it was before these guards is still the one in force
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise KubeError(
+                f"The allocation's admission guards were not in force {waited:.0f} s after "
+                "they were applied (the API server still accepts the object only they "
+                "refuse)", retriable=True)
+        time.sleep(min(pause, max(timeout - waited, 0.01)))
+        pause = min(pause * 2, 0.25)
 
 
 APPLY_THREADS = 8  # requests in flight per allocation: the work is waiting on the API server
@@ -508,9 +574,14 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
 
 def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
                        backend: KubeBackend, *, cause: str = "") -> list[str]:
-    found = []
+    found, probe, guards_changed = [], guard_probe(manifests), False
     for manifest in manifests:
         key = ObjectKey.of(manifest)
+        if guards_changed and manifest["kind"] not in GUARD_KINDS:
+            # Guards re-applied (deleted, or a block moved to other nodes): the new ones in
+            # force before anything else changes (a newly tainted node, a new binding).
+            guards_in_force(backend, probe)
+            guards_changed = False
         live = backend.get(key.api_version, key.kind, key.name, key.namespace)
         if live is None:
             found.append(f"{key} was deleted")
@@ -519,6 +590,8 @@ def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
                                        if k not in ("apiVersion", "kind")}, live)]
             if paths:
                 found.append(f"{key} changed at {', '.join(paths)}")
+        if probe and manifest["kind"] in GUARD_KINDS and (live is None or paths):
+            guards_changed = True
         backend.apply(manifest, force=manifest["kind"] != "Node")
     # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
     # another role) are removed; the namespace itself is always among the desired.

@@ -1,0 +1,154 @@
+"""An allocation's guards are in force before anything after them is applied: the check
+policy comes after every guard, refuses only its own probe, names the guards it follows by
+digest, and provisioning dry-runs the probe until the API server refuses it.
+
+The loop is tried here against a scripted answerer (what a real API server says is tried in
+tests/k8s/test_hostile_specs.py, where hostile pods are refused the moment an allocation is
+active)."""
+
+import pytest
+
+from fleet.allocations.manifests import (
+    GUARD_DIGEST_ANNOTATION,
+    GUARD_KINDS,
+    GUARD_PROBE_LABEL,
+    apply_waves,
+    guard_check_answer,
+    guard_probe,
+    render_manifests,
+)
+from fleet.allocations.provisioning import guards_in_force
+from fleet.domain import Route
+from fleet.kube import DryRunBackend, KubeError
+from tests.unit.test_connect import spec
+
+pytestmark = pytest.mark.unit
+
+
+def _manifests(route, nodes=("gpu-a", "gpu-b")):
+    return render_manifests(spec(route, nodes=nodes) if route == Route.DEDICATED_BLOCK
+                            else spec(route))
+
+
+@pytest.mark.parametrize("route", list(Route))
+def test_a_guarded_route_ends_its_guards_with_the_check(route):
+    manifests = _manifests(route)
+    guards = [m for m in manifests if m["kind"] in GUARD_KINDS]
+    probe = guard_probe(manifests)
+    if route not in (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL):
+        assert guards == [] and probe is None
+        return
+    # Policy then binding of the check, after every other guard and before anything else.
+    assert [m["metadata"]["name"] for m in guards[-2:]] == [probe["metadata"]["name"]] * 2
+    assert [m["kind"] for m in guards[-2:]] == ["ValidatingAdmissionPolicy",
+                                                "ValidatingAdmissionPolicyBinding"]
+    waves = apply_waves(manifests)
+    assert [w[0] for w in waves[:len(guards)]] == guards
+    # The check refuses only namespaces labelled as its probe: real namespaces are not even
+    # evaluated (objectSelector), and the probe is never created (dry-run).
+    check = guards[-2]["spec"]
+    assert check["matchConstraints"]["objectSelector"] == {
+        "matchLabels": {GUARD_PROBE_LABEL: probe["metadata"]["name"]}}
+    assert probe["kind"] == "Namespace"
+    assert probe["metadata"]["labels"] == {GUARD_PROBE_LABEL: probe["metadata"]["name"]}
+    digest = probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
+    assert f"(digest {digest})" in check["validations"][0]["message"]
+
+
+def test_the_digest_follows_the_guards():
+    """A block moved to other nodes changes its guards, so the check answers with another
+    digest: an older check still in force is not taken for the new guards."""
+    one = guard_probe(_manifests(Route.DEDICATED_BLOCK, ("gpu-a", "gpu-b")))
+    same = guard_probe(_manifests(Route.DEDICATED_BLOCK, ("gpu-a", "gpu-b")))
+    moved = guard_probe(_manifests(Route.DEDICATED_BLOCK, ("gpu-a", "gpu-c")))
+    d = GUARD_DIGEST_ANNOTATION
+    assert one["metadata"]["annotations"][d] == same["metadata"]["annotations"][d]
+    assert one["metadata"]["annotations"][d] != moved["metadata"]["annotations"][d]
+
+
+def _refusal(probe, digest=None):
+    name = probe["metadata"]["name"]
+    digest = digest or probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
+    return (f"Applying Namespace {name}: namespaces \"{name}\" is forbidden: "
+            f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
+            f"{name}: the guards applied before this check (digest {digest}) are in force.")
+
+
+class Answers(DryRunBackend):
+    """Accepts the probe `accepting` times, then answers with `then` (a KubeError)."""
+
+    enforces_admission = True
+
+    def __init__(self, accepting: int, then: KubeError | None):
+        super().__init__()
+        self.accepting, self.then, self.asked = accepting, then, []
+
+    def apply(self, manifest, *, dry_run=False, force=False):
+        self.asked.append(dry_run)
+        if self.accepting > 0 or self.then is None:
+            self.accepting -= 1
+            return manifest
+        raise self.then
+
+
+PROBE = guard_probe(_manifests(Route.CONFIDENTIAL_POOL))
+
+
+def test_provisioning_waits_until_the_check_refuses_its_probe():
+    backend = Answers(3, KubeError(_refusal(PROBE), retriable=False, status=422))
+    waited = guards_in_force(backend, PROBE, timeout=5)
+    assert backend.asked == [True] * 4  # dry-run only, asked until refused
+    assert 0 < waited < 5
+
+
+def test_an_older_checks_refusal_is_not_taken_for_the_new_guards():
+    """Guards just changed (a block moved): the check of the guards as they were still
+    refuses the probe for a moment. That is "not yet", not an answer."""
+    stale = KubeError(_refusal(PROBE, digest="0123456789ab"), retriable=False, status=422)
+    assert guard_check_answer(PROBE, 422, stale.message) == "older"
+    assert guard_check_answer(PROBE, 422, _refusal(PROBE)) == "current"
+    backend = Answers(0, stale)
+    with pytest.raises(KubeError) as raised:
+        guards_in_force(backend, PROBE, timeout=0.3)
+    assert raised.value.retriable and "not in force" in raised.value.message
+    assert len(backend.asked) >= 2
+
+    class ThenCurrent(Answers):
+        def apply(self, manifest, *, dry_run=False, force=False):
+            self.asked.append(dry_run)
+            raise stale if len(self.asked) < 3 else \
+                KubeError(_refusal(PROBE), retriable=False, status=422)
+
+    backend = ThenCurrent(0, None)
+    assert guards_in_force(backend, PROBE, timeout=5) > 0 and len(backend.asked) == 3
+
+
+def test_a_refusal_by_something_else_is_raised_as_it_came():
+    forbidden = KubeError('Applying Namespace x: namespaces is forbidden: User "portal" '
+                          'cannot patch resource "namespaces"', retriable=False, status=403)
+    assert guard_check_answer(PROBE, 403, forbidden.message) == "other"
+    with pytest.raises(KubeError) as raised:
+        guards_in_force(Answers(0, forbidden), PROBE, timeout=1)
+    assert raised.value is forbidden
+
+
+def test_guards_never_in_force_are_a_retriable_error_that_says_so():
+    backend = Answers(10**6, None)
+    with pytest.raises(KubeError) as raised:
+        guards_in_force(backend, PROBE, timeout=0.3)
+    assert raised.value.retriable
+    assert "admission guards were not in force" in raised.value.message
+    assert len(backend.asked) >= 2  # it asked again before giving up
+
+
+def test_a_server_error_while_checking_is_raised_as_it_came():
+    down = KubeError("Applying Namespace x: connection refused", retriable=True)
+    with pytest.raises(KubeError) as raised:
+        guards_in_force(Answers(0, down), PROBE, timeout=1)
+    assert raised.value is down
+
+
+def test_no_admission_no_wait():
+    """The embedded dry-run backend enforces nothing: there is nothing to wait for (and
+    the allocation's audit says nothing about guards being in force)."""
+    assert guards_in_force(DryRunBackend(), PROBE, timeout=1) is None
