@@ -240,14 +240,13 @@ def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> 
 POSITION_THREADS = 8  # visibility calls in flight at once (each is a round trip, little work)
 
 
-def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
-               known: dict[str, tuple[str, int | None, str]]
-               ) -> tuple[dict[str, tuple[int, str]], str]:
-    """uid → (position, source): 0 is next in its ClusterQueue, from Kueue's visibility API
-    where it answers, else from Kueue's ordering. A queue whose waiting set is unchanged
-    keeps the positions read before (one visibility call per changed queue, not per queue).
-    Calls go one at a time until one answers (after three failures in a row the API is not
-    asked again in this pass: it is not there), then the rest in parallel."""
+def _positions_kept(pending: dict[str, list[WorkloadFacts]],
+                    known: dict[str, tuple[str, int | None, str]]
+                    ) -> tuple[dict[str, tuple[int, str]], list[str]]:
+    """(uid → (position, source) kept from before, the ClusterQueues to ask again). A queue
+    whose waiting set is unchanged keeps the positions read before (one visibility call per
+    changed queue, not per queue); every other waiting workload is placed in Kueue's order
+    (0 is next in its ClusterQueue) until Kueue's visibility API says otherwise."""
     out: dict[str, tuple[int, str]] = {}
     ask = []
     for cq, workloads in pending.items():
@@ -257,6 +256,17 @@ def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
             out.update({uid: (known[uid][1], known[uid][2]) for uid in uids})
         else:
             ask.append(cq)
+            for i, w in enumerate(sorted(workloads, key=queue_order)):
+                out[w.uid] = (i, "computed")
+    return out, ask
+
+
+def _visibility_positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
+                          ask: list[str]) -> dict[str, tuple[int, str]]:
+    """uid → (position, "visibility") where Kueue's visibility API answers for the queues in
+    `ask`. Calls go one at a time until one answers (after three failures in a row the API
+    is not asked again in this pass: it is not there), then the rest in parallel."""
+    ask = list(ask)
     answers: dict[str, dict | None] = {}
     failures = 0
     while ask and failures < 3 and not any(answers.values()):
@@ -269,19 +279,30 @@ def _positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
         with ThreadPoolExecutor(max_workers=POSITION_THREADS) as pool:
             answers.update(zip(ask, pool.map(
                 lambda q: backend.get_path(VISIBILITY.format(q)), ask), strict=True))
-    for cq, workloads in pending.items():
-        if cq not in answers and cq not in ask:
-            continue  # kept from before
-        by_key = {(w.namespace, w.name): w.uid for w in workloads}
-        for item in (answers.get(cq) or {}).get("items") or []:
+    out: dict[str, tuple[int, str]] = {}
+    for cq, answer in answers.items():
+        by_key = {(w.namespace, w.name): w.uid for w in pending[cq]}
+        for item in (answer or {}).get("items") or []:
             meta = item.get("metadata") or {}
             uid = by_key.get((meta.get("namespace"), meta.get("name")))
             if uid is not None and isinstance(item.get("positionInClusterQueue"), int):
                 out[uid] = (item["positionInClusterQueue"], "visibility")
-        for i, w in enumerate(sorted(workloads, key=queue_order)):
-            out.setdefault(w.uid, (i, "computed"))
-    sources = {src for _pos, src in out.values()}
-    return out, "+".join(sorted(sources))
+    return out
+
+
+def _positions_source(positions: dict[str, tuple[int, str]]) -> str:
+    return "+".join(sorted({src for _pos, src in positions.values()}))
+
+
+def _store_positions(positions: dict[str, tuple[int, str]]) -> set[str]:
+    """Write positions that differ from the stored ones (rows still waiting); their uids."""
+    rows = list(QueueWorkload.objects.filter(uid__in=list(positions),
+                                             state=QueueWorkload.State.PENDING))
+    moved = [r for r in rows if (r.position, r.position_source) != positions[r.uid]]
+    for r in moved:
+        r.position, r.position_source = positions[r.uid]
+    update_rows(QueueWorkload, moved, ["position", "position_source"])
+    return {r.uid for r in moved}
 
 
 @dataclass
@@ -379,7 +400,7 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
     known = {r[0]: (r[1], r[2], r[3]) for r in QueueWorkload.objects.filter(
         state=QueueWorkload.State.PENDING).values_list("uid", "cluster_queue", "position",
                                                        "position_source")}
-    positions, report.positions = _positions(backend, pending, known)
+    positions, ask = _positions_kept(pending, known)
     if only is not None:
         # Positions move for every waiting workload of a queue whose waiting set changed.
         moved = {uid for uid, (pos, _src) in positions.items()
@@ -393,11 +414,22 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
         due = _integration_due(queues, states, now, everything=only is None)
         _integrate_usage({n: states[n] for n in due if n in states}, now)
         _store_queues(queues, states, allocations, now, due=due)
-        report.changed, report.events = _store_workloads(
+        written, report.events = _store_workloads(
             facts, queues, positions, allocations, now, placements,
             listed_at=view.listed_at if only is None else None, gone=gone)
-        report.timings["store"] = time.monotonic() - started
+    report.timings["store"] = time.monotonic() - started  # every workload on the pages
+    # Kueue's own positions after the rows are on the page (at hundreds of changed queues the
+    # visibility calls take seconds), then the first estimates, which read the positions.
+    asked = _visibility_positions(backend, pending, ask)
+    positions.update(asked)
+    report.positions = _positions_source(positions)
+    with transaction.atomic():
+        list(ClusterQueueState.objects.select_for_update())  # one sync at a time, as above
+        if asked:
+            written |= _store_positions(asked)
+        report.timings["positions"] = time.monotonic() - started
         first_estimates(now)
+    report.changed = len(written)
     report.seconds = time.monotonic() - started
     return report
 
@@ -499,9 +531,10 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
                      allocations: dict[str, Allocation], now: dt.datetime,
                      placements: dict[str, Placement] | None = None, *,
                      listed_at: dt.datetime | None = None, gone: set[str] | None = None
-                     ) -> tuple[int, int]:
-    """Store the facts read. Without `gone` the facts are a whole list: a followed row not in
-    it (and last seen before the list began, `listed_at`) is gone. With `gone` (the watch)
+                     ) -> tuple[set[str], int]:
+    """Store the facts read (the uids written, the events). Without `gone` the facts are a
+    whole list: a followed row not in it (and last seen before the list began, `listed_at`)
+    is gone. With `gone` (the watch)
     only the facts given and the uids in `gone` are touched."""
     seen = {f.uid for f in facts}
     if gone is None:
@@ -520,7 +553,7 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
         or (rows[f.uid].state == QueueWorkload.State.GONE
             and f.resource_version == rows[f.uid].resource_version))]
     create, update, events = [], [], []
-    changed = 0
+    written: set[str] = set()
     for f in facts:
         alloc = allocations[f.namespace]
         row = rows.get(f.uid)
@@ -543,7 +576,7 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
         position, source = positions.get(f.uid, (None, "")) if f.state == PENDING else \
             (None, "")
         if row is None:
-            changed += 1
+            written.add(f.uid)
             create.append(QueueWorkload(
                 allocation=alloc, uid=f.uid, namespace=f.namespace, name=f.name,
                 submitted_at=f.submitted_at, observed_at=now, position=position,
@@ -553,7 +586,7 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
         dirty = row.resource_version != f.resource_version or row.position != position or \
             row.position_source != source or placed != stored
         if dirty:
-            changed += 1
+            written.add(f.uid)
             for k, v in values.items():
                 setattr(row, k, v)
             row.position = position
@@ -563,7 +596,7 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
     for uid in vanished:
         row = rows.get(uid)
         if row is not None and row.state != QueueWorkload.State.GONE:
-            changed += 1
+            written.add(uid)
             if row.state != QueueWorkload.State.FINISHED:
                 events.append(QueueEvent(
                     allocation_id=row.allocation_id, workload_uid=row.uid,
@@ -573,7 +606,7 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
             row.state, row.position, row.observed_at = QueueWorkload.State.GONE, None, now
             update.append(row)
     insert_rows(QueueWorkload, create)
-    written = [*APPLIED, *PLACED, "position", "position_source", "observed_at"]
-    update_rows(QueueWorkload, update, written)
+    update_rows(QueueWorkload, update,
+                [*APPLIED, *PLACED, "position", "position_source", "observed_at"])
     insert_rows(QueueEvent, events)
-    return changed, len(events)
+    return written, len(events)
