@@ -388,3 +388,12 @@ def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
     else:
         later = Q(updated_at__gt=after_at) | Q(updated_at=after_at, id__gt=after_pk)
     return waiting.filter(later).first() or waiting.first()
+
+
+def page_with_count(queryset, per_page: int, number, count: int):
+    """A page of `queryset` whose number of rows is already known (no COUNT over them)."""
+    from django.core.paginator import Paginator
+
+    paginator = Paginator(queryset, per_page)
+    paginator.count = count  # a cached property: set here, never computed
+    return paginator.get_page(number)

@@ -9,3 +9,11 @@ from . import trace
 def export_allocation_traces() -> int:
     """Send the traces that became due (an allocation's first workload is running)."""
     return trace.export_due_traces()
+
+
+@shared_task(name="intake.tasks.compact_request_tally", ignore_result=True)
+def compact_request_tally() -> int:
+    """Keep the request tally at about one row per tenant and status."""
+    from .tally import compact_request_tally as compact
+
+    return compact()

@@ -7,7 +7,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import Count
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -44,6 +43,7 @@ from .selectors import (
     active_pools_facts,
     next_in_queue,
     override_options,
+    page_with_count,
     plan_answers,
     plan_for_request,
     queued_requests,
@@ -51,6 +51,7 @@ from .selectors import (
     small_cell_comparison,
     why_not_yet,
 )
+from .tally import request_counts
 
 
 def get_request_for(user, pk: int) -> CapacityRequest:
@@ -91,14 +92,16 @@ def request_list(request):
     qs = scope_to_tenants(request.user, CapacityRequest.objects.select_related(
         "tenant", "requester", "pool"))
     status = request.GET.get("status", "")
-    if status in Status._value2member_map_:
+    if status not in Status._value2member_map_:
+        status = ""  # an unknown status filters nothing
+    if status:
         qs = qs.filter(status=status)
     tenant = request.GET.get("tenant", "")
     if tenant:
         qs = qs.filter(tenant__slug=tenant)
-    page = Paginator(qs, 25).get_page(request.GET.get("page"))
-    counts = dict(scope_to_tenants(request.user, CapacityRequest.objects)
-                  .values_list("status").annotate(n=Count("id")))
+    counts = request_counts(request.user, tenant_slug=tenant)
+    page = page_with_count(qs, 25, request.GET.get("page"),
+                           counts.get(status, 0) if status else sum(counts.values()))
     template = "intake/request_list.html"
     if request.htmx:
         template += "#rows"

@@ -415,6 +415,11 @@ CELERY_BEAT_SCHEDULE["export-allocation-traces"] = {
     "task": "intake.tasks.export_allocation_traces",
     "schedule": float(env_int("PORTAL_TRACE_EXPORT_SECONDS", 30, minimum=5)),
     "options": {"expires": 30.0}}
+# The request tally's delta rows folded into one per tenant and status this often.
+CELERY_BEAT_SCHEDULE["compact-request-tally"] = {
+    "task": "intake.tasks.compact_request_tally",
+    "schedule": float(env_int("PORTAL_TALLY_COMPACT_SECONDS", 300, minimum=10)),
+    "options": {"expires": 60.0}}
 
 # --- Billing
 PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090")

@@ -16,6 +16,7 @@ from fleet.models import Allocation
 from intake.domain import Status
 from intake.models import CapacityRequest
 from intake.selectors import active_pools_facts
+from intake.tally import request_counts, request_counts_by_tenant
 from tenants.access import roles_for, scope_to_tenants, visible_tenants
 from tenants.models import WorkerHeartbeat
 
@@ -25,7 +26,7 @@ def home(request):
     if not roles.authenticated:
         return render(request, "home.html", {})
     requests_qs = scope_to_tenants(request.user, CapacityRequest.objects.all())
-    counts = dict(requests_qs.values_list("status").annotate(n=Count("id")))
+    counts = request_counts(request.user)
     recent = requests_qs.select_related("tenant", "pool")[:6]
     pools = active_pools_facts()
     # Allocations about to end: the notice a lead needs to renew in time.
@@ -119,10 +120,8 @@ def metrics(request):
               "# TYPE aifactory_statement_amount counter", *statement_lines,
               "# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
               "# TYPE aifactory_capacity_requests gauge"]
-    for r in (CapacityRequest.objects.values("tenant__slug", "status").annotate(n=Count("id"))
-              .order_by("tenant__slug", "status")):
-        lines.append(f'aifactory_capacity_requests{{tenant="{r["tenant__slug"]}",'
-                     f'status="{r["status"]}"}} {r["n"]}')
+    for slug, status, n in request_counts_by_tenant():
+        lines.append(f'aifactory_capacity_requests{{tenant="{slug}",status="{status}"}} {n}')
     lines += _seam_lines()
     return HttpResponse("\n".join(lines) + "\n",
                         content_type="text/plain; version=0.0.4; charset=utf-8")

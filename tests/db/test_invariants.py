@@ -114,6 +114,7 @@ def check_invariants(allocs, tenant, finance_user) -> None:
     check_month_totals([MONTH])
     figures = check_tenant_month(tenant, MONTH, finance_user)
     check_metrics(tenant, finance_user, Decimal(figures["final"]))
+    check_request_tally()
     # the statement's hours are the API's
     allocated = sum((Decimal(h.allocated_s) for h in hours), Decimal(0)) / SECONDS_PER_HOUR
     assert abs(Decimal(figures["allocated_device_hours"]) - allocated) < Decimal("0.001")
@@ -153,6 +154,21 @@ def check_month_totals(months: list[dt.date]) -> None:
                        for m in months}, route
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
+
+
+def check_request_tally() -> None:
+    """The request counts the pages and /metrics read (the database's tally) are the count of
+    the requests, per tenant and status — before and after its rows are folded."""
+    from django.db.models import Count
+
+    from intake.models import CapacityRequest
+    from intake.tally import compact_request_tally, request_counts_by_tenant
+
+    counted = sorted(CapacityRequest.objects.values_list("tenant__slug", "status")
+                     .annotate(n=Count("id")).values_list("tenant__slug", "status", "n"))
+    assert sorted(request_counts_by_tenant()) == counted
+    compact_request_tally()
+    assert sorted(request_counts_by_tenant()) == counted
 
 
 def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
