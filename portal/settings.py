@@ -418,7 +418,7 @@ CELERY_BEAT_SCHEDULE["export-allocation-traces"] = {
 # The request tally's delta rows folded into one per tenant and status this often.
 CELERY_BEAT_SCHEDULE["compact-request-tally"] = {
     "task": "intake.tasks.compact_request_tally",
-    "schedule": float(env_int("PORTAL_TALLY_COMPACT_SECONDS", 300, minimum=10)),
+    "schedule": float(env_int("PORTAL_TALLY_COMPACT_SECONDS", 60, minimum=10)),
     "options": {"expires": 60.0}}
 
 # --- Billing
