@@ -592,17 +592,25 @@ def tenant_may_see(manifest: dict) -> bool:
 GUARD_KINDS = GUARD_KIND_NAMES
 
 
+# What only comes after the guards are in force: a dedicated block's nodes (labelled and
+# tainted for the tenant) and the tenant's access. Everything else is inert without them,
+# so it is applied while the API server compiles the guards.
+AFTER_GUARDS_KINDS = frozenset({"Node", "RoleBinding"})
+
+
 def apply_waves(manifests: list[dict]) -> list[list[dict]]:
     """render_manifests' order as waves that may each be applied in parallel: the guard
-    rails one by one and first; then the namespace with the cluster-scoped objects (nodes,
-    device class, flavor, ClusterQueue); then everything inside the namespace; the tenant's
-    RoleBindings last, so nobody gets access before quota, policies and queue exist."""
+    rails one by one and first; then the namespace with the cluster-scoped objects (device
+    class, flavor, ClusterQueue); then everything inside the namespace; then a dedicated
+    block's nodes; the tenant's RoleBindings last, so nobody gets access before quota,
+    policies and queue exist."""
     guards = [[m] for m in manifests if m["kind"] in GUARD_KINDS]
     rest = [m for m in manifests if m["kind"] not in GUARD_KINDS]
-    cluster = [m for m in rest if not m["metadata"].get("namespace")]
+    nodes = [m for m in rest if m["kind"] == "Node"]
+    cluster = [m for m in rest if not m["metadata"].get("namespace") and m["kind"] != "Node"]
     access = [m for m in rest if m["kind"] == "RoleBinding"]
     inside = [m for m in rest if m["metadata"].get("namespace") and m["kind"] != "RoleBinding"]
-    return [*guards, *(w for w in (cluster, inside, access) if w)]
+    return [*guards, *(w for w in (cluster, inside, nodes, access) if w)]
 
 
 OWNED_KINDS: tuple[tuple[str, str], ...] = (

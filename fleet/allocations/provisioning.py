@@ -36,6 +36,7 @@ from ..models import Allocation, Pool
 from ..signals import allocation_status_changed
 from . import lifecycle
 from .manifests import (
+    AFTER_GUARDS_KINDS,
     GUARD_KINDS,
     OWNED_KINDS,
     AllocationSpec,
@@ -126,7 +127,8 @@ def preview(manifests: list[dict], *, backend: KubeBackend | None = None) -> lis
 
 
 def allocation_transition(allocation_id: int, *, from_states, to: str, reason: str, by=None,
-                          message: str = "", action: str = "") -> Allocation | None:
+                          message: str = "", action: str = "",
+                          data: dict | None = None) -> Allocation | None:
     """Conditional status change with its audit row; None if another worker moved it."""
     with transaction.atomic():
         alloc = (Allocation.objects.select_for_update(of=("self",)).select_related("tenant")
@@ -140,7 +142,7 @@ def allocation_transition(allocation_id: int, *, from_states, to: str, reason: s
         alloc.save(update_fields=["status", "status_message"])
         audit_record(actor=by, subject=alloc, tenant=alloc.tenant,
                      action=action or f"allocation.{to}", from_state=old, to_state=to,
-                     reason=reason)
+                     reason=reason, data=data)
         if old != to:  # a renewal of an active allocation stays active: nobody to tell
             transaction.on_commit(lambda: allocation_status_changed.send(
                 sender=Allocation, allocation_id=allocation_id, old=old, new=to,
@@ -213,26 +215,30 @@ class ApplySink:
         _progress(alloc.pk, 0, len(manifests))
         done, probe, guarded = 0, guard_probe(manifests), None
         for wave in apply_waves(manifests):
-            if probe and guarded is None and not any(m["kind"] in GUARD_KINDS for m in wave):
-                # Nothing after the guards (tainted nodes, the tenant's access) before they
-                # are in force.
+            if probe and guarded is None and \
+                    any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
+                # The block's nodes and the tenant's access only once the guards are in
+                # force (the waves before were applied while the API server compiled them).
                 try:
                     guarded = guards_in_force(backend, probe)
                 except KubeError as exc:
                     if not exc.retriable:
                         raise
-                    raise KubeError(f"{exc.message}; nothing else of the allocation was "
-                                    "applied, and provisioning will try again.",
+                    raise KubeError(f"{exc.message}; neither its nodes nor anyone's access "
+                                    "were applied, and provisioning will try again.",
                                     retriable=True, status=exc.status) from exc
             apply_together(backend, wave)
             done += len(wave)
             _progress(alloc.pk, done, len(manifests))
         reason = f"Provisioned: {len(manifests)} object(s) applied in namespace {alloc.namespace}."
+        data = {}
         if guarded is not None:
             reason += (f" Its admission guards refused the check's probe {guarded:.1f} s after "
-                       "they were applied, before anything else of it existed.")
+                       "they were applied, before its nodes were reserved or anyone had "
+                       "access.")
+            data["guards_in_force_seconds"] = round(guarded, 3)
         allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
-                              reason=reason)
+                              reason=reason, data=data or None)
         return Allocation.objects.get(pk=alloc.pk)
 
     def withdraw(self, alloc, backend):

@@ -55,6 +55,22 @@ def test_a_guarded_route_ends_its_guards_with_the_check(route):
     assert f"(digest {digest})" in check["validations"][0]["message"]
 
 
+@pytest.mark.parametrize("route", [Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL])
+def test_the_nodes_and_the_access_come_in_waves_of_their_own_after_the_rest(route):
+    """Provisioning waits for the guards before the first wave with a block's node or a
+    RoleBinding: those waves hold nothing else, and nothing comes after them."""
+    from fleet.allocations.manifests import AFTER_GUARDS_KINDS
+
+    waves = apply_waves(_manifests(route))
+    kinds = [{m["kind"] for m in w} for w in waves]
+    first = next(i for i, k in enumerate(kinds) if k & AFTER_GUARDS_KINDS)
+    assert all(k <= AFTER_GUARDS_KINDS for k in kinds[first:])
+    assert not any(k & AFTER_GUARDS_KINDS for k in kinds[:first])
+    assert kinds[-1] == {"RoleBinding"}
+    if route == Route.DEDICATED_BLOCK:
+        assert kinds[first] == {"Node"}
+
+
 def test_the_digest_follows_the_guards():
     """A block moved to other nodes changes its guards, so the check answers with another
     digest: an older check still in force is not taken for the new guards."""
