@@ -148,6 +148,8 @@ class RequestTally(models.Model):
     the rows into one per tenant and status (`compact_request_tally`) so there stay a few per
     tenant, however many requests were filed (200,000: counting them took ~100 ms a page)."""
 
+    # Kept by triggers on intake_capacityrequest: a migration that makes SQLite rebuild
+    # that table drops them (tests/db/test_request_tally.py checks they are there).
     # No foreign-key constraint: a delta row must never wait on the tenant's row lock.
     tenant = models.ForeignKey(Tenant, on_delete=models.DO_NOTHING, related_name="+",
                                db_constraint=False)

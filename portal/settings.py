@@ -355,13 +355,17 @@ PORTAL_PLATFORM_NAMESPACES = env_list(
 PORTAL_EXPIRY_NOTICE_DAYS = env_int("PORTAL_EXPIRY_NOTICE_DAYS", 7, minimum=0)
 PORTAL_PROVISION_MAX_RETRIES = env_int("PORTAL_PROVISION_MAX_RETRIES", 8, minimum=0)
 PORTAL_PROVISION_RETRY_SECONDS = env_int("PORTAL_PROVISION_RETRY_SECONDS", 5, minimum=1)
-# Provisioning without a sign of progress for this long is queued again (lost task).
-# (A killed worker's message comes back only after the broker's visibility timeout, an
-# hour on Redis: this check is what finishes its work in about a minute.)
 # How long provisioning waits for an allocation's admission guards to be in force (the API
 # server compiles new policies about once a second) before it retries.
 PORTAL_GUARD_WAIT_SECONDS = env_int("PORTAL_GUARD_WAIT_SECONDS", 20, minimum=1)
+# Provisioning without a sign of progress for this long is queued again (lost task).
+# (A killed worker's message comes back only after the broker's visibility timeout, an
+# hour on Redis: this check is what finishes its work in about a minute.)
 PORTAL_PROVISION_STALL_SECONDS = env_int("PORTAL_PROVISION_STALL_SECONDS", 60, minimum=10)
+if PORTAL_GUARD_WAIT_SECONDS >= PORTAL_PROVISION_STALL_SECONDS:
+    # A wait shows no progress: as long as the stall check, it would queue a second task.
+    raise ImproperlyConfigured("PORTAL_GUARD_WAIT_SECONDS must be shorter than "
+                               "PORTAL_PROVISION_STALL_SECONDS")
 PORTAL_PROVISION_STALL_CHECK_SECONDS = env_int("PORTAL_PROVISION_STALL_CHECK_SECONDS", 15,
                                                minimum=5)
 CELERY_BEAT_SCHEDULE["requeue-stalled"] = {

@@ -459,6 +459,7 @@ def _confidential_guard(spec: AllocationSpec) -> list[dict]:
 # too — before the dedicated nodes are tainted and before anyone gets access.
 GUARD_PROBE_LABEL = "aifactory.io/guard-probe"
 GUARD_DIGEST_ANNOTATION = "aifactory.io/guards-digest"
+GUARD_DIGEST_LABEL = "aifactory.io/guards-digest"
 
 
 def guard_check_name(spec: AllocationSpec) -> str:
@@ -473,6 +474,8 @@ def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:
     group = "admissionregistration.k8s.io/v1"
     meta = _meta(spec, name, namespaced=False)
     meta["annotations"] = {GUARD_DIGEST_ANNOTATION: digest}
+    binding_meta = _meta(spec, name, namespaced=False)
+    binding_meta["annotations"] = {GUARD_DIGEST_ANNOTATION: digest}
     return [
         {"apiVersion": group, "kind": "ValidatingAdmissionPolicy", "metadata": meta,
          "spec": {"failurePolicy": "Fail",
@@ -485,10 +488,39 @@ def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:
                   "validations": [{"expression": "false", "message":
                                    f"{name}: the guards applied before this check "
                                    f"(digest {digest}) are in force."}]}},
+        # The binding matches only a probe of these guards' digest: a refusal quoting it
+        # was given through this binding, so the binding watch has it too.
         {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": _meta(spec, name, namespaced=False),
-         "spec": {"policyName": name, "validationActions": ["Deny"]}},
+         "metadata": binding_meta,
+         "spec": {"policyName": name, "validationActions": ["Deny"],
+                  "matchResources": {"objectSelector": {"matchLabels": {
+                      GUARD_PROBE_LABEL: name, GUARD_DIGEST_LABEL: digest}}}}},
     ]
+
+
+def is_guard_check(manifest: dict) -> bool:
+    return manifest["kind"] in GUARD_KIND_NAMES and \
+        manifest["metadata"]["name"].endswith("-guard-check")
+
+
+def guards_fingerprint(live_guards: list[dict]) -> str:
+    """Of the guards as the API server holds them: a guard deleted and made again (same
+    content, new uid) or changed (new generation) changes it."""
+    keys = sorted((g.get("kind", ""), (g.get("metadata") or {}).get("name", ""),
+                   (g.get("metadata") or {}).get("uid", ""),
+                   (g.get("metadata") or {}).get("generation", 0)) for g in live_guards)
+    return hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:8]
+
+
+def stamp_guard_check(manifest: dict, fingerprint: str) -> dict:
+    """A check object as applied: its digest also names the guards as they live (their uids
+    and generations), so the check's policy and binding change — and become the newest
+    objects in both watches — whenever a guard was made again or changed, even with the
+    same content. Other objects are returned as they are."""
+    digest = manifest["metadata"].get("annotations", {}).get(GUARD_DIGEST_ANNOTATION)
+    if not digest or "." in digest or not is_guard_check(manifest):
+        return manifest
+    return json.loads(json.dumps(manifest).replace(digest, f"{digest}.{fingerprint}"))
 
 
 def guard_probe(manifests: list[dict]) -> dict | None:
@@ -499,9 +531,17 @@ def guard_probe(manifests: list[dict]) -> dict | None:
         if m["kind"] == "ValidatingAdmissionPolicy" and digest:
             name = m["metadata"]["name"]
             return {"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": name, "labels": {GUARD_PROBE_LABEL: name},
+                    "metadata": {"name": name,
+                                 "labels": {GUARD_PROBE_LABEL: name, GUARD_DIGEST_LABEL: digest},
                                  "annotations": {GUARD_DIGEST_ANNOTATION: digest}}}
     return None
+
+
+def refused_by_admission(status: int | None, message: str) -> bool:
+    """Whether an API error is an admission control's refusal (a policy or webhook), not a
+    missing permission ("... cannot create resource ...") or a server away."""
+    return status in (400, 403, 422) and " cannot " not in message and (
+        "denied" in message or "admission webhook" in message)
 
 
 def guard_check_answer(probe: dict, status: int | None, message: str) -> str:

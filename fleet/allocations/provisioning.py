@@ -32,7 +32,7 @@ from ..kube import (
     get_backend,
     prune,
 )
-from ..models import Allocation, Pool
+from ..models import Allocation, Pool, Route
 from ..signals import allocation_status_changed
 from . import lifecycle
 from .manifests import (
@@ -44,8 +44,12 @@ from .manifests import (
     drift,
     guard_check_answer,
     guard_probe,
+    guards_fingerprint,
+    is_guard_check,
     node_release,
+    refused_by_admission,
     render_manifests,
+    stamp_guard_check,
 )
 
 S = Allocation.Status
@@ -213,8 +217,11 @@ class ApplySink:
 
     def publish(self, alloc, manifests, backend):
         _progress(alloc.pk, 0, len(manifests))
-        done, probe, guarded = 0, guard_probe(manifests), None
+        done, probe, guarded, live_guards = 0, None, None, []
         for wave in apply_waves(manifests):
+            if any(is_guard_check(m) for m in wave):
+                wave = [stamp_guard_check(m, guards_fingerprint(live_guards)) for m in wave]
+                probe = guard_probe(wave) or probe
             if probe and guarded is None and \
                     any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
                 # The block's nodes and the tenant's access only once the guards are in
@@ -227,15 +234,21 @@ class ApplySink:
                     raise KubeError(f"{exc.message}; neither its nodes nor anyone's access "
                                     "were applied, and provisioning will try again.",
                                     retriable=True, status=exc.status) from exc
-            apply_together(backend, wave)
+            if len(wave) == 1 and wave[0]["kind"] in GUARD_KINDS:
+                applied = backend.apply(wave[0], force=True)
+                if not is_guard_check(wave[0]):
+                    live_guards.append(applied)
+            else:
+                apply_together(backend, wave)
             done += len(wave)
             _progress(alloc.pk, done, len(manifests))
         reason = f"Provisioned: {len(manifests)} object(s) applied in namespace {alloc.namespace}."
         data = {}
         if guarded is not None:
             reason += (f" Its admission guards refused the check's probe {guarded:.1f} s after "
-                       "they were applied, before its nodes were reserved or anyone had "
-                       "access.")
+                       "they were applied, before "
+                       + ("its nodes were reserved and " if alloc.route == Route.DEDICATED_BLOCK
+                          else "") + "anyone had access.")
             data["guards_in_force_seconds"] = round(guarded, 3)
         allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
                               reason=reason, data=data or None)
@@ -308,8 +321,8 @@ def _provenance(alloc: Allocation) -> dict[str, str]:
 
 
 def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> Allocation:
-    """Commit the allocation's directory (idempotent), patch its dedicated nodes directly,
-    and leave it provisioning until the cluster shows every object (follow_gitops)."""
+    """Commit the allocation's directory (idempotent) and leave it provisioning until the
+    cluster shows every object (follow_gitops), which then reserves its dedicated nodes."""
     from . import gitops
 
     files = gitops.directory_files(manifests)
@@ -317,8 +330,6 @@ def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> 
     path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
     published = gitops.Repository().change(path, files, gitops.commit_message(
         action="publish", objects=len(files) - 1, **info))
-    for node in (m for m in manifests if m["kind"] in gitops.NOT_COMMITTED):
-        backend.apply(node, force=False)  # shared with the kubelet: never in Git, never forced
     note = (f"Committed {published.commit[:12]} to {settings.PORTAL_GITOPS_REPO} "
             f"({path}); waiting for the cluster to apply it.")
     with transaction.atomic():
@@ -374,6 +385,11 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
     if present == len(wanted) and not _guards_answer(alloc, backend):
         return Allocation.objects.get(pk=allocation_id)
     if present == len(wanted):
+        # A dedicated block's nodes are patched directly (shared with the kubelet: never in
+        # Git, never forced), once its guards are in force.
+        for node in allocation_manifests(alloc):
+            if node["kind"] in gitops.NOT_COMMITTED:
+                backend.apply(node, force=False)
         allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
                               reason=f"Applied from Git: all {len(wanted)} object(s) are in "
                                      f"the cluster in namespace {alloc.namespace}.")
@@ -440,7 +456,7 @@ def guards_in_force(backend: KubeBackend, probe: dict, *,
     if not backend.enforces_admission:
         return None
     timeout = settings.PORTAL_GUARD_WAIT_SECONDS if timeout is None else timeout
-    start, pause = time.monotonic(), 0.05
+    start, pause, other = time.monotonic(), 0.05, ""
     while True:
         try:
             backend.apply(probe, dry_run=True)
@@ -448,15 +464,20 @@ def guards_in_force(backend: KubeBackend, probe: dict, *,
             answer = guard_check_answer(probe, exc.status, exc.message)
             if answer == "current":
                 return time.monotonic() - start
-            if answer == "other":
-                raise
-            # "older": the check as it was before these guards is still the one in force
+            if answer == "other" and not refused_by_admission(exc.status, exc.message):
+                raise  # the portal may not ask (RBAC), or the server is away: as it came
+            # "older": the check as it was before these guards is still in force. Another
+            # admission control refusing the probe namespace (e.g. a policy requiring
+            # labels) answers before the check is compiled, and may be quoted instead of
+            # it after: not yet, and said if it lasts.
+            other = exc.message if answer == "other" else other
         waited = time.monotonic() - start
         if waited >= timeout:
+            also = f"; another admission control refused it: {other}" if other else ""
             raise KubeError(
                 f"The allocation's admission guards were not in force {waited:.0f} s after "
-                "they were applied (the API server still accepts the object only they "
-                "refuse)", retriable=True)
+                "they were applied (the API server did not give the refusal only they "
+                f"give{also})", retriable=True)
         time.sleep(min(pause, max(timeout - waited, 0.01)))
         pause = min(pause * 2, 0.25)
 
@@ -580,14 +601,18 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
 
 def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
                        backend: KubeBackend, *, cause: str = "") -> list[str]:
-    found, probe, guards_changed = [], guard_probe(manifests), False
+    found, probe, checked, live_guards = [], None, False, []
     for manifest in manifests:
-        key = ObjectKey.of(manifest)
-        if guards_changed and manifest["kind"] not in GUARD_KINDS:
-            # Guards re-applied (deleted, or a block moved to other nodes): the new ones in
-            # force before anything else changes (a newly tainted node, a new binding).
+        if is_guard_check(manifest):  # names the guards as they live now (see manifests)
+            manifest = stamp_guard_check(manifest, guards_fingerprint(live_guards))
+            probe = guard_probe([manifest]) or probe
+        if probe and not checked and manifest["kind"] in AFTER_GUARDS_KINDS:
+            # The guards in force before a node is (again) reserved or access (re)granted:
+            # one dry-run when nothing changed; a wait after a guard was made again, after a
+            # move, or when an earlier attempt stopped between the guards and the nodes.
             guards_in_force(backend, probe)
-            guards_changed = False
+            checked = True
+        key = ObjectKey.of(manifest)
         live = backend.get(key.api_version, key.kind, key.name, key.namespace)
         if live is None:
             found.append(f"{key} was deleted")
@@ -596,9 +621,9 @@ def _repair_in_cluster(alloc: Allocation, manifests: list[dict],
                                        if k not in ("apiVersion", "kind")}, live)]
             if paths:
                 found.append(f"{key} changed at {', '.join(paths)}")
-        if probe and manifest["kind"] in GUARD_KINDS and (live is None or paths):
-            guards_changed = True
-        backend.apply(manifest, force=manifest["kind"] != "Node")
+        applied = backend.apply(manifest, force=manifest["kind"] != "Node")
+        if manifest["kind"] in GUARD_KINDS and not is_guard_check(manifest):
+            live_guards.append(applied)
     # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
     # another role) are removed; the namespace itself is always among the desired.
     desired = {ObjectKey.of(m) for m in manifests}

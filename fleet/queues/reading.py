@@ -28,6 +28,12 @@ from .truth import (
 HISTORY_DAYS = 14
 
 
+# A position written before Kueue's visibility API was asked (a new waiting workload, in
+# Kueue's order): the same reading replaces it, it is never kept as an answer, and it is
+# shown as what it is, computed.
+INTERIM = "ordered"
+
+
 def row_facts(row: QueueWorkload) -> WorkloadFacts:
     """A stored workload as the pure functions see it."""
     stop = Stop(row.stopped_at, row.stop_reason, row.stop_preemption, row.stop_detail) \
@@ -103,7 +109,8 @@ def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: De
         row = by_uid[f.uid]
         since = f.requeued_at or f.submitted_at or now
         lines.append(PendingLine(f, row.position if row.position is not None else i,
-                                 row.position_source or "computed",
+                                 "computed" if row.position_source in ("", INTERIM)
+                                 else row.position_source,
                                  (now - since).total_seconds(), why, est))
     return lines
 

@@ -50,8 +50,9 @@ def test_a_guarded_route_ends_its_guards_with_the_check(route):
     assert check["matchConstraints"]["objectSelector"] == {
         "matchLabels": {GUARD_PROBE_LABEL: probe["metadata"]["name"]}}
     assert probe["kind"] == "Namespace"
-    assert probe["metadata"]["labels"] == {GUARD_PROBE_LABEL: probe["metadata"]["name"]}
     digest = probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
+    assert probe["metadata"]["labels"] == {GUARD_PROBE_LABEL: probe["metadata"]["name"],
+                                           GUARD_DIGEST_ANNOTATION: digest}
     assert f"(digest {digest})" in check["validations"][0]["message"]
 
 
@@ -137,6 +138,53 @@ def test_an_older_checks_refusal_is_not_taken_for_the_new_guards():
 
     backend = ThenCurrent(0, None)
     assert guards_in_force(backend, PROBE, timeout=5) > 0 and len(backend.asked) == 3
+
+
+def test_another_admission_controls_refusal_is_not_yet_and_said_if_it_lasts():
+    """A cluster policy refusing namespaces without some label answers the probe before the
+    check is compiled (and may be quoted instead of it): provisioning keeps asking, and if
+    it lasts says so in a retriable error."""
+    other = KubeError("Applying Namespace x: admission webhook \"validate.kyverno.svc\" "
+                      "denied the request: label team is required", retriable=False, status=400)
+    assert guard_check_answer(PROBE, 400, other.message) == "other"
+    backend = Answers(0, other)
+    with pytest.raises(KubeError) as raised:
+        guards_in_force(backend, PROBE, timeout=0.3)
+    assert raised.value.retriable and "label team is required" in raised.value.message
+    assert len(backend.asked) >= 2
+
+
+def test_the_check_as_applied_names_the_guards_as_they_live():
+    """A guard deleted and made again has the same content but a new uid: the check as
+    applied changes with it (policy and binding both), so an old check's refusal cannot
+    pass for the new guards'."""
+    from fleet.allocations.manifests import (
+        guards_fingerprint,
+        is_guard_check,
+        stamp_guard_check,
+    )
+
+    manifests = _manifests(Route.DEDICATED_BLOCK)
+    guards = [m for m in manifests if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
+    checks = [m for m in manifests if is_guard_check(m)]
+    live = [{**g, "metadata": {**g["metadata"], "uid": f"u{i}", "generation": 1}}
+            for i, g in enumerate(guards)]
+    again = [dict(live[0], metadata={**live[0]["metadata"], "uid": "new"}), *live[1:]]
+    one, two = guards_fingerprint(live), guards_fingerprint(again)
+    assert one != two and one == guards_fingerprint(list(reversed(live)))
+    stamped = [stamp_guard_check(c, one) for c in checks]
+    assert stamped != [stamp_guard_check(c, two) for c in checks]
+    assert [stamp_guard_check(m, one) for m in guards] == guards  # only the check changes
+    probe = guard_probe(stamped)
+    digest = probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
+    assert digest.endswith(f".{one}")
+    # the binding selects only a probe of this digest; the policy's message quotes it
+    policy, binding = stamped
+    assert binding["spec"]["matchResources"]["objectSelector"]["matchLabels"] == \
+        probe["metadata"]["labels"]
+    assert f"(digest {digest})" in policy["spec"]["validations"][0]["message"]
+    assert guard_check_answer(probe, 422, _refusal(probe)) == "current"
+    assert guard_check_answer(guard_probe(checks), 422, _refusal(probe)) == "older"
 
 
 def test_a_refusal_by_something_else_is_raised_as_it_came():
