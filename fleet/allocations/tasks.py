@@ -1,12 +1,15 @@
 """Background work of allocations: provisioning, expiry, reconcile, GitOps follow-up. Tasks
 take ids and are safe to run twice."""
 
+import logging
+
 from celery import shared_task
 from django.utils import timezone
 
 from ..kube import KubeError
 
 UNEXPECTED_ERROR_RETRIES = 2
+log = logging.getLogger(__name__)
 
 
 # max_retries=None: the task counts retries itself (PORTAL_PROVISION_MAX_RETRIES) and then
@@ -94,14 +97,21 @@ def reconcile_allocations() -> str:
         # The dry run's record lives in one process: a fresh one would report every object
         # "deleted" and write a drift repair into each allocation's trail.
         return "reconcile skipped: the dry-run backend has no cluster to drift from"
-    drifted = 0
+    drifted, failed = 0, []
     from .lifecycle import RECONCILED
 
     for pk in Allocation.objects.filter(status__in=RECONCILED).values_list(
             "pk", flat=True):
-        drifted += bool(allocation_reconcile(pk))
+        try:
+            drifted += bool(allocation_reconcile(pk))
+        except KubeError as exc:  # one allocation's trouble (its guards not in force yet,
+            # a refused apply) does not hold up the others; the next pass tries it again
+            log.warning("reconcile of allocation %s: %s", pk, exc)
+            failed.append(pk)
     removed = prune_leftovers()  # nothing in GitOps mode: its tool prunes what Git lost
-    return f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
+    return (f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
+            + (f", {len(failed)} not reconciled (tried again next time): {failed}"
+               if failed else ""))
 
 
 @shared_task(name="fleet.tasks.follow_gitops", autoretry_for=(KubeError,), retry_backoff=True,
