@@ -462,8 +462,11 @@ GUARD_DIGEST_ANNOTATION = "aifactory.io/guards-digest"
 GUARD_DIGEST_LABEL = "aifactory.io/guards-digest"
 
 
+GUARD_CHECK_SUFFIX = "-guard-check"
+
+
 def guard_check_name(spec: AllocationSpec) -> str:
-    return f"aifactory-a{spec.allocation_id}-guard-check"
+    return f"aifactory-a{spec.allocation_id}{GUARD_CHECK_SUFFIX}"
 
 
 def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:
@@ -500,7 +503,7 @@ def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:
 
 def is_guard_check(manifest: dict) -> bool:
     return manifest["kind"] in GUARD_KIND_NAMES and \
-        manifest["metadata"]["name"].endswith("-guard-check")
+        manifest["metadata"]["name"].endswith(GUARD_CHECK_SUFFIX)
 
 
 def guards_fingerprint(live_guards: list[dict]) -> str:

@@ -375,19 +375,20 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status != S.PROVISIONING:
         return alloc
-    wanted = [m for m in allocation_manifests(alloc) if m["kind"] not in gitops.NOT_COMMITTED]
+    manifests = allocation_manifests(alloc)
+    wanted = [m for m in manifests if m["kind"] not in gitops.NOT_COMMITTED]
     present = 0
     for m in wanted:
         key = ObjectKey.of(m)
         if backend.get(key.api_version, key.kind, key.name, key.namespace) is not None:
             present += 1
     _progress(allocation_id, present, len(wanted))
-    if present == len(wanted) and not _guards_answer(alloc, backend):
+    if present == len(wanted) and not _guards_answer(alloc, manifests, backend):
         return Allocation.objects.get(pk=allocation_id)
     if present == len(wanted):
         # A dedicated block's nodes are patched directly (shared with the kubelet: never in
         # Git, never forced), once its guards are in force.
-        for node in allocation_manifests(alloc):
+        for node in manifests:
             if node["kind"] in gitops.NOT_COMMITTED:
                 backend.apply(node, force=False)
         allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
@@ -398,10 +399,10 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
     return Allocation.objects.get(pk=allocation_id)
 
 
-def _guards_answer(alloc: Allocation, backend: KubeBackend) -> bool:
+def _guards_answer(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> bool:
     """Whether the allocation's guards (if any) refuse what they must, asked once: the GitOps
     tool applied them, so the portal only says so and keeps the allocation provisioning."""
-    probe = guard_probe(allocation_manifests(alloc))
+    probe = guard_probe(manifests)
     if probe is None:
         return True
     try:

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import pytest
 
-from fleet.allocations.manifests import GUARD_DIGEST_ANNOTATION, GUARD_PROBE_LABEL
-from fleet.allocations.provisioning import allocation_reconcile
+from fleet.allocations.manifests import (
+    GUARD_CHECK_SUFFIX,
+    GUARD_DIGEST_ANNOTATION,
+    GUARD_PROBE_LABEL,
+    guard_check_name,
+)
+from fleet.allocations.provisioning import allocation_reconcile, allocation_spec
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend, KubeError, using_backend
 from fleet.models import Allocation, Pool, Route
@@ -101,10 +106,11 @@ def test_the_reconcile_asks_even_when_nothing_changed(block):
 
 def test_a_guard_made_again_changes_the_check(block):
     alloc, backend = block
-    check = f"aifactory-a{alloc.pk}-guard-check"
+    check = guard_check_name(allocation_spec(alloc))
     before = backend.get(ADMISSION, "ValidatingAdmissionPolicy", check)
     guard = next(k for k in backend.objects
-                 if k.kind == "ValidatingAdmissionPolicyBinding" and "guard-check" not in k.name)
+                 if k.kind == "ValidatingAdmissionPolicyBinding"
+                 and not k.name.endswith(GUARD_CHECK_SUFFIX))
     backend.delete(ADMISSION, guard.kind, guard.name)  # someone deleted a guard
     found = allocation_reconcile(alloc.pk, backend=backend)
     after = backend.get(ADMISSION, "ValidatingAdmissionPolicy", check)

@@ -8,14 +8,10 @@ among them, neither deadlock nor wait on each other's tally rows."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.db.embedded_sqlite import run_on_embedded_sqlite
 
 # Every write path at once; prints the tally and the count, which must be equal.
 SCENARIO = """
@@ -102,16 +98,7 @@ def test_the_tally_is_the_count_on_postgresql():
 
 
 def test_the_tally_is_the_count_on_sqlite(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-    env.update({"PORTAL_VAR_DIR": str(tmp_path), "CELERY_TASK_ALWAYS_EAGER": "true"})
-    run = lambda *argv: subprocess.run(  # noqa: E731
-        [sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=300)
-    migrated = run("migrate", "--noinput", "-v0")
-    assert migrated.returncode == 0, migrated.stderr
-    out = run("shell", "-c", SCENARIO)
-    assert out.returncode == 0, out.stderr
-    _assert_consistent(_result(out.stdout))
+    _assert_consistent(_result(run_on_embedded_sqlite(tmp_path, SCENARIO)))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,14 +4,9 @@ Run against a fresh SQLite database migrated by the real `manage.py migrate`."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.db.embedded_sqlite import run_on_embedded_sqlite
 
 PROBE = """
 from django.contrib.auth import get_user_model
@@ -48,16 +43,8 @@ print("actor", row.actor_id, row.actor_name, row.reason)
 
 @pytest.mark.parametrize("probe", [PROBE])
 def test_sqlite_refuses_to_rewrite_history(tmp_path, probe):
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL",)}
-    env.update({"PORTAL_VAR_DIR": str(tmp_path), "CELERY_TASK_ALWAYS_EAGER": "true"})
-    run = lambda *argv: subprocess.run(  # noqa: E731
-        [sys.executable, "manage.py", *argv], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=300)
-    migrated = run("migrate", "--noinput", "-v0")
-    assert migrated.returncode == 0, migrated.stderr
-    out = run("shell", "-c", probe)
-    assert out.returncode == 0, out.stderr
-    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    out = run_on_embedded_sqlite(tmp_path, probe)
+    lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
     assert lines["update"].startswith("REFUSED") and "append-only" in lines["update"]
     assert lines["delete"].startswith("REFUSED") and "append-only" in lines["delete"]
     assert lines["queue"].startswith("REFUSED") and "append-only" in lines["queue"]

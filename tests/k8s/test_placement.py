@@ -424,6 +424,7 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     the new node carries the block's labels and taint and the old one none of them; the
     guard now protects the new node by name (an intruder's pod pinned there is refused, one
     pinned to the old node is not); the tenant's Job is placed on the new node and runs."""
+    from fleet.allocations.manifests import is_guard_check
     from fleet.allocations.moves import allocation_move_off
     from fleet.allocations.provisioning import allocation_manifests
     from fleet.inventory.services import node_set_retiring
@@ -464,8 +465,7 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     # The block's own guards, as the API server holds them, name the new node and not the
     # old (guards left by earlier tests may name either, so the refusal alone proves less).
     guards = [m for m in allocation_manifests(block)
-              if m["kind"] == "ValidatingAdmissionPolicy"
-              and not m["metadata"]["name"].endswith("-guard-check")]
+              if m["kind"] == "ValidatingAdmissionPolicy" and not is_guard_check(m)]
     assert guards
     for guard in guards:
         live = str(admin.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",

@@ -3,6 +3,7 @@
 import pytest
 from django.urls import reverse
 
+from fleet.allocations.manifests import GUARD_CHECK_SUFFIX
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend
 from fleet.models import GpuNode, Pool, Route
@@ -183,7 +184,7 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
     assert not backend.get("v1", "Node", first.name)["metadata"].get("labels")
     guards = [o for k, o in backend.objects.items()
               if k.kind == "ValidatingAdmissionPolicy" and str(alloc.pk) in k.name
-              and not k.name.endswith("-guard-check")]
+              and not k.name.endswith(GUARD_CHECK_SUFFIX)]
     assert guards and all(proposed in str(g) and first.name not in str(g) for g in guards)
     actions = set(audit_for(alloc).values_list("action", flat=True))
     assert {"allocation.flagged", "allocation.moved", "allocation.applied",
