@@ -9,6 +9,7 @@ the primary key); elsewhere (SQLite, the embedded run) it is bulk_update.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from django.db import connections, models, router
 
@@ -52,6 +53,22 @@ def update_rows(model: type[models.Model], rows: Sequence[models.Model],
     return done
 
 
+# Field types whose value PostgreSQL's driver takes as the model holds it: their
+# get_db_prep_save only returns a value of the right type unchanged (a str for text, an int,
+# a Decimal, an aware datetime). A subclass may convert, so the type must match exactly.
+_AS_HELD = frozenset({
+    models.CharField, models.TextField, models.IntegerField, models.BigIntegerField,
+    models.SmallIntegerField, models.PositiveIntegerField, models.PositiveBigIntegerField,
+    models.PositiveSmallIntegerField, models.BooleanField, models.FloatField,
+    models.DecimalField, models.ForeignKey})
+_DATES = frozenset({models.DateTimeField, models.DateField})
+
+
+def _as_held(field: models.Field) -> bool:
+    kind = type(field)
+    return kind in _AS_HELD or (kind in _DATES and not (field.auto_now or field.auto_now_add))
+
+
 def insert_rows(model: type[models.Model], rows: Sequence[models.Model]) -> int:
     """Insert new rows as bulk_create does, without reading their keys back. On PostgreSQL
     by COPY, which skips building (and the server parsing) an INSERT with a parameter per
@@ -66,11 +83,23 @@ def insert_rows(model: type[models.Model], rows: Sequence[models.Model]) -> int:
     meta = model._meta
     fields = [f for f in meta.concrete_fields
               if not (f.primary_key and getattr(f, "db_returning", False))]
+    # Plain columns are read in one attrgetter call per row; the rest (JSON, auto_now, other
+    # types) go through Django's own preparation. At 20,000 rows of 35 columns the per-field
+    # calls were a third of a full queue sync's store.
+    held = [f for f in fields if _as_held(f)]
+    prepared = [f for f in fields if not _as_held(f)]
+    read = attrgetter(*(f.attname for f in held)) if held else (lambda row: ())
+    if len(held) == 1:
+        one = read
+        read = lambda row: (one(row),)  # noqa: E731 -- attrgetter of one name is no tuple
     qn = connection.ops.quote_name
-    columns = ", ".join(qn(f.column) for f in fields)
+    columns = ", ".join(qn(f.column) for f in [*held, *prepared])
     with connection.cursor() as cursor:
         with cursor.cursor.copy(f"COPY {qn(meta.db_table)} ({columns}) FROM STDIN") as copy:
             for row in rows:
-                copy.write_row([f.get_db_prep_save(f.pre_save(row, True), connection)
-                                for f in fields])
+                values = read(row)
+                if prepared:
+                    values = (*values, *(f.get_db_prep_save(f.pre_save(row, True), connection)
+                                         for f in prepared))
+                copy.write_row(values)
     return len(rows)

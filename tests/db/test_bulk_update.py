@@ -147,6 +147,35 @@ def test_insert_rows_writes_what_bulk_create_writes(alloc):
     assert got["c0"].dra_whole_gpus == 3 and got["c1"].dra_whole_gpus is None
 
 
+def test_insert_rows_plain_columns_as_bulk_create_writes_them(alloc):
+    """The columns COPY takes as the model holds them (choices members, ints and floats in a
+    decimal, aware times, NULLs, quotes and tabs in text) land as bulk_create lands them."""
+    from tenants.bulk import insert_rows
+
+    states = list(QueueWorkload.State)
+
+    def workloads(tag: str) -> list[QueueWorkload]:
+        return [QueueWorkload(
+            allocation=alloc, uid=f"{tag}{i}", namespace="acme-r1", name=f"w{i}",
+            state=states[i % len(states)], priority=-i, position=None if i % 3 else i,
+            devices=[1, 0.1, Decimal("0.125"), 3][i % 4], observed_at=NOW,
+            submitted_at=NOW - dt.timedelta(microseconds=i) if i % 2 else None,
+            gpu_busy=None if i % 2 else i / 7, max_seconds=i or None,
+            pending_detail=f"it's \"{i}\"\tthe\ncohort\\ lent ü", position_source="",
+            resource_version=str(10 ** i)) for i in range(12)]
+
+    QueueWorkload.objects.bulk_create(workloads("a"))
+    assert insert_rows(QueueWorkload, workloads("b")) == 12
+    fields = [f for f in _fields(QueueWorkload) if f != "uid"]
+    a = list(QueueWorkload.objects.filter(uid__startswith="a").order_by("name")
+             .values_list(*fields))
+    b = list(QueueWorkload.objects.filter(uid__startswith="b").order_by("name")
+             .values_list(*fields))
+    assert a == b and len(a) == 12
+    assert {r.state for r in QueueWorkload.objects.filter(uid__startswith="b")} == {
+        s.value for s in states}
+
+
 def test_benchmark_bulk_create_against_copy(alloc):
     from tenants.bulk import insert_rows
 

@@ -29,14 +29,16 @@ def ensure_distribution(version: str = KEYCLOAK_VERSION) -> Path:
     home = CACHE_ROOT / "keycloak" / f"keycloak-{version}"
     if (home / "bin" / "kc.sh").exists():
         return home
-    m2 = Path.home() / ".m2" / "repository" / "org" / "keycloak" / "keycloak-quarkus-dist" / \
-        version / f"keycloak-quarkus-dist-{version}.zip"
-    if not m2.exists():
-        subprocess.run(["mvn", "-q", "dependency:get", "-Dtransitive=false",
-                        f"-Dartifact=org.keycloak:keycloak-quarkus-dist:{version}:zip"],
-                       check=True)
+    # Copied out of Maven's local repository into our cache, wherever that repository is
+    # (Maven takes it from Java's user.home or settings.xml, not from $HOME).
+    downloads = CACHE_ROOT / "keycloak" / "downloads"
+    zipped = downloads / f"keycloak-quarkus-dist-{version}.zip"
+    if not zipped.exists():
+        subprocess.run(["mvn", "-q", "dependency:copy",
+                        f"-Dartifact=org.keycloak:keycloak-quarkus-dist:{version}:zip",
+                        f"-DoutputDirectory={downloads}"], check=True)
     home.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["unzip", "-q", "-o", str(m2), "-d", str(home.parent)], check=True)
+    subprocess.run(["unzip", "-q", "-o", str(zipped), "-d", str(home.parent)], check=True)
     return home
 
 
