@@ -71,8 +71,15 @@ def cohort_room(state: ClusterQueueState, peers: list[ClusterQueueState]
     others borrow meanwhile (numbers, never who). `peers`: the other queues of its cohort."""
     if not state.cohort:
         return Decimal(0), Decimal(0)
-    nominal = sum((s.nominal for s in peers), state.nominal)
-    usage = sum((s.usage for s in peers), state.usage)
+    return room_in_cohort(state, sum((s.nominal for s in peers), state.nominal),
+                          sum((s.usage for s in peers), state.usage))
+
+
+def room_in_cohort(state: ClusterQueueState, nominal: Decimal, usage: Decimal
+                   ) -> tuple[Decimal, Decimal]:
+    """cohort_room from the whole cohort's nominal quota and usage (`state` included)."""
+    if not state.cohort:
+        return Decimal(0), Decimal(0)
     total_free = max(Decimal(0), nominal - usage)
     own_free = max(Decimal(0), state.nominal - state.usage)
     return max(Decimal(0), total_free - own_free), max(Decimal(0), own_free - total_free)
@@ -128,10 +135,13 @@ def first_estimates(now: dt.datetime) -> int:
                     .values_list("allocation_id", flat=True))
     states = {s.allocation_id: s for s in ClusterQueueState.objects.filter(
         allocation_id__in=alloc_ids)}
-    cohorts: dict[str, list[ClusterQueueState]] = defaultdict(list)
+    # Each cohort summed once: a queue's peers are the cohort less itself (summing the peers
+    # per queue was quadratic in a cohort of hundreds of queues).
+    cohorts: dict[str, tuple[Decimal, Decimal]] = {}
     for peer in ClusterQueueState.objects.filter(
             cohort__in={s.cohort for s in states.values() if s.cohort}):
-        cohorts[peer.cohort].append(peer)
+        nominal, usage = cohorts.get(peer.cohort, (Decimal(0), Decimal(0)))
+        cohorts[peer.cohort] = (nominal + peer.nominal, usage + peer.usage)
     rows: dict[int, list[QueueWorkload]] = defaultdict(list)
     for row in QueueWorkload.objects.filter(allocation_id__in=list(states),
                                             state__in=(ADMITTED, PENDING)):
@@ -139,8 +149,8 @@ def first_estimates(now: dt.datetime) -> int:
     waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))
     done = []
     for alloc_id, state in states.items():
-        peers = [p for p in cohorts.get(state.cohort, []) if p.pk != state.pk]
-        cohort_free, lent = cohort_room(state, peers)
+        cohort_free, lent = room_in_cohort(
+            state, *cohorts.get(state.cohort, (state.nominal, state.usage)))
         by_uid = {r.uid: r for r in rows[alloc_id]}
         for line in _pending_lines(queue_facts_of(state), rows[alloc_id], cohort_free, lent,
                                    waits[alloc_id], now):

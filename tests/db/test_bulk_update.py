@@ -80,7 +80,7 @@ def test_benchmark_bulk_update_against_values(alloc):
     figures = {}
     for name, write in (("bulk_update (CASE)", lambda: QueueWorkload.objects.bulk_update(
             got, FIELDS[:5], batch_size=500)),
-                        ("update_rows (VALUES)", lambda: update_rows(
+                        ("update_rows (unnest)", lambda: update_rows(
                             QueueWorkload, got, FIELDS[:5]))):
         times = []
         for _ in range(3):
@@ -174,6 +174,35 @@ def test_insert_rows_plain_columns_as_bulk_create_writes_them(alloc):
     assert a == b and len(a) == 12
     assert {r.state for r in QueueWorkload.objects.filter(uid__startswith="b")} == {
         s.value for s in states}
+
+
+def test_insert_values_writes_what_bulk_create_writes(alloc):
+    """Rows as {attname: value}: the fields left out take their defaults, the rest land as
+    bulk_create lands them; a name the model has not (or `allocation` for `allocation_id`)
+    is refused before anything is written."""
+    from fleet.models import QueueEvent
+    from tenants.bulk import insert_values
+
+    def events(tag: str) -> list[dict]:
+        return [{"allocation_id": alloc.pk, "workload_uid": f"{tag}{i}", "workload": f"w{i}",
+                 "kind": QueueEvent.Kind.ADMITTED, "at": NOW + dt.timedelta(microseconds=i),
+                 "reason": f"it's \"{i}\"\tthe\ncohort\\ lent ü",
+                 **({"devices": Decimal(i) / 8, "wait_seconds": i / 3} if i % 2 else {})}
+                for i in range(20)]
+
+    QueueEvent.objects.bulk_create(QueueEvent(**e) for e in events("a"))
+    assert insert_values(QueueEvent, events("b")) == 20
+    fields = [f for f in _fields(QueueEvent) if f != "workload_uid"]
+    a = list(QueueEvent.objects.filter(workload_uid__startswith="a").order_by("at")
+             .values_list(*fields))
+    b = list(QueueEvent.objects.filter(workload_uid__startswith="b").order_by("at")
+             .values_list(*fields))
+    assert a == b and len(a) == 20
+    assert {r.priority for r in QueueEvent.objects.filter(workload_uid__startswith="b")} == {0}
+    for wrong in ({"allocation": alloc}, {"wait_secs": 1.0}):
+        with pytest.raises(ValueError, match="has no field"):
+            insert_values(QueueEvent, [events("c")[0] | wrong])
+    assert not QueueEvent.objects.filter(workload_uid__startswith="c").exists()
 
 
 def test_benchmark_bulk_create_against_copy(alloc):
