@@ -67,6 +67,20 @@ def test_writes_what_bulk_update_writes(alloc):
     assert set(QueueWorkload.objects.values_list("observed_at", flat=True)) == {NOW}
 
 
+def test_a_column_of_nulls_and_one_row(alloc):
+    """Every value of a column NULL (no element to tell the array's type) and a batch of one
+    row still write."""
+    got = rows(alloc, 3)
+    for row in got:
+        row.position, row.gpu_busy, row.first_estimate_at = None, None, None
+    assert update_rows(QueueWorkload, got, ["position", "gpu_busy", "first_estimate_at"]) == 3
+    assert set(QueueWorkload.objects.values_list("position", "gpu_busy",
+                                                 "first_estimate_at")) == {(None, None, None)}
+    got[0].state, got[0].node = "admitted", "n-1"
+    assert update_rows(QueueWorkload, got[:1], ["state", "node"]) == 1
+    assert QueueWorkload.objects.filter(state="admitted", node="n-1").count() == 1
+
+
 def test_nothing_to_write_is_no_statement(django_assert_num_queries):
     with django_assert_num_queries(0):
         assert update_rows(GpuNode, [], ["ready"]) == 0
