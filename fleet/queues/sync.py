@@ -347,24 +347,38 @@ KUEUE_LISTS = {"clusterqueues": SELECTOR, "localqueues": SELECTOR, "workloads": 
 PODS_PATH, CLAIMS_PATH = "/api/v1/pods", "/apis/resource.k8s.io/v1/resourceclaims"
 
 
-def read_kueue(backend: KubeBackend) -> KueueView:
-    """One list of each kind the queue truth reads, with the versions a watch resumes from.
-    The lists go at once: the API server answers one while this process reads another (at
-    500 queues the queue lists cost a quarter of the Workloads' time)."""
+def list_at_once(backend: KubeBackend, paths: dict[str, tuple[str, str]], *,
+                 optional: frozenset[str] = frozenset()
+                 ) -> tuple[dict[str, list[dict]], dict[str, str], int]:
+    """Each kind's (path, label selector) listed, all at once — the API server answers one
+    while this process reads another — with the versions a watch resumes from, and the
+    number of Cohorts. An optional kind the server refuses is left out; any other error is
+    raised. The periodic list and the watch both read through here."""
     from concurrent.futures import ThreadPoolExecutor
 
-    listed_at = timezone.now()
-    with ThreadPoolExecutor(max_workers=len(KUEUE_LISTS)) as pool:
-        lists = {kind: pool.submit(backend.list_path_versioned, f"{KUEUE_BASE}/{kind}",
-                                   label_selector=selector)
-                 for kind, selector in KUEUE_LISTS.items()}
+    with ThreadPoolExecutor(max_workers=len(paths) + 1) as pool:
+        lists = {kind: pool.submit(backend.list_path_versioned, path, label_selector=selector)
+                 for kind, (path, selector) in paths.items()}
         cohorts = pool.submit(backend.list_path, f"{KUEUE_BASE}/cohorts")
-        done = {kind: future.result() for kind, future in lists.items()}
-        versions = {kind: version for kind, (_items, version) in done.items()}
-        return KueueView(cluster_queues=done["clusterqueues"][0],
-                         local_queues=done["localqueues"][0], workloads=done["workloads"][0],
-                         cohorts=len(cohorts.result()), listed_at=listed_at,
-                         versions=versions)
+        items, versions = {}, {}
+        for kind, future in lists.items():
+            try:
+                items[kind], versions[kind] = future.result()
+            except KubeError as exc:
+                if kind not in optional:
+                    raise
+                log.info("queue reader: %s not followed (%s)", kind, exc.message)
+        return items, versions, len(cohorts.result())
+
+
+def read_kueue(backend: KubeBackend) -> KueueView:
+    """One list of each kind the queue truth reads, with the versions a watch resumes from."""
+    listed_at = timezone.now()
+    items, versions, cohorts = list_at_once(backend, {
+        kind: (f"{KUEUE_BASE}/{kind}", selector) for kind, selector in KUEUE_LISTS.items()})
+    return KueueView(cluster_queues=items["clusterqueues"], local_queues=items["localqueues"],
+                     workloads=items["workloads"], cohorts=cohorts, listed_at=listed_at,
+                     versions=versions)
 
 
 def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = None

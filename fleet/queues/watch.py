@@ -30,6 +30,7 @@ from .sync import (
     PODS_PATH,
     KueueView,
     QueueSyncReport,
+    list_at_once,
     record_view,
 )
 
@@ -63,17 +64,9 @@ class Mirror:
         from django.utils import timezone
 
         mirror = cls(listed_at=timezone.now())
-        for kind, (path, selector) in FOLLOWED.items():
-            try:
-                items, version = backend.list_path_versioned(path, label_selector=selector)
-            except KubeError as exc:
-                if kind not in OPTIONAL:
-                    raise
-                log.info("queue watch: %s not followed (%s)", kind, exc.message)
-                continue
-            mirror.objects[kind] = {_key(o): o for o in items}
-            mirror.versions[kind] = version
-        mirror.cohorts = len(backend.list_path(f"{KUEUE_BASE}/cohorts"))
+        items, mirror.versions, mirror.cohorts = list_at_once(backend, FOLLOWED,
+                                                              optional=OPTIONAL)
+        mirror.objects = {kind: {_key(o): o for o in found} for kind, found in items.items()}
         return mirror
 
     def view(self) -> KueueView:
