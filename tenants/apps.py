@@ -6,4 +6,4 @@ class TenantsConfig(AppConfig):
     verbose_name = "Tenants, roles and the audit trail"
 
     def ready(self) -> None:
-        from . import receivers  # noqa: F401 - connects the sign-in receiver
+        from . import lookups, receivers  # noqa: F401 - `__any`; the sign-in receiver

@@ -90,7 +90,7 @@ def _history_waits(allocation_ids, since: dt.datetime
     """allocation → (LocalQueue, priority) → waits of its admissions since `since`."""
     out: dict[int, dict[tuple[str, int], list[float]]] = defaultdict(lambda: defaultdict(list))
     for alloc_id, lq, prio, wait in QueueEvent.objects.filter(
-            allocation_id__in=allocation_ids, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
+            allocation_id__any=allocation_ids, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
             wait_seconds__isnull=False).values_list("allocation_id", "local_queue", "priority",
                                                     "wait_seconds"):
         out[alloc_id][(lq, prio)].append(wait)
@@ -131,10 +131,10 @@ def first_estimates(now: dt.datetime) -> int:
         .values_list("uid", flat=True))
     if not new_uids:
         return 0
-    alloc_ids = set(QueueWorkload.objects.filter(uid__in=new_uids)
+    alloc_ids = set(QueueWorkload.objects.filter(uid__any=new_uids)
                     .values_list("allocation_id", flat=True))
     states = {s.allocation_id: s for s in ClusterQueueState.objects.filter(
-        allocation_id__in=alloc_ids)}
+        allocation_id__any=alloc_ids)}
     # Each cohort summed once: a queue's peers are the cohort less itself (summing the peers
     # per queue was quadratic in a cohort of hundreds of queues).
     cohorts: dict[str, tuple[Decimal, Decimal]] = {}
@@ -143,7 +143,7 @@ def first_estimates(now: dt.datetime) -> int:
         nominal, usage = cohorts.get(peer.cohort, (Decimal(0), Decimal(0)))
         cohorts[peer.cohort] = (nominal + peer.nominal, usage + peer.usage)
     rows: dict[int, list[QueueWorkload]] = defaultdict(list)
-    for row in QueueWorkload.objects.filter(allocation_id__in=list(states),
+    for row in QueueWorkload.objects.filter(allocation_id__any=list(states),
                                             state__in=(ADMITTED, PENDING)):
         rows[row.allocation_id].append(row)
     waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))

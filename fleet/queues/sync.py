@@ -222,7 +222,7 @@ def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> 
     if not adds:
         return
     existing = {(u.allocation_id, u.hour): u for u in QueueUsageHour.objects.filter(
-        allocation_id__in={k[0] for k in adds}, hour__in={k[1] for k in adds})}
+        allocation_id__any={k[0] for k in adds}, hour__any={k[1] for k in adds})}
     create, update = [], []
     for (alloc_id, hour), (used, borrowed) in adds.items():
         row = existing.get((alloc_id, hour))
@@ -311,7 +311,7 @@ def _store_positions(positions: dict[str, tuple[int, str]],
     about (a reader that started later may have moved on: its answer is the newer one);
     the uids written."""
     rows = list(QueueWorkload.objects.filter(
-        cluster_queue__in=list(asked), state=QueueWorkload.State.PENDING).only(
+        cluster_queue__any=list(asked), state=QueueWorkload.State.PENDING).only(
         "uid", "cluster_queue", "position", "position_source"))
     waiting: dict[str, set[str]] = defaultdict(set)
     for r in rows:
@@ -484,7 +484,7 @@ def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueVie
     # Admissions whose steps are all recorded need no pods read (a finished history costs
     # nothing on each sync).
     done = set(QueueWorkload.objects.filter(
-        uid__in=[f.uid for f in admitted], scheduled_at__isnull=False,
+        uid__any=[f.uid for f in admitted], scheduled_at__isnull=False,
         running_at__isnull=False).values_list("uid", "admitted_at"))
     admitted = [f for f in admitted if (f.uid, f.admitted_at) not in done]
     if not admitted:
@@ -551,13 +551,13 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
             update.append(state)
     if allocations:
         # A queue that is no longer followed keeps no allocation link (it may be reused).
-        ClusterQueueState.objects.exclude(name__in=list(queues)).exclude(
+        ClusterQueueState.objects.exclude(name__any=list(queues)).exclude(
             allocation=None).update(allocation=None)
     ClusterQueueState.objects.bulk_create(create)
     update_rows(ClusterQueueState, update, fields)
     # The queues integrated now count from now on. Only forward: a reader that began before
     # another's store must not count again the time that one already integrated.
-    ClusterQueueState.objects.filter(name__in=sorted(due), observed_at__lt=now).update(
+    ClusterQueueState.objects.filter(name__any=sorted(due), observed_at__lt=now).update(
         observed_at=now)
 
 
@@ -582,11 +582,11 @@ def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
     if gone is None:
         rows = {r.uid: r for r in QueueWorkload.objects.filter(
             allocation__status__in=FOLLOWED).exclude(state=QueueWorkload.State.GONE)}
-        rows |= {r.uid: r for r in QueueWorkload.objects.filter(uid__in=seen)}
+        rows |= {r.uid: r for r in QueueWorkload.objects.filter(uid__any=seen)}
         vanished = {uid for uid, row in rows.items()
                     if uid not in seen and (listed_at is None or row.observed_at < listed_at)}
     else:
-        rows = {r.uid: r for r in QueueWorkload.objects.filter(uid__in=seen | gone)}
+        rows = {r.uid: r for r in QueueWorkload.objects.filter(uid__any=seen | gone)}
         vanished = gone - seen
     # A reader older than what is stored (a list begun before the watch's last event) must
     # not take a workload back, nor bring back one seen deleted at the version it read.
