@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from operator import attrgetter, itemgetter
 
 from django.db import connections, models, router
+from django.db.models import NOT_PROVIDED
 
 
 def update_rows(model: type[models.Model], rows: Sequence[models.Model],
@@ -37,14 +38,15 @@ def update_rows(model: type[models.Model], rows: Sequence[models.Model],
     sets = ", ".join(f"{qn(f.column)} = v.{qn(f.column)}" for f in columns[1:])
     sql = (f"UPDATE {qn(meta.db_table)} AS t SET {sets} FROM unnest({arrays}) AS v({names}) "
            f"WHERE t.{qn(pk.column)} = v.{qn(pk.column)}")
-    read = [(f, attrgetter(f.attname), _as_held(f)) for f in columns]
+    # Every value through Django's preparation: an array holds one type, and a column may
+    # hold a Decimal in one row and an int in the next.
+    read = [(f, attrgetter(f.attname)) for f in columns]
     done = 0
     with connection.cursor() as cursor:
         for start in range(0, len(rows), batch_size):
             batch = rows[start:start + batch_size]
-            params = [[get(row) for row in batch] if held else
-                      [f.get_db_prep_save(get(row), connection) for row in batch]
-                      for f, get, held in read]
+            params = [[f.get_db_prep_save(get(row), connection) for row in batch]
+                      for f, get in read]
             cursor.execute(sql, params)
             done += cursor.rowcount
     return done
@@ -59,6 +61,9 @@ _AS_HELD = frozenset({
     models.PositiveSmallIntegerField, models.BooleanField, models.FloatField,
     models.DecimalField, models.ForeignKey})
 _DATES = frozenset({models.DateTimeField, models.DateField})
+# pre_save that only reads the attribute (the dates' own pre_save differs for auto_now only).
+_PLAIN_PRE_SAVE = frozenset({models.Field.pre_save, models.DateField.pre_save,
+                             models.DateTimeField.pre_save})
 
 
 def _as_held(field: models.Field) -> bool:
@@ -120,8 +125,12 @@ def insert_values(model: type[models.Model], rows: Sequence[dict]) -> int:
     connection = connections[db]
     if connection.vendor != "postgresql":
         return insert_rows(model, [model(**row) for row in rows])
-    if any(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False) for f in fields):
-        raise ValueError(f"{model.__name__} has auto_now fields: use insert_rows")
+    if any(getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False)
+           or f.db_default is not NOT_PROVIDED or type(f).pre_save not in _PLAIN_PRE_SAVE
+           for f in fields):
+        raise ValueError(f"{model.__name__} has fields filled on save: use insert_rows")
+    if len(fields) < 2:
+        raise ValueError(f"{model.__name__} has one column: use insert_rows")
     computed = [f for f in fields if f.has_default() and callable(f.default)]
     defaults = {f.attname: f.get_default() for f in fields if f not in computed}
     read = itemgetter(*(f.attname for f in fields))

@@ -8,6 +8,8 @@ queue sync asks about 5,000 workload uids at once). Elsewhere (SQLite) it is `__
 
 from __future__ import annotations
 
+import re
+
 from django.db.models import Field, ForeignObject, Lookup, Model
 from django.db.models.lookups import In
 
@@ -17,17 +19,21 @@ class AnyOf(Lookup):
     prepare_rhs = False
 
     def as_sql(self, compiler, connection):
-        values = [v.pk if isinstance(v, Model) else v for v in self.rhs]
+        field = self.lhs.output_field
+        target = getattr(field, "target_field", field)  # a foreign key: the field it refers to
+        # As with __in: a model instance stands for its key, and NULL is nobody's value (a
+        # NULL in the array would make `NOT (x = ANY(...))` unknown for every other row).
+        values = [getattr(v, target.attname) if isinstance(v, Model) else v
+                  for v in self.rhs if v is not None]
         if connection.vendor != "postgresql":
             return compiler.compile(In(self.lhs, values))
         if not values:  # nothing is a member of an empty list
             return "FALSE", []
         lhs, lhs_params = self.process_lhs(compiler, connection)
-        field = self.lhs.output_field
         prepared = [field.get_db_prep_value(v, connection, prepared=False) for v in values]
-        kind = field.db_type(connection)
-        # A varchar(n) cast would cut a longer value down to n and match another row.
-        kind = "text" if kind.startswith(("varchar", "char")) else kind
+        # The column's type without its size: varchar(64) would cut a longer value to 64 and
+        # match another row; numeric(12, 4) would round the values looked for.
+        kind = re.sub(r"\(.*?\)", "", field.db_type(connection)).strip()
         return f"{lhs} = ANY(%s::{kind}[])", [*lhs_params, prepared]
 
 

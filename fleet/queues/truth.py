@@ -50,9 +50,12 @@ def parse_time(value) -> dt.datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    # Kubernetes writes UTC with a Z; a time without an offset is read as UTC too, never
+    # in the portal's own time zone.
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 _SUFFIXES = {"m": Decimal("0.001"), "k": Decimal(1000), "Ki": Decimal(1024),

@@ -24,7 +24,9 @@ def world(tenant, pools):
         status="active", starts_at=NOW) for i in range(3)])
     QueueWorkload.objects.bulk_create(
         QueueWorkload(allocation=allocs[i % 3], uid=("u" * 63 + str(i % 10)) if i < 3 else f"u{i}",
-                      namespace="acme", name=f"w{i}", state="pending", observed_at=NOW)
+                      namespace="acme", name=f"w{i}", state="pending", observed_at=NOW,
+                      position=i if i % 4 else None,
+                      devices=Decimal("1.0001") if i % 5 == 0 else Decimal(1))
         for i in range(40))
     QueueUsageHour.objects.bulk_create(
         QueueUsageHour(allocation=allocs[i % 3], hour=NOW - dt.timedelta(hours=i))
@@ -41,6 +43,8 @@ def test_the_same_rows_as_in(world):
         (QueueUsageHour, {"hour": hours}), (QueueUsageHour, {"allocation_id": ids}),
         (QueueWorkload, {"allocation": world[1:]}),
         (QueueWorkload, {"uid": []}), (QueueWorkload, {"uid": set(uids)}),
+        (QueueWorkload, {"uid": [None, "u4", "u5"]}), (QueueWorkload, {"position": [None, 3]}),
+        (QueueWorkload, {"devices": [Decimal("1.00005"), Decimal(10**9)]}),
     ]
     for model, ((field, values),) in ((m, c.items()) for m, c in cases):
         want = set(model.objects.filter(**{f"{field}__in": values}).values_list("pk", flat=True))
@@ -65,4 +69,4 @@ def test_one_parameter_for_the_whole_list(world):
         assert QueueWorkload.objects.filter(uid__any=uids).count() == 37
     sql = ctx.captured_queries[0]["sql"]
     # One array literal, not 5,000 quoted literals in an IN list.
-    assert "= ANY('{u0,u1,u2," in sql and "u4999}'::text[])" in sql and " IN (" not in sql
+    assert "= ANY('{u0,u1,u2," in sql and "u4999}'::varchar[])" in sql and " IN (" not in sql

@@ -76,6 +76,11 @@ def test_a_column_of_nulls_and_one_row(alloc):
     assert update_rows(QueueWorkload, got, ["position", "gpu_busy", "first_estimate_at"]) == 3
     assert set(QueueWorkload.objects.values_list("position", "gpu_busy",
                                                  "first_estimate_at")) == {(None, None, None)}
+    # A column that holds a Decimal in one row and an int or float in the next.
+    got[0].devices, got[1].devices, got[2].devices = Decimal("0.5"), 2, 0.25
+    assert update_rows(QueueWorkload, got, ["devices"]) == 3
+    assert sorted(QueueWorkload.objects.values_list("devices", flat=True)) == [
+        Decimal("0.25"), Decimal("0.5"), Decimal(2)]
     got[0].state, got[0].node = "admitted", "n-1"
     assert update_rows(QueueWorkload, got[:1], ["state", "node"]) == 1
     assert QueueWorkload.objects.filter(state="admitted", node="n-1").count() == 1
