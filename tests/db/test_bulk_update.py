@@ -136,6 +136,16 @@ def _fields(model) -> list[str]:
     return [f.attname for f in model._meta.concrete_fields if not f.primary_key]
 
 
+def _written_alike(model, key: str, order: str) -> list[tuple]:
+    """The rows whose `key` starts with "a" (written by Django) and with "b" (by our path),
+    compared column by column except `key`; the "a" rows."""
+    fields = [f for f in _fields(model) if f != key]
+    a, b = (list(model.objects.filter(**{f"{key}__startswith": tag}).order_by(order)
+                 .values_list(*fields)) for tag in "ab")
+    assert a == b
+    return a
+
+
 def test_insert_rows_writes_what_bulk_create_writes(alloc):
     from fleet.models import QueueEvent
     from tenants.bulk import insert_rows
@@ -150,12 +160,7 @@ def test_insert_rows_writes_what_bulk_create_writes(alloc):
 
     QueueEvent.objects.bulk_create(events("a"))
     assert insert_rows(QueueEvent, events("b")) == 40
-    fields = [f for f in _fields(QueueEvent) if f != "workload_uid"]
-    a = list(QueueEvent.objects.filter(workload_uid__startswith="a").order_by("at")
-             .values_list(*fields))
-    b = list(QueueEvent.objects.filter(workload_uid__startswith="b").order_by("at")
-             .values_list(*fields))
-    assert a == b and len(a) == 40
+    assert len(_written_alike(QueueEvent, "workload_uid", "at")) == 40
     nodes = [GpuNode(name=f"c{i}", gpu_count=8, health_problems=[f"Xid {i}", 'a "b"'],
                      mig_devices={"1g.10gb": i}, dra_whole_gpus=None if i else 3)
              for i in range(3)]
@@ -185,12 +190,7 @@ def test_insert_rows_plain_columns_as_bulk_create_writes_them(alloc):
 
     QueueWorkload.objects.bulk_create(workloads("a"))
     assert insert_rows(QueueWorkload, workloads("b")) == 12
-    fields = [f for f in _fields(QueueWorkload) if f != "uid"]
-    a = list(QueueWorkload.objects.filter(uid__startswith="a").order_by("name")
-             .values_list(*fields))
-    b = list(QueueWorkload.objects.filter(uid__startswith="b").order_by("name")
-             .values_list(*fields))
-    assert a == b and len(a) == 12
+    assert len(_written_alike(QueueWorkload, "uid", "name")) == 12
     assert {r.state for r in QueueWorkload.objects.filter(uid__startswith="b")} == {
         s.value for s in states}
 
@@ -211,12 +211,7 @@ def test_insert_values_writes_what_bulk_create_writes(alloc):
 
     QueueEvent.objects.bulk_create(QueueEvent(**e) for e in events("a"))
     assert insert_values(QueueEvent, events("b")) == 20
-    fields = [f for f in _fields(QueueEvent) if f != "workload_uid"]
-    a = list(QueueEvent.objects.filter(workload_uid__startswith="a").order_by("at")
-             .values_list(*fields))
-    b = list(QueueEvent.objects.filter(workload_uid__startswith="b").order_by("at")
-             .values_list(*fields))
-    assert a == b and len(a) == 20
+    assert len(_written_alike(QueueEvent, "workload_uid", "at")) == 20
     assert {r.priority for r in QueueEvent.objects.filter(workload_uid__startswith="b")} == {0}
     for wrong in ({"allocation": alloc}, {"wait_secs": 1.0}):
         with pytest.raises(ValueError, match="has no field"):
