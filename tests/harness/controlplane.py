@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .procs import CACHE_ROOT, ManagedProcess, free_port, wait_until
+from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, wait_until
 
 KUBERNETES_VERSION = os.environ.get("PORTAL_TEST_K8S_VERSION", "v1.37.2")
 HERE = Path(__file__).resolve().parent
@@ -97,6 +97,15 @@ def ensure_binaries(k8s_version: str = KUBERNETES_VERSION, log=print) -> Control
     apiserver, etcd = bindir / "kube-apiserver", bindir / "etcd"
     if apiserver.exists() and etcd.exists():
         return ControlPlaneBinaries(apiserver, etcd)
+    with build_lock(root):
+        if apiserver.exists() and etcd.exists():
+            return ControlPlaneBinaries(apiserver, etcd)
+        return _build_control_plane(k8s_version, root, apiserver, etcd, log)
+
+
+def _build_control_plane(k8s_version: str, root: Path, apiserver: Path, etcd: Path,
+                         log) -> ControlPlaneBinaries:
+    bindir = root / "bin"
     if not shutil.which("go"):
         raise RuntimeError("Go toolchain not found: the k8s tier builds kube-apiserver with it")
     env = _go_env()
@@ -151,6 +160,14 @@ def build_kubernetes_command(command: str, k8s_version: str = KUBERNETES_VERSION
     binary = root / "bin" / command
     if binary.exists():
         return binary
+    with build_lock(root):
+        if not binary.exists():
+            _build_command(command, k8s_version, root, binary, log)
+    log(f"controlplane: {command} ready (next to {binaries.kube_apiserver.name})")
+    return binary
+
+
+def _build_command(command: str, k8s_version: str, root: Path, binary: Path, log) -> None:
     env = _go_env()
     started = time.monotonic()
     module = root / "module"
@@ -161,9 +178,7 @@ def build_kubernetes_command(command: str, k8s_version: str = KUBERNETES_VERSION
                     "-o", str(binary) + ".tmp", f"k8s.io/kubernetes/cmd/{command}"],
                    check=True, env=env, cwd=module)
     os.replace(str(binary) + ".tmp", binary)
-    log(f"controlplane: {command} built in {time.monotonic() - started:.0f}s "
-        f"(next to {binaries.kube_apiserver.name})")
-    return binary
+    log(f"controlplane: {command} built in {time.monotonic() - started:.0f}s")
 
 
 def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:

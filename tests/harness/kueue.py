@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from .procs import CACHE_ROOT, ManagedProcess, free_port, wait_http_ok
+from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, wait_http_ok
 
 KUEUE_VERSION = os.environ.get("PORTAL_TEST_KUEUE_VERSION", "v0.17.0")
 KUEUE_MODULE = "sigs.k8s.io/kueue"
@@ -34,6 +34,13 @@ def ensure_kueue(version: str = KUEUE_VERSION, log=print) -> Path:
     binary = root / "bin" / "kueue"
     if binary.exists():
         return binary
+    with build_lock(root):
+        if not binary.exists():
+            _build_kueue(version, root, log)
+    return binary
+
+
+def _build_kueue(version: str, root: Path, log) -> None:
     if not shutil.which("go"):
         raise RuntimeError("Go toolchain not found: the k8s tier builds Kueue with it")
     started = time.monotonic()
@@ -51,7 +58,6 @@ def ensure_kueue(version: str = KUEUE_VERSION, log=print) -> Path:
                     f"{KUEUE_MODULE}/cmd/kueue@{version}"], check=True, env=env, cwd="/")
     (root / "build-seconds.txt").write_text(f"{time.monotonic() - started:.0f}\n")
     log(f"kueue: built in {time.monotonic() - started:.0f}s")
-    return binary
 
 
 def module_root(version: str = KUEUE_VERSION) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from .controlplane import KUBERNETES_VERSION, _go_env, build_kubernetes_command
-from .procs import CACHE_ROOT, ManagedProcess
+from .procs import CACHE_ROOT, ManagedProcess, build_lock
 
 KWOK_VERSION = os.environ.get("PORTAL_TEST_KWOK_VERSION", "v0.8.0")
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
@@ -51,6 +51,13 @@ def ensure_kwok(version: str = KWOK_VERSION, log=print) -> Path:
     binary = root / "bin" / "kwok"
     if binary.exists():
         return binary
+    with build_lock(root):
+        if not binary.exists():
+            _build_kwok(version, root, log)
+    return binary
+
+
+def _build_kwok(version: str, root: Path, log) -> None:
     env = _go_env() | {"GOBIN": str(root / "bin"), "GOFLAGS": "-mod=mod -buildvcs=false"}
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -58,7 +65,6 @@ def ensure_kwok(version: str = KWOK_VERSION, log=print) -> Path:
     subprocess.run(["go", "install", "-trimpath", "-ldflags", "-s -w",
                     f"sigs.k8s.io/kwok/cmd/kwok@{version}"], check=True, env=env, cwd=root)
     log(f"placement: kwok built in {time.monotonic() - started:.0f}s")
-    return binary
 
 
 def kwok_stages(version: str = KWOK_VERSION) -> list[dict]:

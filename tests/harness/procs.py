@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CACHE_ROOT = Path(
     os.environ.get("PORTAL_CACHE_DIR", Path.home() / ".cache" / "aifactory-portal")
 )
+
+
+@contextlib.contextmanager
+def build_lock(root: Path) -> Iterator[None]:
+    """One build of a cached artifact at a time across processes: `make test` builds the test
+    infrastructure in the background from its start (tests/harness/prebuild.py) while the
+    fixtures that need a binary wait here for it instead of building it a second time. The
+    lock goes with the process, so a killed build frees it; callers check for the finished
+    binary again once they hold it."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def free_port() -> int:
@@ -124,13 +142,20 @@ def go_install_cached(package: str, version: str, binary: str, *, cache: str,
                       log=print) -> Path:
     """A Go command built once from the Go module proxy into CACHE_ROOT/<cache>/<version>/
     (GOBIN in a temporary directory, moved into place only when the build succeeded)."""
-    import time
-
     root = CACHE_ROOT / cache / version
     target = root / binary
     if target.exists():
         return target
-    root.mkdir(parents=True, exist_ok=True)
+    with build_lock(root):
+        if target.exists():
+            return target
+        return _go_install(package, version, binary, root, target, cache, log)
+
+
+def _go_install(package: str, version: str, binary: str, root: Path, target: Path,
+                cache: str, log) -> Path:
+    import time
+
     env = {**os.environ, "GOBIN": str(root / "bin.tmp"), "CGO_ENABLED": "0"}
     env.setdefault("GOFLAGS", "-buildvcs=false")
     started = time.monotonic()

@@ -1,6 +1,6 @@
 """One OpenTelemetry trace per allocation (intake.trace), through the SDK's own exporter
 interface: due once the first workload runs, sent once, kept due while the collector refuses,
-shown on the request page and in the API. A real collector (Jaeger) receives it in
+shown on the request page and in the API. A real OpenTelemetry Collector receives it in
 tests/k8s/test_placement.py."""
 
 from __future__ import annotations
