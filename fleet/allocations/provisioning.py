@@ -10,7 +10,8 @@ import datetime as dt
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
 from django.conf import settings
@@ -37,6 +38,7 @@ from ..signals import allocation_status_changed
 from . import lifecycle
 from .manifests import (
     AFTER_GUARDS_KINDS,
+    GUARD_DIGEST_ANNOTATION,
     GUARD_KINDS,
     OWNED_KINDS,
     AllocationSpec,
@@ -173,12 +175,47 @@ def stalled_provisioning(now: dt.datetime, stall: dt.timedelta) -> list[int]:
                   set(silent.values_list("pk", flat=True)))
 
 
-def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:
-    """Apply the allocation's desired state. Raises KubeError for the task to retry or fail."""
+@dataclass(frozen=True)
+class GuardsPending:
+    """Where provisioning stopped while the API server compiles the allocation's guards:
+    the probe to ask with, when the asking began (seconds since the epoch), how many objects
+    were applied and how often it asked. Plain data, so a task can carry it."""
+
+    probe: dict
+    since: float
+    done: int
+    asked: int = 1
+    other: str = ""  # another admission control's refusal of the probe, quoted if it lasts
+
+    def as_task_kwargs(self) -> dict:
+        return asdict(self)
+
+    def pause(self) -> float:
+        return min(0.05 * 2 ** (self.asked - 1), 0.25)
+
+
+# Called instead of sleeping while the guards compile: it must arrange for
+# allocation_provision(id, resume=pending) to run again (the task queues itself with a short
+# countdown, so the worker process takes other work meanwhile). Without one, provisioning
+# waits in place (the embedded run, tests, the reconcile loop).
+Defer = Callable[[GuardsPending], None]
+
+
+def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = None,
+                         defer: Defer | None = None,
+                         resume: GuardsPending | dict | None = None) -> Allocation:
+    """Apply the allocation's desired state. Raises KubeError for the task to retry or fail.
+    With `resume`, go on where an earlier call deferred to let the guards compile."""
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status in lifecycle.PROVISIONED:
         return alloc  # done already: a duplicate task changes nothing
+    if resume is not None:
+        if alloc.status != S.PROVISIONING:
+            return alloc  # failed, retired or moved meanwhile: nothing to go on with
+        pending = resume if isinstance(resume, GuardsPending) else GuardsPending(**resume)
+        return provisioning_sink().resume(alloc, allocation_manifests(alloc), backend,
+                                          pending, defer)
     if alloc.status != S.PROVISIONING:
         claimed = allocation_transition(
             allocation_id, from_states=lifecycle.STARTABLE, to=S.PROVISIONING,
@@ -186,7 +223,7 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
         if claimed is None:
             return Allocation.objects.get(pk=allocation_id)
     Allocation.objects.filter(pk=allocation_id).update(attempts=F("attempts") + 1)
-    return provisioning_sink().publish(alloc, allocation_manifests(alloc), backend)
+    return provisioning_sink().publish(alloc, allocation_manifests(alloc), backend, defer)
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,8 +233,12 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
 
 class ProvisioningSink(Protocol):
     def publish(self, alloc: Allocation, manifests: list[dict],
-                backend: KubeBackend) -> Allocation:
+                backend: KubeBackend, defer: Defer | None = None) -> Allocation:
         """Make the desired state real (or committed); the allocation as it stands after."""
+
+    def resume(self, alloc: Allocation, manifests: list[dict], backend: KubeBackend,
+               pending: GuardsPending, defer: Defer | None = None) -> Allocation:
+        """Go on from where publish deferred."""
 
     def withdraw(self, alloc: Allocation, backend: KubeBackend) -> list:
         """Remove the allocation's objects (or its directory); what was removed."""
@@ -215,25 +256,19 @@ class ProvisioningSink(Protocol):
 class ApplySink:
     """Server-side apply to the cluster, in waves; drift read and repaired object by object."""
 
-    def publish(self, alloc, manifests, backend):
-        _progress(alloc.pk, 0, len(manifests))
-        done, probe, guarded, live_guards = 0, None, None, []
-        for wave in apply_waves(manifests):
+    def publish(self, alloc, manifests, backend, defer=None):
+        waves, total = apply_waves(manifests), len(manifests)
+        _progress(alloc.pk, 0, total)
+        done, probe, live_guards = 0, None, []
+        for k, wave in enumerate(waves):
             if any(is_guard_check(m) for m in wave):
                 wave = [stamp_guard_check(m, guards_fingerprint(live_guards)) for m in wave]
                 probe = guard_probe(wave) or probe
-            if probe and guarded is None and \
-                    any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
+            if probe and any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
                 # The block's nodes and the tenant's access only once the guards are in
                 # force (the waves before were applied while the API server compiled them).
-                try:
-                    guarded = guards_in_force(backend, probe)
-                except KubeError as exc:
-                    if not exc.retriable:
-                        raise
-                    raise KubeError(f"{exc.message}; neither its nodes nor anyone's access "
-                                    "were applied, and provisioning will try again.",
-                                    retriable=True, status=exc.status) from exc
+                return self._after_guards(alloc, waves[k:], total, backend, defer,
+                                          GuardsPending(probe, time.time(), done, asked=0))
             if len(wave) == 1 and wave[0]["kind"] in GUARD_KINDS:
                 applied = backend.apply(wave[0], force=True)
                 if not is_guard_check(wave[0]):
@@ -241,18 +276,47 @@ class ApplySink:
             else:
                 apply_together(backend, wave)
             done += len(wave)
-            _progress(alloc.pk, done, len(manifests))
-        reason = f"Provisioned: {len(manifests)} object(s) applied in namespace {alloc.namespace}."
-        data = {}
-        if guarded is not None:
-            reason += (f" Its admission guards refused the check's probe {guarded:.1f} s after "
-                       "they were applied, before "
-                       + ("its nodes were reserved and " if alloc.route == Route.DEDICATED_BLOCK
-                          else "") + "anyone had access.")
-            data["guards_in_force_seconds"] = round(guarded, 3)
-        allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
-                              reason=reason, data=data or None)
-        return Allocation.objects.get(pk=alloc.pk)
+            _progress(alloc.pk, done, total)
+        return _provisioned(alloc, total, None)
+
+    def resume(self, alloc, manifests, backend, pending, defer=None):
+        waves = apply_waves(manifests)
+        now = guard_probe(manifests)
+        digest = (pending.probe["metadata"].get("annotations") or {}).get(
+            GUARD_DIGEST_ANNOTATION, "")
+        if now is None or digest.split(".")[0] != \
+                now["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]:
+            # The allocation changed since (its guards would differ): start over.
+            return self.publish(alloc, manifests, backend, defer)
+        first = next(k for k, w in enumerate(waves)
+                     if any(m["kind"] in AFTER_GUARDS_KINDS for m in w))
+        return self._after_guards(alloc, waves[first:], len(manifests), backend, defer,
+                                  pending)
+
+    def _after_guards(self, alloc, rest, total, backend, defer, pending):
+        """Ask whether the guards are in force; once they are, apply the rest (nodes,
+        access) and the allocation is active. Not yet: wait here, or with `defer` hand the
+        wait back to the caller, who resumes later (the worker process takes other work
+        meanwhile)."""
+        try:
+            if defer is None or not backend.enforces_admission:
+                guarded = guards_in_force(backend, pending.probe)
+            else:
+                guarded = _ask_guards_deferring(backend, pending, defer)
+                if guarded is None:
+                    return Allocation.objects.get(pk=alloc.pk)
+        except KubeError as exc:
+            if not exc.retriable:
+                raise
+            raise KubeError(f"{exc.message}; neither its nodes nor anyone's access "
+                            "were applied, and provisioning will try again.",
+                            retriable=True, status=exc.status) from exc
+        done = pending.done
+        for wave in rest:
+            apply_together(backend, wave)
+            done += len(wave)
+            _progress(alloc.pk, done, total)
+        return _provisioned(alloc, total, guarded)
 
     def withdraw(self, alloc, backend):
         return prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
@@ -268,13 +332,30 @@ class ApplySink:
         return _prune_leftovers(backend)
 
 
+def _provisioned(alloc: Allocation, total: int, guarded: float | None) -> Allocation:
+    reason = f"Provisioned: {total} object(s) applied in namespace {alloc.namespace}."
+    data = {}
+    if guarded is not None:
+        reason += (f" Its admission guards refused the check's probe {guarded:.1f} s after "
+                   "they were applied, before "
+                   + ("its nodes were reserved and " if alloc.route == Route.DEDICATED_BLOCK
+                      else "") + "anyone had access.")
+        data["guards_in_force_seconds"] = round(guarded, 3)
+    allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                          reason=reason, data=data or None)
+    return Allocation.objects.get(pk=alloc.pk)
+
+
 class GitSink:
     """Commit to Git for Argo CD or Flux; the cluster is followed (follow_gitops) until it
     has every object. The repository is the desired state: repair re-publishes, and the
     GitOps tool prunes what Git no longer holds."""
 
-    def publish(self, alloc, manifests, backend):
+    def publish(self, alloc, manifests, backend, defer=None):
         return _publish(alloc, manifests, backend)
+
+    def resume(self, alloc, manifests, backend, pending, defer=None):
+        return _publish(alloc, manifests, backend)  # nothing of its own waits
 
     def withdraw(self, alloc, backend):
         return _unpublish(alloc)
@@ -449,6 +530,34 @@ def _explain_waiting(alloc: Allocation, present: int, total: int,
                          action="allocation.gitops_error", reason=message[:2000])
 
 
+def ask_guards_once(backend: KubeBackend, probe: dict) -> tuple[bool, str]:
+    """One dry-run of the guard check's probe: (whether the allocation's own check refused
+    it, another admission control's refusal if one answered instead). An answer that is
+    neither — RBAC, the server away — is raised as it came."""
+    try:
+        backend.apply(probe, dry_run=True)
+    except KubeError as exc:
+        answer = guard_check_answer(probe, exc.status, exc.message)
+        if answer == "current":
+            return True, ""
+        if answer == "other" and not refused_by_admission(exc.status, exc.message):
+            raise  # the portal may not ask (RBAC), or the server is away: as it came
+        # "older": the check as it was before these guards is still in force. Another
+        # admission control refusing the probe namespace (e.g. a policy requiring labels)
+        # answers before the check is compiled, and may be quoted instead of it after:
+        # not yet, and said if it lasts.
+        return False, exc.message if answer == "other" else ""
+    return False, ""
+
+
+def _not_in_force(waited: float, other: str) -> KubeError:
+    also = f"; another admission control refused it: {other}" if other else ""
+    return KubeError(
+        f"The allocation's admission guards were not in force {waited:.0f} s after they "
+        f"were applied (the API server did not give the refusal only they give{also})",
+        retriable=True)
+
+
 def guards_in_force(backend: KubeBackend, probe: dict, *,
                     timeout: float | None = None) -> float | None:
     """Dry-run the guard check's probe until the API server refuses it: the seconds that
@@ -459,28 +568,31 @@ def guards_in_force(backend: KubeBackend, probe: dict, *,
     timeout = settings.PORTAL_GUARD_WAIT_SECONDS if timeout is None else timeout
     start, pause, other = time.monotonic(), 0.05, ""
     while True:
-        try:
-            backend.apply(probe, dry_run=True)
-        except KubeError as exc:
-            answer = guard_check_answer(probe, exc.status, exc.message)
-            if answer == "current":
-                return time.monotonic() - start
-            if answer == "other" and not refused_by_admission(exc.status, exc.message):
-                raise  # the portal may not ask (RBAC), or the server is away: as it came
-            # "older": the check as it was before these guards is still in force. Another
-            # admission control refusing the probe namespace (e.g. a policy requiring
-            # labels) answers before the check is compiled, and may be quoted instead of
-            # it after: not yet, and said if it lasts.
-            other = exc.message if answer == "other" else other
+        in_force, said = ask_guards_once(backend, probe)
+        if in_force:
+            return time.monotonic() - start
+        other = said or other
         waited = time.monotonic() - start
         if waited >= timeout:
-            also = f"; another admission control refused it: {other}" if other else ""
-            raise KubeError(
-                f"The allocation's admission guards were not in force {waited:.0f} s after "
-                "they were applied (the API server did not give the refusal only they "
-                f"give{also})", retriable=True)
+            raise _not_in_force(waited, other)
         time.sleep(min(pause, max(timeout - waited, 0.01)))
         pause = min(pause * 2, 0.25)
+
+
+def _ask_guards_deferring(backend: KubeBackend, pending: GuardsPending,
+                          defer: Defer) -> float | None:
+    """guards_in_force without sleeping: the seconds since the asking began once they are
+    in force, else None after handing `defer` the next ask (a retriable error once
+    PORTAL_GUARD_WAIT_SECONDS have passed)."""
+    in_force, said = ask_guards_once(backend, pending.probe)
+    waited = max(time.time() - pending.since, 0.0)
+    if in_force:
+        return waited
+    other = said or pending.other
+    if waited >= settings.PORTAL_GUARD_WAIT_SECONDS:
+        raise _not_in_force(waited, other)
+    defer(replace(pending, asked=pending.asked + 1, other=other))
+    return None
 
 
 APPLY_THREADS = 8  # requests in flight per allocation: the work is waiting on the API server

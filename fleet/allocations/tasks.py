@@ -16,14 +16,26 @@ log = logging.getLogger(__name__)
 # fails the allocation with the message, rather than letting Celery raise.
 @shared_task(bind=True, name="fleet.tasks.provision_allocation", acks_late=True,
              max_retries=None)
-def provision_allocation(self, allocation_id: int) -> str:
-    """Apply an allocation's objects; retry transient errors with back-off, fail on the rest."""
+def provision_allocation(self, allocation_id: int, resume: dict | None = None) -> str:
+    """Apply an allocation's objects; retry transient errors with back-off, fail on the rest.
+
+    While the API server compiles the allocation's guards the task does not sleep: it queues
+    itself again with `resume` (where it stopped) and a countdown of 50–250 ms, so the worker
+    process provisions other allocations meanwhile. Run eagerly it waits in place."""
     from django.conf import settings
 
     from .provisioning import allocation_fail, allocation_provision
 
+    def defer(pending) -> None:
+        # The count of retries goes along: a resumed run that fails retries as the next of
+        # this allocation's attempts, so PORTAL_PROVISION_MAX_RETRIES still ends them.
+        provision_allocation.apply_async((allocation_id,), {"resume": pending.as_task_kwargs()},
+                                         countdown=pending.pause(),
+                                         retries=self.request.retries)
+
     try:
-        return allocation_provision(allocation_id).status
+        return allocation_provision(allocation_id, resume=resume,
+                                    defer=None if self.request.is_eager else defer).status
     except Exception as exc:
         retries = settings.PORTAL_PROVISION_MAX_RETRIES
         if not isinstance(exc, KubeError):
@@ -39,7 +51,9 @@ def provision_allocation(self, allocation_id: int) -> str:
             Allocation.objects.filter(pk=allocation_id).update(
                 status_message=f"Retrying after a transient error: {exc.message}")
             delay = min(300, settings.PORTAL_PROVISION_RETRY_SECONDS * 2 ** self.request.retries)
-            raise self.retry(exc=exc, countdown=delay) from exc
+            # A retry starts over (from the first wave), never from an old `resume`.
+            raise self.retry(args=(allocation_id,), kwargs={}, exc=exc,
+                             countdown=delay) from exc
         allocation_fail(allocation_id, exc.message if not exc.retriable else
                         f"Gave up after {self.request.retries} retries: {exc.message}")
         return "failed"

@@ -150,3 +150,115 @@ def test_one_allocations_trouble_does_not_hold_up_the_reconcile_of_the_others(
     summary = reconcile_allocations()
     assert sorted(seen) == sorted([alloc.pk, second.pk])
     assert f"not reconciled (tried again next time): [{seen[0]}]" in summary
+
+
+class SlowCompilingBackend(CompilingBackend):
+    """Compilation takes `asks` probes: the check's refusal comes from the asks-th on."""
+
+    def __init__(self, asks: int):
+        super().__init__()
+        self.asks, self.asked = asks, 0
+
+    def apply(self, manifest, *, dry_run=False, force=False):
+        labels = manifest.get("metadata", {}).get("labels") or {}
+        if dry_run and GUARD_PROBE_LABEL in labels:
+            self.asked += 1
+            if self.asked < self.asks:
+                self.calls.append(("probe", "not yet"))
+                return manifest
+        return super().apply(manifest, dry_run=dry_run, force=force)
+
+
+@pytest.fixture
+def approved(pools, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+    """A dedicated block approved, its provisioning task not run yet."""
+    Pool.objects.filter(pk=pools[Route.DEDICATED_BLOCK].pk).update(slug="dedicated-h100")
+    backend = SlowCompilingBackend(asks=3)
+    for obj in demo_fleet():
+        backend.apply(obj)
+    fleet_sync(backend=backend)
+    backend.calls.clear()
+    req = make_request(tenant, lead, submit=True, whole_devices=8,
+                       isolation_origin="contractual", isolation_reference="MSA-77")
+    with using_backend(backend), django_capture_on_commit_callbacks(execute=False):
+        req = services.request_approve(request=req, by=admin_user, reason="ok")
+    return Allocation.objects.get(pk=req.allocation_id), backend
+
+
+def test_the_worker_hands_the_guards_wait_back_and_resumes(approved):
+    """With `defer` (the real worker) provisioning never sleeps for the guards: it hands the
+    next ask back and is resumed from where it stopped — nodes and access only after the
+    check refused the probe, the wait on the audit row, nothing applied twice."""
+    from fleet.allocations.provisioning import allocation_provision
+    from tenants.models import AuditEvent
+
+    alloc, backend = approved
+    deferred = []
+    out = allocation_provision(alloc.pk, backend=backend, defer=deferred.append)
+    assert out.status == "provisioning" and len(deferred) == 1
+    assert ("apply", "Node") not in backend.calls and ("apply", "RoleBinding") not in backend.calls
+    assert deferred[0].done == out.progress_done > 0 and deferred[0].asked == 1
+    assert deferred[0].pause() == 0.05
+    applied_before = [c for c in backend.calls if c[0] == "apply"]
+    while out.status == "provisioning":
+        assert len(deferred) < 10, "never resumed to the end"
+        out = allocation_provision(alloc.pk, backend=backend, defer=deferred.append,
+                                   resume=deferred[-1].as_task_kwargs())
+    assert out.status == "active" and len(deferred) == 2  # asked 3 times in all
+    assert [p.asked for p in deferred] == [1, 2]
+    calls = backend.calls
+    last_probe = max(i for i, c in enumerate(calls) if c[0] == "probe")
+    assert last_probe < _first(calls, ("apply", "Node")) < _first(calls, ("apply", "RoleBinding"))
+    applied = [c for c in calls if c[0] == "apply"]
+    assert applied[:len(applied_before)] == applied_before  # resumed, not started over
+    assert out.progress_done == out.progress_total == len(applied)
+    row = AuditEvent.objects.get(subject_type="allocation", subject_id=alloc.pk,
+                                 action="allocation.active")
+    assert row.data["guards_in_force_seconds"] >= 0
+    assert Allocation.objects.get(pk=alloc.pk).attempts == 1  # resuming is no new attempt
+
+
+def test_a_resumed_wait_ends_in_a_retriable_error_after_the_limit(approved, settings):
+    from fleet.allocations.provisioning import allocation_provision
+
+    alloc, backend = approved
+    deferred = []
+    allocation_provision(alloc.pk, backend=backend, defer=deferred.append)
+    backend.asks = 10**6  # never in force
+    late = {**deferred[0].as_task_kwargs(), "since": deferred[0].since - 60}
+    settings.PORTAL_GUARD_WAIT_SECONDS = 20
+    with pytest.raises(KubeError) as caught:
+        allocation_provision(alloc.pk, backend=backend, defer=deferred.append, resume=late)
+    assert caught.value.retriable
+    assert "not in force" in caught.value.message and "anyone's access" in caught.value.message
+    assert ("apply", "Node") not in backend.calls and len(deferred) == 1
+    assert Allocation.objects.get(pk=alloc.pk).status == "provisioning"
+
+
+def test_a_resume_for_guards_that_changed_starts_over(approved):
+    """A continuation whose probe names other guards than the allocation has now (it was
+    changed meanwhile) is not trusted: provisioning starts again from the first wave."""
+    from fleet.allocations.provisioning import allocation_provision
+
+    alloc, backend = approved
+    deferred = []
+    allocation_provision(alloc.pk, backend=backend, defer=deferred.append)
+    stale = deferred[0].as_task_kwargs()
+    stale["probe"]["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION] = "0000.1111"
+    backend.calls.clear()
+    allocation_provision(alloc.pk, backend=backend, defer=deferred.append, resume=stale)
+    assert ("apply", "ValidatingAdmissionPolicy") in backend.calls  # the guards again
+    assert ("apply", "Node") not in backend.calls
+
+
+def test_a_resume_of_an_allocation_no_longer_provisioning_does_nothing(approved):
+    from fleet.allocations.provisioning import allocation_fail, allocation_provision
+
+    alloc, backend = approved
+    deferred = []
+    allocation_provision(alloc.pk, backend=backend, defer=deferred.append)
+    allocation_fail(alloc.pk, "given up by hand")
+    backend.calls.clear()
+    out = allocation_provision(alloc.pk, backend=backend, defer=deferred.append,
+                               resume=deferred[0].as_task_kwargs())
+    assert out.status == "failed" and backend.calls == []
