@@ -181,6 +181,41 @@ def _build_command(command: str, k8s_version: str, root: Path, binary: Path, log
     log(f"controlplane: {command} built in {time.monotonic() - started:.0f}s")
 
 
+def build_beside_control_plane(package: str, version: str, binary_name: str, *, cache: str,
+                               ldflags: str = "-s -w", k8s_version: str = KUBERNETES_VERSION,
+                               log=print) -> Path:
+    """A Go command outside Kubernetes (Helm, kwok) built in a module pinned like the API
+    server's — a copy of its go.mod and go.sum, so every k8s.io library is the release the
+    API server was built with — instead of with its own go.mod: it then reuses the compiled
+    Kubernetes packages rather than compiling another release of them. Cached by version in
+    CACHE_ROOT/<cache>/<version>/."""
+    ensure_binaries(k8s_version, log=log)
+    root = CACHE_ROOT / cache / version
+    binary = root / "bin" / binary_name
+    if binary.exists():
+        return binary
+    with build_lock(root):
+        if binary.exists():
+            return binary
+        env = _go_env() | {"GOFLAGS": "-mod=mod -buildvcs=false"}
+        started = time.monotonic()
+        module, pinned = root / "module", build_dir(k8s_version) / "module"
+        module.mkdir(parents=True, exist_ok=True)
+        (module / "go.mod").write_text(re.sub(
+            r"^module .*$", f"module aifactory.test/{cache}",
+            (pinned / "go.mod").read_text(), count=1, flags=re.M))
+        shutil.copy(pinned / "go.sum", module / "go.sum")
+        log(f"{cache}: building {package}@{version} beside the API server's libraries")
+        subprocess.run(["go", "get", f"{package}@{version}"], check=True, env=env, cwd=module,
+                       capture_output=True)
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o",
+                        str(binary) + ".tmp", package], check=True, env=env, cwd=module)
+        os.replace(str(binary) + ".tmp", binary)
+        log(f"{cache}: built in {time.monotonic() - started:.0f}s")
+    return binary
+
+
 def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
     """kube-controller-manager (~3 min cold on 2 cores): with it, namespaces finish deleting,
     admitted Jobs create pods, claims are made from templates and quota status is computed."""
