@@ -30,18 +30,19 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   done
 fi
 
-bash scripts/venv.sh test
 # The whole suite: build the k8s tier's binaries in the background from now on (a file check
 # each when cached), so a cold build overlaps the set-up and the tests that need none of them.
+# It needs only the standard library, so it starts before the virtualenv is made.
 prebuild_pid=""
 if [ $# -eq 0 ] || [ "${PORTAL_PREBUILD:-}" = 1 ]; then
   prebuild_log="$(mktemp -t aifactory-prebuild.XXXXXX)"
-  setsid .venv/bin/python -u -m tests.harness.prebuild >"$prebuild_log" 2>&1 &
+  setsid python3 -u -m tests.harness.prebuild >"$prebuild_log" 2>&1 &
   prebuild_pid=$!
   # A run that ends first (a failure, Ctrl-C) stops the builds too; an unfinished binary is
   # never cached, so the next run starts that one again.
   trap '[ -n "$prebuild_pid" ] && kill -- -"$prebuild_pid" 2>/dev/null; true' EXIT
 fi
+bash scripts/venv.sh test
 bash scripts/assets.sh test
 # Lint first: a finding fails the run (the same command CI runs).
 echo "test: ruff check"

@@ -14,8 +14,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
 from .controlplane import _go_env
 from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, port_open, wait_until
 
@@ -102,6 +100,8 @@ class CollectorServer:
         return f"http://127.0.0.1:{self.otlp_port}"
 
     def start(self, log=print) -> CollectorServer:
+        import yaml  # here, not at the top: prebuild runs before the venv
+
         binary = ensure_collector(log=log)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.otlp_port = free_port()

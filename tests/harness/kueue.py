@@ -15,8 +15,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
 from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, wait_http_ok
 
 KUEUE_VERSION = os.environ.get("PORTAL_TEST_KUEUE_VERSION", "v0.17.0")
@@ -71,6 +69,8 @@ def kueue_crds(ca_pem: bytes, webhook_port: int, version: str = KUEUE_VERSION) -
     """Every Kueue CRD; those with several versions convert through the local webhook."""
     import base64
 
+    import yaml  # here, not at the top: prebuild runs before the venv
+
     bundle = base64.b64encode(ca_pem).decode()
     docs = []
     for path in sorted((module_root(version) / "config/components/crd/bases").glob("*.yaml")):
@@ -92,6 +92,8 @@ def kueue_webhooks(ca_pem: bytes, webhook_port: int, version: str = KUEUE_VERSIO
     integrations serve (a registered path nobody serves, with failurePolicy Fail, would block
     every matching request)."""
     import base64
+
+    import yaml  # here, not at the top: prebuild runs before the venv
 
     bundle = base64.b64encode(ca_pem).decode()
     path = module_root(version) / "config/components/webhook/manifests.yaml"
@@ -188,6 +190,8 @@ class KueueController:
 
     def start(self, binary: Path, *, admin_kubeconfig: Path, cert_dir: Path,
               device_class_mappings: list[dict]) -> KueueController:
+        import yaml  # here, not at the top: prebuild runs before the venv
+
         started = time.monotonic()
         config = self.workdir / "kueue-config.yaml"
         config.write_text(yaml.safe_dump(kueue_config(

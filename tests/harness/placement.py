@@ -13,8 +13,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import yaml
-
 from .controlplane import (
     KUBERNETES_VERSION,
     _go_env,
@@ -60,6 +58,8 @@ def ensure_kwok(version: str = KWOK_VERSION, log=print) -> Path:
 
 def kwok_stages(version: str = KWOK_VERSION) -> list[dict]:
     """The lifecycle stages kwok ships, from the module the proxy serves."""
+    import yaml  # here, not at the top: prebuild runs before the venv
+
     info = json.loads(subprocess.run(
         ["go", "mod", "download", "-json", f"sigs.k8s.io/kwok@{version}"], check=True,
         capture_output=True, text=True, env=_go_env(), cwd=_kwok_dir(version)).stdout)
@@ -77,6 +77,8 @@ class Placement:
         self.startup_seconds = 0.0
 
     def start(self, admin_kubeconfig: Path, log=print) -> Placement:
+        import yaml  # here, not at the top: prebuild runs before the venv
+
         scheduler, kwok = ensure_scheduler(log=log), ensure_kwok(log=log)
         started = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
