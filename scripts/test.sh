@@ -48,12 +48,7 @@ bash scripts/assets.sh test
 echo "test: ruff check"
 .venv/bin/ruff check .
 set +e
-# While the builds run they are the longest path (the cluster's tests wait for them): the tests
-# take the CPU they leave, not the other way round. Warm, nothing competes and this changes
-# nothing.
-nice_tests=()
-[ -n "$prebuild_pid" ] && nice_tests=(nice -n 10)
-"${nice_tests[@]}" .venv/bin/python -m tests.harness "$@"
+.venv/bin/python -m tests.harness "$@"
 rc=$?
 set -e
 if [ -n "$prebuild_pid" ]; then
