@@ -135,9 +135,11 @@ class CollectorServer:
             return []
         found = []
         for line in self.output.read_text().splitlines():
-            if not line.strip():
-                continue
-            for rs in json.loads(line).get("resourceSpans") or []:
+            try:
+                batch = json.loads(line)
+            except ValueError:
+                continue  # empty, or the line the exporter is writing now
+            for rs in batch.get("resourceSpans") or []:
                 resource = _attributes((rs.get("resource") or {}).get("attributes"))
                 for ss in rs.get("scopeSpans") or []:
                     for s in ss.get("spans") or []:
