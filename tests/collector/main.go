@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/collector/otelcol"
 	"go.opentelemetry.io/collector/receiver"
 	"go.opentelemetry.io/collector/receiver/otlpreceiver"
+	"go.opentelemetry.io/collector/service/telemetry/otelconftelemetry"
 )
 
 func factories() (otelcol.Factories, error) {
@@ -25,7 +26,10 @@ func factories() (otelcol.Factories, error) {
 	if err != nil {
 		return otelcol.Factories{}, err
 	}
-	return otelcol.Factories{Receivers: receivers, Exporters: exporters}, nil
+	// The service's own telemetry (its logs; metrics are off in the test's config) needs a
+	// factory of its own since v0.13x.
+	return otelcol.Factories{Receivers: receivers, Exporters: exporters,
+		Telemetry: otelconftelemetry.NewFactory()}, nil
 }
 
 func main() {

@@ -35,6 +35,7 @@ def go_mod(version: str = COLLECTOR_VERSION, confmap: str = CONFMAP_VERSION) -> 
         "module aifactory-portal.test/collector", "", "go 1.26", "", "require (",
         f"\t{core}/otelcol {version}",
         f"\t{core}/receiver/otlpreceiver {version}",
+        f"\t{core}/service {version}",
         f"\t{core}/confmap {confmap}",
         f"\t{core}/confmap/provider/fileprovider {confmap}",
         f"\t{contrib}/exporter/fileexporter {version}",
