@@ -146,6 +146,18 @@ class KubernetesBackend:
                     raise _error_from_api(exc, "Kubernetes API discovery failed") from exc
             return self._client
 
+    def warm(self, kinds) -> list[str]:
+        """Discover the API and the given (apiVersion, kind) pairs now, so the first real
+        call does not pay for it (a worker process does this as it starts). What the server
+        does not serve is left for that call to report; returns those kinds' names."""
+        missing = []
+        for api_version, kind in kinds:
+            try:
+                self._resource(api_version, kind)
+            except KubeError:
+                missing.append(kind)
+        return missing
+
     def _resource(self, api_version: str, kind: str):
         found = self._resources.get((api_version, kind))
         if found is not None:

@@ -3,9 +3,52 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# A worker pays for imports and API discovery once per process, before any task: loading the
+# Kubernetes client library in the main process (its pool processes are
+# forked from it), and discovering the API in each pool process on a thread of its own (the
+# pool kills a process whose start takes over 4 s; a task that needs the backend before
+# discovery is done waits for its lock). Measured: the first provisioning task of each
+# process took 1.6–1.9 s against 0.2 s for the next.
+@worker_init.connect
+def _load_before_fork(**_) -> None:
+    # Libraries only: the models may not be loaded yet when this signal is sent.
+    import kubernetes.client  # noqa: F401
+    import kubernetes.dynamic  # noqa: F401
+
+
+@worker_process_init.connect
+def _discover_in_each_process(**_) -> None:
+    import threading
+
+    threading.Thread(target=_discover, name="kube-warm", daemon=True).start()
+
+
+def _discover() -> None:
+    import logging
+    import time
+
+    from fleet.allocations.manifests import OWNED_KINDS
+    from fleet.kube import KubernetesBackend, get_backend
+
+    log = logging.getLogger("portal.celery")
+    started = time.monotonic()
+    try:
+        backend = get_backend()
+        if not isinstance(backend, KubernetesBackend):
+            return  # the dry-run record discovers nothing
+        missing = backend.warm([("v1", "Node"), *OWNED_KINDS])
+    except Exception as exc:  # the API server away: the first task reports it properly
+        log.warning("Kubernetes API discovery at worker start failed: %s", exc)
+        return
+    log.info("Kubernetes API discovered at worker start in %.2f s%s",
+             time.monotonic() - started,
+             f" (not served: {', '.join(missing)})" if missing else "")

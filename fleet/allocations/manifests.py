@@ -643,11 +643,18 @@ AFTER_GUARDS_KINDS = frozenset({"Node", "RoleBinding"})
 
 def apply_waves(manifests: list[dict]) -> list[list[dict]]:
     """render_manifests' order as waves that may each be applied in parallel: the guard
-    rails one by one and first; then the namespace with the cluster-scoped objects (device
-    class, flavor, ClusterQueue); then everything inside the namespace; then a dedicated
-    block's nodes; the tenant's RoleBindings last, so nobody gets access before quota,
-    policies and queue exist."""
-    guards = [[m] for m in manifests if m["kind"] in GUARD_KINDS]
+    rails first — every guard's policy, then every guard's binding, then the check's policy
+    alone and the check's binding alone, so each binding follows its policy and the check is
+    the last object written to both watches (what its refusal proves rests on that); then the
+    namespace with the cluster-scoped objects (device class, flavor, ClusterQueue); then
+    everything inside the namespace; then a dedicated block's nodes; the tenant's
+    RoleBindings last, so nobody gets access before quota, policies and queue exist."""
+    rails = [m for m in manifests if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
+    checks = [m for m in manifests if m["kind"] in GUARD_KINDS and is_guard_check(m)]
+    policies = [m for m in rails if m["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [m for m in rails if m["kind"] != "ValidatingAdmissionPolicy"]
+    checks.sort(key=lambda m: m["kind"] != "ValidatingAdmissionPolicy")  # policy first
+    guards = [w for w in (policies, bindings) if w] + [[m] for m in checks]
     rest = [m for m in manifests if m["kind"] not in GUARD_KINDS]
     nodes = [m for m in rest if m["kind"] == "Node"]
     cluster = [m for m in rest if not m["metadata"].get("namespace") and m["kind"] != "Node"]

@@ -269,12 +269,10 @@ class ApplySink:
                 # force (the waves before were applied while the API server compiled them).
                 return self._after_guards(alloc, waves[k:], total, backend, defer,
                                           GuardsPending(probe, time.time(), done, asked=0))
-            if len(wave) == 1 and wave[0]["kind"] in GUARD_KINDS:
-                applied = backend.apply(wave[0], force=True)
-                if not is_guard_check(wave[0]):
-                    live_guards.append(applied)
-            else:
-                apply_together(backend, wave)
+            applied = apply_together(backend, wave)
+            # The guards as the API server holds them name the check (its fingerprint).
+            live_guards += [a for m, a in zip(wave, applied, strict=True)
+                            if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
             done += len(wave)
             _progress(alloc.pk, done, total)
         return _provisioned(alloc, total, None)
@@ -616,22 +614,22 @@ def _apply_pool():
         return _pool
 
 
-def apply_together(backend: KubeBackend, manifests: list[dict]) -> None:
+def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
     """Apply objects that do not depend on each other in parallel; every one is attempted,
-    then the first failure (in render order) is raised for the task to retry or fail."""
-    def one(manifest: dict) -> None:
+    then the first failure (in render order) is raised for the task to retry or fail. The
+    objects as the API server returned them, in the same order."""
+    def one(manifest: dict) -> dict:
         # Nodes are shared with the kubelet and others: never force on them.
-        backend.apply(manifest, force=manifest["kind"] != "Node")
+        return backend.apply(manifest, force=manifest["kind"] != "Node")
 
     if len(manifests) == 1 or threading.current_thread() is not threading.main_thread():
         # Already on a thread of someone's pool (a threads worker, runserver): one by one.
         # (Seen: a threads worker sharing this pool left 2 of 20 allocations hanging.)
-        for manifest in manifests:
-            one(manifest)
-        return
+        return [one(manifest) for manifest in manifests]
     futures = [_apply_pool().submit(one, m) for m in manifests]
     for future in futures:
-        future.result()  # waits for all; re-raises the first KubeError, in render order
+        future.exception()  # waits for every one, whatever the others did
+    return [future.result() for future in futures]  # the first KubeError, in render order
 
 
 def allocation_fail(allocation_id: int, message: str) -> None:

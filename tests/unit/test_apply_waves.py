@@ -1,10 +1,16 @@
 """Provisioning applies an allocation's objects in waves that may run in parallel: nothing
-lost or doubled, guard rails first and one by one, the namespace and cluster-scoped objects
-before anything inside the namespace, access last."""
+lost or doubled, guard rails first (every policy before every binding, the check's policy and
+then its binding last and alone), the namespace and cluster-scoped objects before anything
+inside the namespace, access last."""
 
 import pytest
 
-from fleet.allocations.manifests import GUARD_KINDS, apply_waves, render_manifests
+from fleet.allocations.manifests import (
+    GUARD_KINDS,
+    apply_waves,
+    is_guard_check,
+    render_manifests,
+)
 from fleet.domain import Route
 from tests.unit.test_connect import spec
 
@@ -26,8 +32,21 @@ def test_waves_keep_every_object_once_in_a_safe_order(route, nodes):
     assert sorted(map(key, flat)) == sorted(map(key, manifests))
     position = {key(m): i for i, w in enumerate(waves) for m in w}
     guards = [m for m in manifests if m["kind"] in GUARD_KINDS]
-    assert [key(w[0]) for w in waves[:len(guards)]] == [key(m) for m in guards]  # in order
-    assert all(len(w) == 1 for w in waves[:len(guards)])
+    checks = [m for m in guards if is_guard_check(m)]
+    rails = [m for m in guards if not is_guard_check(m)]
+    first_binding = min((position[key(m)] for m in rails
+                         if m["kind"] == "ValidatingAdmissionPolicyBinding"), default=None)
+    assert all(position[key(m)] < first_binding for m in rails
+               if m["kind"] == "ValidatingAdmissionPolicy")  # a binding follows its policy
+    if guards:
+        policy, binding = sorted(checks, key=lambda m: m["kind"])
+        assert policy["kind"] == "ValidatingAdmissionPolicy"
+        assert waves[position[key(policy)]] == [policy]  # alone
+        assert waves[position[key(binding)]] == [binding]
+        assert position[key(binding)] == position[key(policy)] + 1
+        # the check last in both watches: after every other guard (and before the rest,
+        # asserted below)
+        assert all(position[key(m)] < position[key(policy)] for m in rails)
     ns = next(m for m in manifests if m["kind"] == "Namespace")
     for m in manifests:
         if m["kind"] in GUARD_KINDS:
