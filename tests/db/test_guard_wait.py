@@ -63,19 +63,25 @@ class CompilingBackend(DryRunBackend):
         return out
 
 
-@pytest.fixture
-def block(pools, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+def _approve_a_block(backend, pools, tenant, lead, admin_user, capture, *, provision: bool):
+    """A dedicated block approved against `backend`, its provisioning run or not."""
     Pool.objects.filter(pk=pools[Route.DEDICATED_BLOCK].pk).update(slug="dedicated-h100")
-    backend = CompilingBackend()
     for obj in demo_fleet():
         backend.apply(obj)
     fleet_sync(backend=backend)
     backend.calls.clear()
     req = make_request(tenant, lead, submit=True, whole_devices=8,
                        isolation_origin="contractual", isolation_reference="MSA-77")
-    with using_backend(backend), django_capture_on_commit_callbacks(execute=True):
+    with using_backend(backend), capture(execute=provision):
         req = services.request_approve(request=req, by=admin_user, reason="ok")
-    alloc = Allocation.objects.get(pk=req.allocation_id)
+    return Allocation.objects.get(pk=req.allocation_id)
+
+
+@pytest.fixture
+def block(pools, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+    backend = CompilingBackend()
+    alloc = _approve_a_block(backend, pools, tenant, lead, admin_user,
+                             django_capture_on_commit_callbacks, provision=True)
     assert alloc.status == "active", alloc.status_message
     return alloc, backend
 
@@ -172,17 +178,9 @@ class SlowCompilingBackend(CompilingBackend):
 @pytest.fixture
 def approved(pools, tenant, lead, admin_user, django_capture_on_commit_callbacks):
     """A dedicated block approved, its provisioning task not run yet."""
-    Pool.objects.filter(pk=pools[Route.DEDICATED_BLOCK].pk).update(slug="dedicated-h100")
     backend = SlowCompilingBackend(asks=3)
-    for obj in demo_fleet():
-        backend.apply(obj)
-    fleet_sync(backend=backend)
-    backend.calls.clear()
-    req = make_request(tenant, lead, submit=True, whole_devices=8,
-                       isolation_origin="contractual", isolation_reference="MSA-77")
-    with using_backend(backend), django_capture_on_commit_callbacks(execute=False):
-        req = services.request_approve(request=req, by=admin_user, reason="ok")
-    return Allocation.objects.get(pk=req.allocation_id), backend
+    return _approve_a_block(backend, pools, tenant, lead, admin_user,
+                            django_capture_on_commit_callbacks, provision=False), backend
 
 
 def test_the_worker_hands_the_guards_wait_back_and_resumes(approved):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .controlplane import _go_env
-from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, port_open, wait_until
+from .procs import CACHE_ROOT, ManagedProcess, built_once, free_port, port_open, wait_until
 
 # One collector release throughout: the core and contrib modules share a version, the
 # confmap modules are the matching 1.x release.
@@ -45,12 +45,7 @@ def go_mod(version: str = COLLECTOR_VERSION, confmap: str = CONFMAP_VERSION) -> 
 def ensure_collector(version: str = COLLECTOR_VERSION, log=print) -> Path:
     root = _root(version)
     binary = root / "bin" / "collector"
-    if binary.exists():
-        return binary
-    with build_lock(root):
-        if not binary.exists():
-            _build_collector(version, root, binary, log)
-    return binary
+    return built_once(root, binary, lambda: _build_collector(version, root, binary, log))
 
 
 def _build_collector(version: str, root: Path, binary: Path, log) -> None:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, wait_until
+from .procs import CACHE_ROOT, ManagedProcess, build_lock, built_once, free_port, wait_until
 
 KUBERNETES_VERSION = os.environ.get("PORTAL_TEST_K8S_VERSION", "v1.37.2")
 HERE = Path(__file__).resolve().parent
@@ -155,16 +155,11 @@ def build_kubernetes_command(command: str, k8s_version: str = KUBERNETES_VERSION
                              log=print) -> Path:
     """Build one of Kubernetes' commands (kube-controller-manager, kube-scheduler, kubectl)
     in the API server's consumer module, whose build cache is then warm, once per version."""
-    binaries = ensure_binaries(k8s_version, log=log)
+    ensure_binaries(k8s_version, log=log)
     root = build_dir(k8s_version)
     binary = root / "bin" / command
-    if binary.exists():
-        return binary
-    with build_lock(root):
-        if not binary.exists():
-            _build_command(command, k8s_version, root, binary, log)
-    log(f"controlplane: {command} ready (next to {binaries.kube_apiserver.name})")
-    return binary
+    return built_once(root, binary, lambda: _build_command(command, k8s_version, root, binary,
+                                                           log))
 
 
 def _build_command(command: str, k8s_version: str, root: Path, binary: Path, log) -> None:
@@ -192,11 +187,8 @@ def build_beside_control_plane(package: str, version: str, binary_name: str, *, 
     ensure_binaries(k8s_version, log=log)
     root = CACHE_ROOT / cache / version
     binary = root / "bin" / binary_name
-    if binary.exists():
-        return binary
-    with build_lock(root):
-        if binary.exists():
-            return binary
+
+    def build() -> None:
         env = _go_env() | {"GOFLAGS": "-mod=mod -buildvcs=false"}
         started = time.monotonic()
         module, pinned = root / "module", build_dir(k8s_version) / "module"
@@ -213,7 +205,8 @@ def build_beside_control_plane(package: str, version: str, binary_name: str, *, 
                         str(binary) + ".tmp", package], check=True, env=env, cwd=module)
         os.replace(str(binary) + ".tmp", binary)
         log(f"{cache}: built in {time.monotonic() - started:.0f}s")
-    return binary
+
+    return built_once(root, binary, build)
 
 
 def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:

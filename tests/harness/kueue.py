@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .procs import CACHE_ROOT, ManagedProcess, build_lock, free_port, wait_http_ok
+from .procs import CACHE_ROOT, ManagedProcess, built_once, free_port, wait_http_ok
 
 KUEUE_VERSION = os.environ.get("PORTAL_TEST_KUEUE_VERSION", "v0.17.0")
 KUEUE_MODULE = "sigs.k8s.io/kueue"
@@ -29,13 +29,7 @@ def kueue_dir(version: str = KUEUE_VERSION) -> Path:
 def ensure_kueue(version: str = KUEUE_VERSION, log=print) -> Path:
     """Build the kueue manager once per version (~6 min cold on 2 cores, then cached)."""
     root = kueue_dir(version)
-    binary = root / "bin" / "kueue"
-    if binary.exists():
-        return binary
-    with build_lock(root):
-        if not binary.exists():
-            _build_kueue(version, root, log)
-    return binary
+    return built_once(root, root / "bin" / "kueue", lambda: _build_kueue(version, root, log))
 
 
 def _build_kueue(version: str, root: Path, log) -> None:

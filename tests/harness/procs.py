@@ -32,6 +32,16 @@ def build_lock(root: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def built_once(root: Path, binary: Path, build: Callable[[], object]) -> Path:
+    """`binary`, made by `build` unless a finished one is there: one build at a time under
+    root's build lock, and the check repeated once the lock is held."""
+    if not binary.exists():
+        with build_lock(root):
+            if not binary.exists():
+                build()
+    return binary
+
+
 def free_port() -> int:
     """A free TCP port on loopback (the kernel picks; we release it just before use)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -144,12 +154,8 @@ def go_install_cached(package: str, version: str, binary: str, *, cache: str,
     (GOBIN in a temporary directory, moved into place only when the build succeeded)."""
     root = CACHE_ROOT / cache / version
     target = root / binary
-    if target.exists():
-        return target
-    with build_lock(root):
-        if target.exists():
-            return target
-        return _go_install(package, version, binary, root, target, cache, log)
+    return built_once(root, target, lambda: _go_install(package, version, binary, root, target,
+                                                        cache, log))
 
 
 def _go_install(package: str, version: str, binary: str, root: Path, target: Path,
