@@ -40,7 +40,8 @@ if [ $# -eq 0 ] || [ "${PORTAL_PREBUILD:-}" = 1 ]; then
   prebuild_pid=$!
   # A run that ends first (a failure, Ctrl-C) stops the builds too; an unfinished binary is
   # never cached, so the next run starts that one again.
-  trap '[ -n "$prebuild_pid" ] && kill -- -"$prebuild_pid" 2>/dev/null; true' EXIT
+  # (Under set -e a failing command in the trap would replace the run's exit code.)
+  trap 'if [ -n "$prebuild_pid" ]; then kill -- -"$prebuild_pid" 2>/dev/null || true; fi' EXIT
 fi
 bash scripts/venv.sh test
 bash scripts/assets.sh test
