@@ -150,11 +150,14 @@ class KubernetesBackend:
         """Discover the API and the given (apiVersion, kind) pairs now, so the first real
         call does not pay for it (a worker process does this as it starts). What the server
         does not serve is left for that call to report; returns those kinds' names."""
+        self._dynamic()  # the server away: raised once, not once per kind
         missing = []
         for api_version, kind in kinds:
             try:
                 self._resource(api_version, kind)
-            except KubeError:
+            except KubeError as exc:
+                if exc.reason != "NotFound":
+                    raise  # not "not served" but trouble: the first task reports it
                 missing.append(kind)
         return missing
 

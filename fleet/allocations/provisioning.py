@@ -7,6 +7,7 @@ updates) so a retry or a second run never duplicates or orphans anything.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import threading
 import time
@@ -55,6 +56,7 @@ from .manifests import (
 )
 
 S = Allocation.Status
+log = logging.getLogger(__name__)
 
 
 def spec_for(*, allocation_id: int, tenant: Tenant, pool: Pool, namespace: str, route: str,
@@ -302,7 +304,11 @@ class ApplySink:
             else:
                 guarded = _ask_guards_deferring(backend, pending, defer)
                 if guarded is None:
-                    return Allocation.objects.get(pk=alloc.pk)
+                    # Handed on: nothing after this may fail (no query), or a retry would
+                    # start a second chain beside the queued one. It is provisioning: only
+                    # that is published or resumed.
+                    alloc.status = S.PROVISIONING
+                    return alloc
         except KubeError as exc:
             if not exc.retriable:
                 raise
@@ -583,13 +589,22 @@ def _ask_guards_deferring(backend: KubeBackend, pending: GuardsPending,
     in force, else None after handing `defer` the next ask (a retriable error once
     PORTAL_GUARD_WAIT_SECONDS have passed)."""
     in_force, said = ask_guards_once(backend, pending.probe)
+    limit = settings.PORTAL_GUARD_WAIT_SECONDS
     waited = max(time.time() - pending.since, 0.0)
     if in_force:
         return waited
     other = said or pending.other
-    if waited >= settings.PORTAL_GUARD_WAIT_SECONDS:
+    # Also bounded by the number of asks: `since` is another process's clock.
+    if waited >= limit or pending.asked > limit / 0.05:
         raise _not_in_force(waited, other)
-    defer(replace(pending, asked=pending.asked + 1, other=other))
+    try:
+        defer(replace(pending, asked=pending.asked + 1, other=other))
+    except KubeError:
+        raise
+    except Exception as exc:  # the broker away: wait here as before rather than fail
+        log.warning("could not hand the guards' wait back (%s); waiting in place", exc)
+        return waited + guards_in_force(backend, pending.probe,
+                                        timeout=max(limit - waited, 0.0))
     return None
 
 

@@ -195,7 +195,8 @@ def test_the_worker_hands_the_guards_wait_back_and_resumes(approved):
     out = allocation_provision(alloc.pk, backend=backend, defer=deferred.append)
     assert out.status == "provisioning" and len(deferred) == 1
     assert ("apply", "Node") not in backend.calls and ("apply", "RoleBinding") not in backend.calls
-    assert deferred[0].done == out.progress_done > 0 and deferred[0].asked == 1
+    assert deferred[0].done == Allocation.objects.get(pk=alloc.pk).progress_done > 0
+    assert deferred[0].asked == 1
     assert deferred[0].pause() == 0.05
     applied_before = [c for c in backend.calls if c[0] == "apply"]
     while out.status == "provisioning":
@@ -260,3 +261,21 @@ def test_a_resume_of_an_allocation_no_longer_provisioning_does_nothing(approved)
     out = allocation_provision(alloc.pk, backend=backend, defer=deferred.append,
                                resume=deferred[0].as_task_kwargs())
     assert out.status == "failed" and backend.calls == []
+
+
+def test_a_broker_that_cannot_take_the_continuation_means_waiting_in_place(approved):
+    """Redis away at the moment of handing the wait back: provisioning waits for the guards
+    where it is, as before, instead of failing the allocation or losing the task."""
+    from fleet.allocations.provisioning import allocation_provision
+
+    alloc, backend = approved
+
+    def broker_away(pending):
+        raise ConnectionError("Error 111 connecting to redis:6379. Connection refused.")
+
+    out = allocation_provision(alloc.pk, backend=backend, defer=broker_away)
+    assert out.status == "active"
+    calls = backend.calls
+    last_probe = max(i for i, c in enumerate(calls) if c[0] == "probe")
+    assert last_probe < _first(calls, ("apply", "Node"))
+    assert backend.asked >= backend.asks
