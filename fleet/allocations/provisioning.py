@@ -224,6 +224,7 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
             reason="Provisioning started.", action="allocation.provisioning")
         if claimed is None:
             return Allocation.objects.get(pk=allocation_id)
+        alloc.refresh_from_db(fields=["status", "status_message"])  # provisioning now
     Allocation.objects.filter(pk=allocation_id).update(attempts=F("attempts") + 1)
     return provisioning_sink().publish(alloc, allocation_manifests(alloc), backend, defer)
 
@@ -305,9 +306,7 @@ class ApplySink:
                 guarded = _ask_guards_deferring(backend, pending, defer)
                 if guarded is None:
                     # Handed on: nothing after this may fail (no query), or a retry would
-                    # start a second chain beside the queued one. It is provisioning: only
-                    # that is published or resumed.
-                    alloc.status = S.PROVISIONING
+                    # start a second chain beside the queued one.
                     return alloc
         except KubeError as exc:
             if not exc.retriable:
