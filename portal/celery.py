@@ -12,11 +12,11 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-# A worker pays for imports and API discovery once per process, before any task: loading the
-# Kubernetes client library in the main process (its pool processes are
-# forked from it), and discovering the API in each pool process on a thread of its own (the
-# pool kills a process whose start takes over 4 s; a task that needs the backend before
-# discovery is done waits for its lock). Measured: the first provisioning task of each
+# A worker pays for imports and API discovery once per process, before any task: the
+# Kubernetes client library is loaded in the main process (its pool processes are forked from
+# it), and each pool process discovers the API on a thread of its own (the pool kills a
+# process whose start takes over 4 s; a task that needs the backend before discovery is done
+# waits for its lock). Measured: the first provisioning task of each
 # process took 1.6–1.9 s against 0.2 s for the next.
 @worker_init.connect
 def _load_before_fork(**_) -> None:

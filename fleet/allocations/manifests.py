@@ -33,7 +33,9 @@ MIG_DRIVER = DRA_DRIVER
 # Namespaces of the platform itself (CNI, kube-proxy, device plugins, DCGM): their
 # DaemonSets tolerate every taint and must keep running on every node, dedicated ones too.
 PLATFORM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
-GUARD_KIND_NAMES = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+GUARD_POLICY_KIND = "ValidatingAdmissionPolicy"
+GUARD_BINDING_KIND = "ValidatingAdmissionPolicyBinding"
+GUARD_KIND_NAMES = frozenset({GUARD_POLICY_KIND, GUARD_BINDING_KIND})
 
 
 def mig_device_class(profile: str) -> str:
@@ -526,12 +528,19 @@ def stamp_guard_check(manifest: dict, fingerprint: str) -> dict:
     return json.loads(json.dumps(manifest).replace(digest, f"{digest}.{fingerprint}"))
 
 
+def guards_content_digest(manifest: dict) -> str:
+    """The digest a check or probe carries, without the stamp of the guards as they lived
+    (stamp_guard_check appends ".<fingerprint>"): what the guards' content alone names."""
+    digest = (manifest["metadata"].get("annotations") or {}).get(GUARD_DIGEST_ANNOTATION, "")
+    return digest.split(".", 1)[0]
+
+
 def guard_probe(manifests: list[dict]) -> dict | None:
     """The object only the allocation's guard check refuses (never created: dry-run only),
     or None when the allocation has no guards."""
     for m in manifests:
         digest = m["metadata"].get("annotations", {}).get(GUARD_DIGEST_ANNOTATION)
-        if m["kind"] == "ValidatingAdmissionPolicy" and digest:
+        if m["kind"] == GUARD_POLICY_KIND and digest:
             name = m["metadata"]["name"]
             return {"apiVersion": "v1", "kind": "Namespace",
                     "metadata": {"name": name,
@@ -651,9 +660,9 @@ def apply_waves(manifests: list[dict]) -> list[list[dict]]:
     RoleBindings last, so nobody gets access before quota, policies and queue exist."""
     rails = [m for m in manifests if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
     checks = [m for m in manifests if m["kind"] in GUARD_KINDS and is_guard_check(m)]
-    policies = [m for m in rails if m["kind"] == "ValidatingAdmissionPolicy"]
-    bindings = [m for m in rails if m["kind"] != "ValidatingAdmissionPolicy"]
-    checks.sort(key=lambda m: m["kind"] != "ValidatingAdmissionPolicy")  # policy first
+    policies = [m for m in rails if m["kind"] == GUARD_POLICY_KIND]
+    bindings = [m for m in rails if m["kind"] != GUARD_POLICY_KIND]
+    checks.sort(key=lambda m: m["kind"] != GUARD_POLICY_KIND)  # policy first
     guards = [w for w in (policies, bindings) if w] + [[m] for m in checks]
     rest = [m for m in manifests if m["kind"] not in GUARD_KINDS]
     nodes = [m for m in rest if m["kind"] == "Node"]

@@ -39,7 +39,6 @@ from ..signals import allocation_status_changed
 from . import lifecycle
 from .manifests import (
     AFTER_GUARDS_KINDS,
-    GUARD_DIGEST_ANNOTATION,
     GUARD_KINDS,
     OWNED_KINDS,
     AllocationSpec,
@@ -47,6 +46,7 @@ from .manifests import (
     drift,
     guard_check_answer,
     guard_probe,
+    guards_content_digest,
     guards_fingerprint,
     is_guard_check,
     node_release,
@@ -283,10 +283,7 @@ class ApplySink:
     def resume(self, alloc, manifests, backend, pending, defer=None):
         waves = apply_waves(manifests)
         now = guard_probe(manifests)
-        digest = (pending.probe["metadata"].get("annotations") or {}).get(
-            GUARD_DIGEST_ANNOTATION, "")
-        if now is None or digest.split(".")[0] != \
-                now["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]:
+        if now is None or guards_content_digest(pending.probe) != guards_content_digest(now):
             # The allocation changed since (its guards would differ): start over.
             return self.publish(alloc, manifests, backend, defer)
         first = next(k for k, w in enumerate(waves)
@@ -598,8 +595,6 @@ def _ask_guards_deferring(backend: KubeBackend, pending: GuardsPending,
         raise _not_in_force(waited, other)
     try:
         defer(replace(pending, asked=pending.asked + 1, other=other))
-    except KubeError:
-        raise
     except Exception as exc:  # the broker away: wait here as before rather than fail
         log.warning("could not hand the guards' wait back (%s); waiting in place", exc)
         return waited + guards_in_force(backend, pending.probe,

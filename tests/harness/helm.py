@@ -1,6 +1,7 @@
 """Helm, built from the Go module proxy (helm.sh/helm/v3) and cached like the control plane,
-for the chart tests of the k8s tier, beside the API server's Kubernetes libraries (63 s cold
-here instead of 96 s with its own). `python -m tests.harness.helm` builds it alone."""
+for the chart tests of the k8s tier, beside the API server's Kubernetes libraries (63–114 s
+cold here beside other builds; 96 s with its own).
+`python -m tests.harness.helm` builds it alone."""
 
 from __future__ import annotations
 

@@ -50,8 +50,8 @@ def _kwok_dir(version: str) -> Path:
 
 
 def ensure_kwok(version: str = KWOK_VERSION, log=print) -> Path:
-    """kwok, beside the API server's Kubernetes libraries (38 s cold here instead of 123 s
-    with its own release of them)."""
+    """kwok, beside the API server's Kubernetes libraries (18–38 s cold here instead of
+    123 s with its own release of them)."""
     return build_beside_control_plane("sigs.k8s.io/kwok/cmd/kwok", version, "kwok",
                                       cache="kwok", log=log)
 
