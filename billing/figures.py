@@ -69,6 +69,8 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
 
     from .models import Adjustment, Statement, StatementLine, UsageMonth
 
+    tenant_ids = None if tenant_ids is None else list(tenant_ids)  # read more than once
+
     def scoped(qs, tenant_field: str, month_field: str):
         if tenant_ids is not None:
             qs = qs.filter(**{f"{tenant_field}__in": list(tenant_ids)})
@@ -84,7 +86,10 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
         Statement.objects.filter(closed_at__isnull=False), "tenant_id", "month")
         .values("pk", "tenant_id", "month")}
     out: dict[tuple[int, dt.date], MonthFigures] = {}
-    slugs = dict(Tenant.objects.values_list("pk", "slug"))
+    # The slugs of the tenants asked about, not of every tenant (5,000 of them: 4 ms a page).
+    tenants = Tenant.objects if tenant_ids is None else Tenant.objects.filter(
+        pk__in=list(tenant_ids))
+    slugs = dict(tenants.values_list("pk", "slug"))
 
     def row(tenant_id: int, month: dt.date) -> MonthFigures:
         key = (tenant_id, month)

@@ -90,70 +90,93 @@ def overview(tenant_ids, months: list[dt.date], *, route: str = "", q: str = ""
 
 
 
+# The overview's sorts in SQL, over the per-tenant sums (`s`) joined to the tenant (`t`);
+# ties by name, then id, as views.SORTS orders the exports.
 ORDERINGS = {
-    "amount": ("-amount_sort", "tenant_name"), "allocated": ("-allocated", "tenant_name"),
-    "used": ("-used", "tenant_name"), "name": ("tenant_name", "tenant_id"),
-    "utilisation": (F("utilisation_sort").asc(nulls_last=True), "tenant_name"),
+    "amount": "s.amount_sort DESC, LOWER(t.name), t.id",
+    "allocated": "s.allocated DESC, LOWER(t.name), t.id",
+    "used": "s.used DESC, LOWER(t.name), t.id",
+    "name": "LOWER(t.name), t.id",
+    "utilisation": ("CASE WHEN s.allocated > 0 THEN s.used * 100.0 / s.allocated END "
+                    "ASC NULLS LAST, LOWER(t.name), t.id"),
 }
+
+
+class _OnePage:
+    """What Paginator needs of an object list whose size and one page are already known."""
+
+    def __init__(self, rows: list, count: int, offset: int):
+        self.rows, self._count, self.offset = rows, count, offset
+
+    def count(self) -> int:
+        return self._count
+
+    def __getitem__(self, window: slice) -> list:
+        return self.rows[window.start - self.offset:window.stop - self.offset]
 
 
 def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str = "",
                   sort: str = "amount", page: str | int | None = 1, per_page: int = 50):
-    """The finance page's figures with the database doing the work: per-month totals (one
-    GROUP BY month), the tenants sorted and paged in SQL (GROUP BY tenant, ORDER BY,
-    LIMIT), and the month cells of the visible tenants only. Four queries, whatever the
-    number of tenants; Python touches the 50 rows shown, not all of them."""
+    """One page of the finance overview's tenants, sorted, paged and counted by the database
+    in one query: the usage months the filters leave summed per tenant id (nothing else in
+    the GROUP BY), the closed months' adjustments summed per tenant beside it (by what the
+    tenant is charged; a route filter sorts by usage only), the tenant's name joined after
+    grouping, ORDER BY, COUNT(*) OVER (), LIMIT. The numbers shown come from
+    billing.figures (apply_to_overview); these sums only order and count the tenants."""
     from django.core.paginator import Paginator
-    from django.db.models import (
-        Case,
-        DecimalField,
-        ExpressionWrapper,
-        OuterRef,
-        Subquery,
-        Value,
-        When,
-    )
-    from django.db.models.functions import Coalesce, Lower
+    from django.db import connection
+
+    from tenants.models import Tenant
 
     from .models import Adjustment
 
-    qs = _filtered_months(tenant_ids, months, route=route, q=q)
-    totals = {m: {"month": m, "allocated_h": Decimal(0), "used_h": Decimal(0),
-                  "amount": Decimal(0)} for m in months}
-    for t in qs.values("month").annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
-                                         amount=Sum("amount")).order_by():
-        totals[t["month"]].update(allocated_h=Decimal(t["allocated"] or 0) / SECONDS_PER_HOUR,
-                                  used_h=Decimal(t["used"] or 0) / SECONDS_PER_HOUR,
-                                  amount=Decimal(t["amount"] or 0))
-    per_tenant = (qs.values("tenant_id").annotate(
-        tenant_slug=F("tenant__slug"), tenant_name=Lower("tenant__name"),
-        display_name=F("tenant__name"), allocated=Sum("allocated_s"), used=Sum("used_s"),
-        amount=Sum("amount"), pending=Sum("pending_hours"),
-        utilisation_sort=Case(When(allocated__gt=0, then=ExpressionWrapper(
-            F("used") * 100 / F("allocated"), output_field=DecimalField())), default=None),
-        # By what the tenant is charged: usage plus the closed months' adjustments (as in
-        # billing.figures; a route filter shows usage only, so it sorts by usage only).
-        amount_sort=F("amount") if route else F("amount") + Coalesce(Subquery(
-            Adjustment.objects.filter(statement__tenant_id=OuterRef("tenant_id"),
-                                      statement__month__in=months)
-            .values("statement__tenant_id").annotate(total=Sum("amount")).values("total"),
-            output_field=DecimalField()), Value(Decimal(0)), output_field=DecimalField()))
-        .order_by(*ORDERINGS.get(sort, ORDERINGS["amount"])))
-    paginator = Paginator(per_tenant, per_page)
-    current = paginator.get_page(page)
-    rows = [TenantRow(r["tenant_id"], r["tenant_slug"], r["display_name"],
-                      allocated_h=Decimal(r["allocated"] or 0) / SECONDS_PER_HOUR,
-                      used_h=Decimal(r["used"] or 0) / SECONDS_PER_HOUR,
-                      amount=Decimal(r["amount"] or 0), pending=r["pending"] or 0)
-            for r in current.object_list]
-    by_id = {r.tenant_id: r for r in rows}
-    for c in qs.filter(tenant_id__in=list(by_id)).values("tenant_id", "month").annotate(
-            allocated=Sum("allocated_s"), used=Sum("used_s"), amount=Sum("amount")).order_by():
-        by_id[c["tenant_id"]].months[c["month"]] = {
-            "allocated_h": Decimal(c["allocated"] or 0) / SECONDS_PER_HOUR,
-            "used_h": Decimal(c["used"] or 0) / SECONDS_PER_HOUR,
-            "amount": Decimal(c["amount"] or 0)}
-    return current, rows, [totals[m] for m in months]
+    usage = (_filtered_months(tenant_ids, months, route=route, q=q)
+             .values(tid=F("tenant_id"))
+             .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
+                       amount=Sum("amount"), pending=Sum("pending_hours")).order_by())
+    usage_sql, usage_params = usage.query.sql_with_params()
+    adjusted = "u.amount"
+    joins, params = "", list(usage_params)
+    if not route:
+        adjustments = (Adjustment.objects.filter(statement__month__in=months)
+                       .values(tid=F("statement__tenant_id")).annotate(total=Sum("amount"))
+                       .order_by())
+        adj_sql, adj_params = adjustments.query.sql_with_params()
+        joins = f" LEFT JOIN ({adj_sql}) a ON a.tid = u.tid"
+        adjusted = "u.amount + COALESCE(a.total, 0)"
+        params += list(adj_params)
+    try:
+        number = max(1, int(page or 1))
+    except (TypeError, ValueError):
+        number = 1
+    order = ORDERINGS.get(sort, ORDERINGS["amount"])
+    sql = (f"SELECT t.id, t.slug, t.name, s.allocated, s.used, s.amount, s.pending, "  # noqa: S608
+           f"COUNT(*) OVER () FROM (SELECT u.tid, u.allocated, u.used, u.amount, u.pending, "
+           f"{adjusted} AS amount_sort FROM ({usage_sql}) u{joins}) s "
+           f"JOIN {Tenant._meta.db_table} t ON t.id = s.tid ORDER BY {order} LIMIT %s OFFSET %s")
+
+    def fetch(n: int) -> list:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, per_page, (n - 1) * per_page])
+            return cursor.fetchall()
+
+    found = fetch(number)
+    if not found and number > 1:  # past the end: the last page, as Paginator.get_page does
+        count = _filtered_months(tenant_ids, months, route=route, q=q).values(
+            "tenant_id").distinct().count()
+        number = max(1, -(-count // per_page))
+        found = fetch(number) if count else []
+    count = found[0][7] if found else 0
+
+    def dec(v) -> Decimal:  # SQLite sums decimals as floats
+        return v if isinstance(v, Decimal) else Decimal(str(v or 0))
+
+    rows = [TenantRow(r[0], r[1], r[2], allocated_h=dec(r[3]) / SECONDS_PER_HOUR,
+                      used_h=dec(r[4]) / SECONDS_PER_HOUR, amount=dec(r[5]),
+                      pending=int(r[6] or 0)) for r in found]
+    offset = (number - 1) * per_page
+    current = Paginator(_OnePage(rows, count, offset), per_page).get_page(number)
+    return current, rows
 
 
 def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",

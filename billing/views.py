@@ -83,8 +83,9 @@ def finance_overview(request):
         if request.GET.get("format") == "csv":
             return _csv(rows, months)
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
-    page, rows, totals = overview_page(tenant_ids, months, route=f["route"], q=f["q"],
-                                       sort=f["sort"], page=request.GET.get("page"))
+    page, rows = overview_page(tenant_ids, months, route=f["route"], q=f["q"],
+                               sort=f["sort"], page=request.GET.get("page"))
+    totals = [{"month": m} for m in months]
     # The numbers shown are the one number of billing.figures (statement = page = exports).
     filtered = None if not f["q"] and tenant_ids is None else filtered_tenant_ids(
         tenant_ids, months, route=f["route"], q=f["q"])

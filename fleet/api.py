@@ -238,7 +238,7 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     lookup_value_regex = r"\d+"
 
     def get_queryset(self):
-        qs = Allocation.objects.select_related("tenant", "pool").order_by("-created_at")
+        qs = Allocation.objects.select_related("tenant", "pool").order_by("-created_at", "-id")
         status = self.request.query_params.get("status")
         if status in Allocation.Status.values:
             qs = qs.filter(status=status)
