@@ -73,7 +73,8 @@ def load_world(lead_user, admin_user, size: Size):
     tenants = Tenant.objects.bulk_create([Tenant(slug=f"t{i:03d}", name=f"Tenant {i:03d}",
                                                  cost_centre=f"CC-{i}") for i in range(TENANTS)])
     make_lead(tenants[0], lead_user)
-    end = dt.datetime.combine(month_start(timezone.now()), dt.time(), tzinfo=dt.UTC)
+    # Up to this hour: the running month has usage, as on a live platform.
+    end = timezone.now().astimezone(dt.UTC).replace(minute=0, second=0, microsecond=0)
     start = end - dt.timedelta(hours=HOURS)
     allocs = Allocation.objects.bulk_create([Allocation(
         tenant=t, pool=shared, route=Route.SHARED_POOL, whole_devices=4,
@@ -115,7 +116,7 @@ def load_world(lead_user, admin_user, size: Size):
                               f"14400\t{(h * 37 + a.pk) % 14400}\t0\t0\t14400\t2.5\t10\n")
             copy.write(buf.getvalue())
     months, m = set(), month_start(start)
-    while m < end.date():
+    while m <= end.date():
         months.add(m)
         m = month_start(m + dt.timedelta(days=32))
     refresh_months({(a.pk, mo) for a in allocs for mo in months})
