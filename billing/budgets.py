@@ -166,11 +166,16 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     spent = {key[0]: sums["amount"] for key, sums in figure_sums(
         ("tenant_id",), tenant_ids=tenant_ids, months=[month]).items()}
     total = money(sum(spent.values(), Decimal(0)))
-    budgets = budgets_in_force(list(spent) if tenant_ids is None else tenant_ids, month)
+    # The budgets of the tenants with spend (read without a list of 5,000 ids to match).
+    budgets = {t: b for t, b in budgets_in_force(tenant_ids, month).items() if t in spent}
     statuses = [budget_status(budget=b, spent=spent.get(t, Decimal(0)), month=month, now=now)
                 for t, b in budgets.items()]
-    names = dict(Tenant.objects.filter(pk__in=list(spent)).values_list("pk", "name"))
-    leaders = sorted(spent.items(), key=lambda kv: (-kv[1], names.get(kv[0], "")))[:top]
+    # Names for the leaders only: the top amounts and every tenant tied with the last of them.
+    cut = sorted(spent.values(), reverse=True)[top - 1] if len(spent) >= top else None
+    near = [t for t, v in spent.items() if cut is None or v >= cut]
+    names = dict(Tenant.objects.filter(pk__in=near).values_list("pk", "name"))
+    leaders = sorted(((t, spent[t]) for t in near),
+                     key=lambda kv: (-kv[1], names.get(kv[0], "")))[:top]
     return {"month": month, "spent": total, "forecast": run_rate_forecast(total, month, now),
             "extended": forecast_extends(month, now),
             "top": [{"name": names.get(t, "?"), "spent": money(v)} for t, v in leaders],

@@ -285,6 +285,8 @@ def tenant_table(rows, months: list[dt.date]) -> list[dict]:
     URL reversing done once here, not per cell in the template (12 months × 50 tenants)."""
     from django.conf import settings
     from django.urls import reverse
+    from django.utils.html import format_html
+    from django.utils.safestring import mark_safe
 
     from fleet.inventory.pricing import money_text
 
@@ -293,14 +295,16 @@ def tenant_table(rows, months: list[dt.date]) -> list[dict]:
     currency = settings.PORTAL_CURRENCY
     # One reverse per month; the slug goes into the path (slugs are URL-safe).
     links = {m: reverse("billing:statement", args=["__slug__", f"{m:%Y-%m}"]) for m in months}
+    empty = '<td><span class="muted">—</span></td>'
     out = []
     for r in rows:
-        cells = []
-        for m in months:
-            cell = r.months.get(m)
-            cells.append(None if cell is None else {
-                "text": money_text(cell["amount"], currency),
-                "url": links[m].replace("__slug__", r.slug)})
+        # The month cells as one escaped string per row: 600 cells through the template
+        # engine's loop and conditionals cost a page ~15 ms; format_html escapes the same.
+        cells = mark_safe("".join(  # noqa: S308 - every part is format_html's or a constant
+            empty if (cell := r.months.get(m)) is None else format_html(
+                '<td><a href="{}">{}</a></td>', links[m].replace("__slug__", r.slug),
+                money_text(cell["amount"], currency))
+            for m in months))
         out.append({"name": r.name, "pending": r.pending, "cells": cells,
                     "allocated": hours_text(r.allocated_h), "used": hours_text(r.used_h),
                     "idle": hours_text(r.idle_h), "utilisation": r.utilisation,
