@@ -152,6 +152,28 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     return created
 
 
+def _leaders(spent: dict[int, Decimal], top: int) -> list[tuple[int, Decimal, str]]:
+    """The `top` tenants by spend, ties by name: (id, spend, name). Names are read for the
+    leaders only: those above the cut, and of the tenants tied at it the first by name."""
+    ranked = sorted(set(spent.values()), reverse=True)
+    cut = ranked[min(top, len(ranked)) - 1] if ranked else None
+    above = [t for t, v in spent.items() if cut is not None and v > cut]
+    tied = {t for t, v in spent.items() if v == cut}
+    tenants = Tenant.objects.order_by("name", "pk")
+    if len(tied) <= 100:
+        tenants = tenants.filter(pk__in=[*above, *tied])
+        names = dict(tenants.values_list("pk", "name"))
+    else:  # many alike: the first of them by name, without a list of thousands of ids
+        names = dict(Tenant.objects.filter(pk__in=above).values_list("pk", "name"))
+        for pk, name in tenants.values_list("pk", "name").iterator(chunk_size=500):
+            if pk in tied:
+                names[pk] = name
+                if len(names) >= top:
+                    break
+    chosen = sorted(names, key=lambda t: (-spent[t], names[t], t))[:top]
+    return [(t, spent[t], names[t]) for t in chosen]
+
+
 def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     """Finance's month at a glance: spend so far (the statements' one number), the run-rate
     forecast, the top tenants by spend, and how many tenants are near or over budget."""
@@ -170,15 +192,10 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     budgets = {t: b for t, b in budgets_in_force(tenant_ids, month).items() if t in spent}
     statuses = [budget_status(budget=b, spent=spent.get(t, Decimal(0)), month=month, now=now)
                 for t, b in budgets.items()]
-    # Names for the leaders only: the top amounts and every tenant tied with the last of them.
-    cut = sorted(spent.values(), reverse=True)[top - 1] if len(spent) >= top else None
-    near = [t for t, v in spent.items() if cut is None or v >= cut]
-    names = dict(Tenant.objects.filter(pk__in=near).values_list("pk", "name"))
-    leaders = sorted(((t, spent[t]) for t in near),
-                     key=lambda kv: (-kv[1], names.get(kv[0], "")))[:top]
+    leaders = _leaders(spent, top)
     return {"month": month, "spent": total, "forecast": run_rate_forecast(total, month, now),
             "extended": forecast_extends(month, now),
-            "top": [{"name": names.get(t, "?"), "spent": money(v)} for t, v in leaders],
+            "top": [{"name": name, "spent": money(v)} for _, v, name in leaders],
             "over": sum(1 for st in statuses if st.level == "over"),
             "near": sum(1 for st in statuses if st.level == "warn"),
             "budgets": len(statuses)}
