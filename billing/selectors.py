@@ -146,7 +146,8 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
         adjusted = "u.amount + COALESCE(a.total, 0)"
         params += list(adj_params)
     try:
-        number = max(1, int(page or 1))
+        # Past the end means the last page; a number too big for OFFSET means past the end.
+        number = min(max(1, int(page or 1)), 1_000_000)
     except (TypeError, ValueError):
         number = 1
     order = ORDERINGS.get(sort, ORDERINGS["amount"])

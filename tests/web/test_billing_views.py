@@ -262,6 +262,8 @@ def test_the_page_sorts_and_pages_in_sql_as_the_exports_do(sort, pools):
                                           per_page=3)[1]] == got[6:]
     assert [r.slug for r in overview_page(None, [LAST_MONTH], sort=sort, page="x",
                                           per_page=3)[1]] == got[:3]
+    assert [r.slug for r in overview_page(None, [LAST_MONTH], sort=sort, page="9" * 30,
+                                          per_page=3)[1]] == got[6:]
 
 
 def test_a_leads_budget_shows_only_beside_the_whole_of_its_spend(client, lead, tenant, billed):
