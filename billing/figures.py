@@ -73,7 +73,7 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
 
     def scoped(qs, tenant_field: str, month_field: str):
         if tenant_ids is not None:
-            qs = qs.filter(**{f"{tenant_field}__in": list(tenant_ids)})
+            qs = qs.filter(**{f"{tenant_field}__in": tenant_ids})
         if months is not None:
             qs = qs.filter(**{f"{month_field}__in": list(months)})
         if first is not None:

@@ -163,8 +163,7 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
 
     found = fetch(number)
     if not found and number > 1:  # past the end: the last page, as Paginator.get_page does
-        count = _filtered_months(tenant_ids, months, route=route, q=q).values(
-            "tenant_id").distinct().count()
+        count = len(filtered_tenant_ids(tenant_ids, months, route=route, q=q))
         number = max(1, -(-count // per_page))
         found = fetch(number) if count else []
     count = found[0][7] if found else 0
