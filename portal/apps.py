@@ -9,5 +9,7 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from .embedded_beat import start_if_wanted
+        from .security import use_one_read_csrf_strings
 
+        use_one_read_csrf_strings()
         start_if_wanted()

@@ -20,7 +20,7 @@ NAV = {  # context name → URL name
 
 
 @lru_cache(maxsize=8)  # per URL prefix: a handful, never one per request
-def _nav(prefix: str, urlconf) -> dict[str, str]:
+def nav_urls(prefix: str, urlconf) -> dict[str, str]:
     return {key: reverse(name, urlconf=urlconf) for key, name in NAV.items()}
 
 
@@ -41,5 +41,5 @@ def _head(static_url: str) -> SafeString:
 def layout(request):
     from django.conf import settings
 
-    return {"nav": _nav(get_script_prefix(), get_urlconf()),
+    return {"nav": nav_urls(get_script_prefix(), get_urlconf()),
             "head_assets": _head(settings.STATIC_URL)}

@@ -55,16 +55,29 @@ class PortalRoles:
         return out
 
 
-def roles_cache_key(user_id: int, joined) -> str:
-    # The join time is in the key: ids restart after a database flush (tests, a restore),
-    # and a new user must never inherit the roles cached for an old one of the same id.
-    return f"roles:v1:{user_id}:{joined.timestamp():.6f}"
+def roles_cache_key(user_id: int) -> str:
+    return f"roles:v2:{user_id}"
+
+
+def roles_entry(user, roles: PortalRoles) -> tuple[str, PortalRoles]:
+    # The join time goes with the roles: ids restart after a database flush (tests, a
+    # restore), and a new user must never inherit the roles cached for an old one of that id.
+    return (user.date_joined.isoformat(), roles)
+
+
+def roles_of_entry(user, entry) -> PortalRoles | None:
+    """The roles a current cache entry holds for this very user, else None."""
+    if isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], PortalRoles) \
+            and entry[0] == user.date_joined.isoformat():
+        return entry[1]
+    return None
 
 
 def roles_for(user) -> PortalRoles:
     """Roles of a user, computed once per request object (cached on the user) and, where
     every process shares the cache, kept there between requests: every page's layout needs
-    them. Any grant or revocation clears the entry at once (tenants.receivers)."""
+    them. Any grant or revocation clears the entry at once (tenants.receivers). The signed-in
+    user's entry is usually read with the user, in the same round trip (tenants.auth)."""
     if user is None or not user.is_authenticated:
         return PortalRoles()
     cached = getattr(user, "_portal_roles", None)
@@ -78,13 +91,17 @@ def roles_for(user) -> PortalRoles:
     if not seconds:
         user._portal_roles = _roles_from_database(user)
         return user._portal_roles
-    key = roles_cache_key(user.pk, user.date_joined)
-    shared, token = identity_cache.read(key, user.pk)  # the token before the database read
-    if isinstance(shared, PortalRoles):
-        user._portal_roles = shared
-        return shared
+    key = roles_cache_key(user.pk)
+    # The token before the database read: read with the user this request, or now.
+    token = getattr(user, "_identity_token", None)
+    if token is None:
+        entry, token = identity_cache.read(key, user.pk)
+        shared = roles_of_entry(user, entry)
+        if shared is not None:
+            user._portal_roles = shared
+            return shared
     roles = _roles_from_database(user)
-    identity_cache.write(key, token, roles, seconds)
+    identity_cache.write(key, token, roles_entry(user, roles), seconds)
     user._portal_roles = roles
     return roles
 
@@ -116,8 +133,9 @@ def forget_roles(user) -> None:
     """Call after changing a user's memberships within the same request."""
     from . import identity_cache
 
-    if hasattr(user, "_portal_roles"):
-        del user._portal_roles
+    for attribute in ("_portal_roles", "_identity_token"):
+        if hasattr(user, attribute):
+            delattr(user, attribute)
     identity_cache.changed(user.pk)
 
 

@@ -82,14 +82,27 @@ def cached_user(request):
     if not (seconds and user_id and session_hash
             and backend in settings.AUTHENTICATION_BACKENDS):
         return auth.get_user(request)
-    key = user_cache_key(user_id, session_hash)
-    user, token = identity_cache.read(key, user_id)  # the token before the database read
+    from .access import roles_cache_key, roles_of_entry
+
+    key, roles_key = user_cache_key(user_id, session_hash), roles_cache_key(user_id)
+    # The user and their roles (every page's layout needs both) in one round trip, with the
+    # token, which is read before any database read.
+    found, token = identity_cache.read_together([key, roles_key], user_id)
+    user = found.get(key)
     if user is None:
         user = auth.get_user(request)  # Django's own checks: hash, active, flush on mismatch
-        if user.is_authenticated and user.get_session_auth_hash() == session_hash:
-            identity_cache.write(key, token, user, seconds)
-        return user
-    user.backend = backend
+        if not (user.is_authenticated and user.get_session_auth_hash() == session_hash):
+            return user
+        identity_cache.write(key, token, user, seconds)
+    else:
+        user.backend = backend
+    # Set after the user was written to the cache: these belong to this request only.
+    roles = roles_of_entry(user, found.get(roles_key)) \
+        if settings.PORTAL_ROLES_CACHE_SECONDS else None
+    if roles is not None:
+        user._portal_roles = roles
+    else:
+        user._identity_token = token  # roles_for stamps what it reads with it
     return user
 
 

@@ -22,17 +22,26 @@ def _token_key(user_id) -> str:
 
 def read(entry_key: str, user_id) -> tuple[object | None, str]:
     """(the value if its stamp is current, else None; the token to stamp a new entry with)."""
+    found, token = read_together([entry_key], user_id)
+    return found.get(entry_key), token
+
+
+def read_together(entry_keys: list[str], user_id) -> tuple[dict[str, object], str]:
+    """Several entries about one user and their token in one round trip: (the values whose
+    stamp is current, by key; the token to stamp new entries with)."""
     token_key = _token_key(user_id)
-    found = cache.get_many([entry_key, token_key])
+    found = cache.get_many([*entry_keys, token_key])
     token = found.get(token_key)
     if token is None:
         fresh = uuid.uuid4().hex
         token = fresh if cache.add(token_key, fresh, None) else (cache.get(token_key) or fresh)
-        return None, token
-    entry = found.get(entry_key)
-    if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == token:
-        return entry[1], token
-    return None, token
+        return {}, token
+    current = {}
+    for key in entry_keys:
+        entry = found.get(key)
+        if isinstance(entry, tuple) and len(entry) == 2 and entry[0] == token:
+            current[key] = entry[1]
+    return current, token
 
 
 def write(entry_key: str, token: str, value, seconds: int) -> None:

@@ -118,3 +118,33 @@ def test_an_evicted_token_retires_every_entry(lead):
     identity_cache.write("probe2", token, "cached", 60)
     cache.delete(f"uv:v1:{lead.pk}")  # evicted
     assert identity_cache.read("probe2", lead.pk)[0] is None
+
+
+def test_a_warm_page_reads_the_cache_twice_the_session_then_user_and_roles(client, lead,
+                                                                             monkeypatch):
+    """Every page pays these round trips: the session, then the user, their roles and the
+    token together."""
+    from django.core.cache import caches
+
+    backend = caches["default"]
+    reads = []
+    for name in ("get", "get_many"):
+        original = getattr(backend, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            reads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(backend, name, counted)
+    client.force_login(lead)
+    client.get(reverse("intake:list"))
+    client.get(reverse("intake:list"))  # the roles' entry is written by the first
+    reads.clear()
+    with CaptureQueriesContext(connection) as warm:
+        assert client.get(reverse("intake:new")).status_code == 200  # a lead-only page
+    assert reads == ["get", "get_many"], reads
+    tables = " ".join(q["sql"] for q in warm.captured_queries)
+    assert "auth_user" not in tables and "tenants_membership" not in tables, tables
+    # A revoked role still takes effect on the next request (the token moved).
+    Membership.objects.filter(user=lead).delete()
+    assert client.get(reverse("intake:new")).status_code == 403
