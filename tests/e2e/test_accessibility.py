@@ -119,3 +119,51 @@ def test_the_blocked_submit_and_a_filtered_report_pass_too(browser, live_server,
         assert serious_violations(page) == []
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("role", ("member", "lead", "admin", "finance"))
+def test_every_page_fits_a_phone_screen(browser, live_server, richer_world, role):
+    """At 390 px wide no page scrolls sideways as a whole (a wide table scrolls in its own
+    box) and the top bar's links, name and sign-out stay on its dark background."""
+    from django.urls import reverse
+
+    context = browser.new_context(viewport={"width": 390, "height": 800})
+    context.add_cookies([{"name": "sessionid", "url": live_server.url,
+                          "value": session_cookie(richer_world["users"][role])}])
+    page = context.new_page()
+    found: dict[str, str] = {}
+    try:
+        for name in pages_for(role):
+            url = live_server.url + reverse(name, args=_args(MATRIX[name].args, richer_world))
+            assert page.goto(url).status == 200, name
+            page.wait_for_load_state("networkidle")
+            wide, outside, past = page.evaluate(r"""() => {
+                const bar = document.querySelector("header.topbar").getBoundingClientRect();
+                const out = [...document.querySelectorAll("header.topbar a, header.topbar button")]
+                    .map(e => [e.textContent.trim(), e.getBoundingClientRect()])
+                    .filter(([, r]) => r.right > innerWidth || r.bottom > bar.bottom ||
+                                       r.left < 0)
+                    .map(([t]) => t);
+                // The outermost elements reaching past the right edge (not inside a box
+                // that scrolls or clips them), to say what to fix.
+                const clipped = e => { for (let p = e.parentElement; p; p = p.parentElement) {
+                    const o = getComputedStyle(p).overflowX;
+                    if (o === "auto" || o === "scroll" || o === "hidden") return true; }
+                    return false; };
+                const past = [...document.querySelectorAll("main *")]
+                    .filter(e => e.getBoundingClientRect().right > innerWidth + 0.5 &&
+                                 !clipped(e) &&
+                                 !(e.parentElement.getBoundingClientRect().right >
+                                   innerWidth + 0.5 && !clipped(e.parentElement)))
+                    .slice(0, 3).map(e => e.tagName.toLowerCase() +
+                        (e.id ? "#" + e.id : "") +
+                        (e.className && typeof e.className === "string" ?
+                         "." + e.className.trim().split(/\s+/).join(".") : ""));
+                return [document.documentElement.scrollWidth - innerWidth, out, past];
+            }""")
+            if wide > 0 or outside:
+                found[name] = (f"{wide}px wider than the screen ({', '.join(past)}); "
+                               f"outside the bar: {outside}")
+    finally:
+        context.close()
+    assert found == {}, found
