@@ -102,18 +102,27 @@ def pool_for_route(decision: RouteDecision, gpu_model: str = "", pool: Pool | No
     return pools_for_route(decision.route, gpu_model).first()
 
 
+def facts_of_active_pools() -> dict[int, PoolFacts]:
+    """Pool id → facts of every active pool, read together: a page planning one request
+    under several routes (the review page) reads the fleet once, not once per route."""
+    return {pool.pk: facts for pool, facts in active_pools_facts()}
+
+
 def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilisation: int = 100,
                  starts_on=None, ends_on=None, pool: Pool | None = None,
-                 decision: RouteDecision | None = None
+                 decision: RouteDecision | None = None, facts: dict | None = None
                  ) -> tuple[RouteDecision, RequestPlan | None]:
-    """Route the answers and plan them against the pool that serves the route."""
+    """Route the answers and plan them against the pool that serves the route. `facts`
+    (facts_of_active_pools) are used for the pools they hold; any other pool is read."""
     decision = decision or route_request(answers)
     if decision.route is None:
         return decision, None
     pool = pool_for_route(decision, gpu_model, pool)
     if pool is None:
         return decision, None
-    plan = plan_request(decision, pool_facts(pool), expected_utilisation=expected_utilisation,
+    known = (facts or {}).get(pool.pk)
+    plan = plan_request(decision, known or pool_facts(pool),
+                        expected_utilisation=expected_utilisation,
                         window_hours=window_hours(starts_on, ends_on))
     return decision, plan
 
@@ -174,7 +183,8 @@ def small_cell_comparison(answers: IntakeAnswers, decision: RouteDecision,
 
 
 def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None = None,
-                     pool: Pool | None = None) -> tuple[RouteDecision, RequestPlan | None]:
+                     pool: Pool | None = None, facts: dict | None = None
+                     ) -> tuple[RouteDecision, RequestPlan | None]:
     """The one plan of a request (form, request page, review page and approval alike): its
     route as decided (the admin's override included, once approved), the pool it was
     approved into (else the route's pool), and the price there now (fleet.inventory.pricing)."""
@@ -184,7 +194,7 @@ def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None
     return plan_answers(
         answers_for(request.answers(), request.gpu_model), gpu_model=request.gpu_model,
         expected_utilisation=request.expected_utilisation, starts_on=request.starts_on,
-        ends_on=request.ends_on, pool=pool, decision=decision,
+        ends_on=request.ends_on, pool=pool, decision=decision, facts=facts,
     )
 
 
@@ -268,7 +278,7 @@ def decided_route(request: CapacityRequest) -> RouteDecision:
 
 
 def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = None,
-                  pool: Pool | None = None) -> ApprovalPlan:
+                  pool: Pool | None = None, facts: dict | None = None) -> ApprovalPlan:
     """Route (or take the admin's overridden decision), pick the pool, size, price, fit,
     name the namespace and choose a dedicated block's nodes."""
     decision = decision or decided_route(request)
@@ -279,7 +289,7 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
     pool = pool_for_route(decision, request.gpu_model, pool)
     if pool is None:
         return ApprovalPlan(decision, None, None)
-    decision, plan = plan_for_request(request, decision=decision, pool=pool)
+    decision, plan = plan_for_request(request, decision=decision, pool=pool, facts=facts)
     whole = int(plan.held_devices) if decision.route is not Route.MIG_VCLUSTER else 0
     nodes = (free_dedicated_nodes(pool, plan.nodes) if decision.route is Route.DEDICATED_BLOCK
              else ())
@@ -288,16 +298,16 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
                         whole_devices=whole, nodes=nodes)
 
 
-def override_options(request: CapacityRequest) -> list[dict]:
+def override_options(request: CapacityRequest, facts: dict | None = None) -> list[dict]:
     """For the review page: what approving under each other route would mean now — its pool,
     size, monthly price and fit, from the same plan approval uses — or why it cannot be.
-    So an override is never approved blind."""
+    So an override is never approved blind. `facts`: facts_of_active_pools, if read already."""
     from fleet.inventory.pricing import money_text
 
     base = request_decision(request)
     if base.route is None:
         return []
-    out = []
+    out, facts = [], facts if facts is not None else facts_of_active_pools()
     for route in Route:
         if route is base.route:
             continue
@@ -307,7 +317,7 @@ def override_options(request: CapacityRequest) -> list[dict]:
         except ValueError as exc:
             out.append({**row, "ok": False, "why": str(exc)})
             continue
-        approval = approval_plan(request, decision=decision)
+        approval = approval_plan(request, decision=decision, facts=facts)
         if approval.pool is None or approval.plan is None:
             out.append({**row, "ok": False, "why": no_pool_message(route) + "."})
             continue

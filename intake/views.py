@@ -41,6 +41,7 @@ from .selectors import (
     REVIEW_PAGE_SIZE,
     ReviewQueueFilter,
     active_pools_facts,
+    facts_of_active_pools,
     next_in_queue,
     override_options,
     page_with_count,
@@ -362,7 +363,9 @@ def review_detail(request, pk: int):
                 messages.warning(request, "The queue filter in the address was not understood; "
                                           "the next request comes from the whole queue.")
             return _after_decision(request, obj, action, queue, query, was_at)
-    decision, plan = plan_for_request(obj)
+    # The fleet read once for the request's plan and every route an override could take.
+    facts = facts_of_active_pools() if obj.status == Status.SUBMITTED else None
+    decision, plan = plan_for_request(obj, facts=facts)
     following = next_in_queue(queue, after_pk=obj.pk, after_at=obj.updated_at,
                               now=timezone.now())
     return render(request, "intake/review_detail.html", {
@@ -373,7 +376,7 @@ def review_detail(request, pk: int):
         "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,
         "queue_qs": query, "queue_errors": queue_form.errors and queue_form.error_list(),
         "queue_url": _with_query(reverse("intake:review_queue"), query),
-        "overrides": override_options(obj) if obj.status == Status.SUBMITTED else [],
+        "overrides": override_options(obj, facts) if obj.status == Status.SUBMITTED else [],
         "next_req": following,
         # Past the end of the queue, "next" comes round to its start: say so.
         "next_wraps": following is not None and (
