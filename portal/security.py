@@ -63,11 +63,10 @@ class ContentSecurityPolicyMiddleware:
 
 # --- CSRF tokens from one read of the system's random source ----------------------------
 # Django masks the CSRF secret afresh in every page (so a compressed response cannot leak it)
-# with 32 characters drawn one system call each (`secrets.choice`): on this platform's virtual
-# machines that was a fifth of what every signed-in page pays before its own work. The same
-# draw — 32 characters, each uniform over the same 62, from the operating system's CSPRNG —
-# takes one read: a byte below 248 (= 4 × 62) maps to a character uniformly; others are
-# dropped, as rejection sampling does.
+# with 32 characters drawn one system call each (`secrets.choice`): 32 calls into the kernel
+# on every page with a form, costly on virtual machines. The same draw — 32 characters, each
+# uniform over the same 62, from the operating system's CSPRNG — takes one read: a byte below
+# 248 (= 4 × 62) maps to a character uniformly; others are dropped (rejection sampling).
 
 def random_csrf_string(length: int = 32) -> str:
     import os

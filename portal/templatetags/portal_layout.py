@@ -1,8 +1,8 @@
 """The top bar of every signed-in page, written in Python: its navigation depends only on the
 role set and the current section, so each combination is built once per process; only the
-user's name and the sign-out form's CSRF token are filled in per request. (As template
-tags, the bar's dozen conditions and links were a third of the floor every page pays:
-tests/db/test_page_benchmark.py prints the parts.)"""
+user's name and the sign-out form's CSRF token are filled in per request, instead of a dozen
+template conditions and links evaluated on every page (tests/db/test_page_benchmark.py prints
+what the layout adds to the floor)."""
 
 from __future__ import annotations
 
