@@ -229,14 +229,31 @@ class KubernetesBackend:
     # -- operations
 
     def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict:
+        """Server-side apply. Sent and read as plain JSON: the dynamic client's deep copies and
+        object conversion of body and answer cost more CPU than the request itself (a
+        provisioning worker applies ~17 objects per allocation)."""
         key = ObjectKey.of(manifest)
         resource = self._resource(key.api_version, key.kind)
-        extra = {"dry_run": "All"} if dry_run else {}
-        result = self._call(
-            f"Applying {key}", self._dynamic().server_side_apply, resource, body=manifest,
-            name=key.name, namespace=key.namespace or None, field_manager=self.field_manager,
-            force_conflicts=force or None, **extra)
-        return result.to_dict()
+        if resource.namespaced and not key.namespace:
+            raise KubeError(f"Applying {key}: a {key.kind} needs a namespace",
+                            retriable=False)
+        query = [("fieldManager", self.field_manager)]
+        if force:
+            query.append(("force", "true"))
+        if dry_run:
+            query.append(("dryRun", "All"))
+        response = self._call(
+            f"Applying {key}", self.api_client.call_api,
+            resource.path(name=key.name, namespace=key.namespace or None), "PATCH",
+            query_params=query, body=manifest,
+            header_params={"Accept": "application/json",
+                           "Content-Type": "application/apply-patch+yaml"},
+            auth_settings=["BearerToken"], _preload_content=False,
+            _return_http_data_only=True)
+        try:
+            return json.loads(response.data)
+        except ValueError as exc:
+            raise KubeError(f"Applying {key}: the answer is not JSON", retriable=True) from exc
 
     def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
         resource = self._resource(api_version, kind)
