@@ -89,6 +89,21 @@ def wait_workload(admin, namespace: str, job_name: str, *, want: str, kueue,
                          f"--- kueue log ---\n{kueue.log_tail()}")
 
 
+def first_job(alloc, admin) -> dict:
+    """A one-device Job for the allocation's LocalQueue, as its route needs it: a MIG claim
+    from the allocation's template, or the confidential RuntimeClass (the platform's object,
+    made here if missing)."""
+    spec = allocation_spec(alloc)
+    if alloc.route == Route.MIG_VCLUSTER:
+        return job(alloc.namespace, claim_template=f"mig-{spec.mig_profile.replace('.', '-')}")
+    if alloc.route == Route.CONFIDENTIAL_POOL:
+        admin.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                     "metadata": {"name": spec.confidential_runtime_class},
+                     "handler": spec.confidential_runtime_class}, force=True)
+        return job(alloc.namespace, devices=1, runtime_class=spec.confidential_runtime_class)
+    return job(alloc.namespace, devices=1)
+
+
 def provisioned(tenant, lead, admin_user, route, capture, **extra):
     req, alloc = approve(tenant, lead, admin_user, route, capture, **extra)
     alloc.refresh_from_db()
@@ -103,16 +118,7 @@ def test_kueue_admits_a_job_through_each_routes_local_queue(
         django_capture_on_commit_callbacks):
     alloc = provisioned(tenant, lead, admin_user, route, django_capture_on_commit_callbacks)
     spec = allocation_spec(alloc)
-    if route is Route.MIG_VCLUSTER:
-        template = f"mig-{spec.mig_profile.replace('.', '-')}"
-        body = job(alloc.namespace, claim_template=template)
-    elif route is Route.CONFIDENTIAL_POOL:
-        fleet.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",  # the platform's
-                     "metadata": {"name": spec.confidential_runtime_class},
-                     "handler": spec.confidential_runtime_class}, force=True)
-        body = job(alloc.namespace, devices=1, runtime_class=spec.confidential_runtime_class)
-    else:
-        body = job(alloc.namespace, devices=1)
+    body = first_job(alloc, fleet)
     created = fleet.apply(body)
     # Kueue's webhook took the Job (it is stored suspended until admitted)...
     assert created["spec"]["suspend"] is True
