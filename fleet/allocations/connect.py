@@ -17,18 +17,15 @@ from ..domain import Route
 from .manifests import (
     DEDICATED_LABEL,
     DEDICATED_TAINT,
+    LOCAL_QUEUE,
     WHOLE_GPU,
     AllocationSpec,
+    claim_template_name,
 )
 
-LOCAL_QUEUE = "gpu"
 EXAMPLE_NAME = "gpu-example"
 TIME_LIMIT_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 VCLUSTER_NAME = "vcluster"
-
-
-def claim_template_name(profile: str) -> str:
-    return f"mig-{profile.replace('.', '-')}"
 
 
 def example_workload(spec: AllocationSpec, *, image: str, time_limit_seconds: int = 3600

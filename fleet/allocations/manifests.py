@@ -44,6 +44,14 @@ def mig_device_class(profile: str) -> str:
     return f"mig-{profile}.aifactory.io"
 
 
+# The names tenants use: the LocalQueue they submit to, and a MIG profile's claim template.
+LOCAL_QUEUE = "gpu"
+
+
+def claim_template_name(profile: str) -> str:
+    return f"mig-{profile.replace('.', '-')}"
+
+
 def mig_resource(profile: str) -> str:
     """The logical resource Kueue counts a profile's claims under (deviceClassMappings)."""
     return f"{MIG_RESOURCE_PREFIX}{profile}"
@@ -277,7 +285,7 @@ def _cluster_queue(spec: AllocationSpec) -> dict:
 
 
 def _local_queue(spec: AllocationSpec) -> dict:
-    return {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": _meta(spec, "gpu"),
+    return {"apiVersion": KUEUE, "kind": "LocalQueue", "metadata": _meta(spec, LOCAL_QUEUE),
             "spec": {"clusterQueue": spec.namespace}}
 
 
@@ -581,7 +589,7 @@ def _mig_device_class(spec: AllocationSpec) -> dict:
 
 def _claim_template(spec: AllocationSpec) -> dict:
     return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
-            "metadata": _meta(spec, f"mig-{spec.mig_profile.replace('.', '-')}"),
+            "metadata": _meta(spec, claim_template_name(spec.mig_profile)),
             "spec": {"spec": {"devices": {"requests": [{"name": "mig", "exactly": {
                 "deviceClassName": mig_device_class(spec.mig_profile), "count": 1}}]}}}}
 

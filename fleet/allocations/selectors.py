@@ -11,12 +11,8 @@ def connect_info(allocation) -> dict:
     import yaml
     from django.conf import settings
 
-    from .connect import (
-        LOCAL_QUEUE,
-        example_workload,
-        how_to_connect,
-        tenant_kubeconfig,
-    )
+    from .connect import example_workload, how_to_connect, tenant_kubeconfig
+    from .manifests import LOCAL_QUEUE
     from .provisioning import allocation_spec
 
     spec = allocation_spec(allocation)

@@ -14,7 +14,13 @@ import uuid
 
 import pytest
 
-from fleet.allocations.manifests import ceiling_devices, mig_device_class, mig_resource
+from fleet.allocations.manifests import (
+    LOCAL_QUEUE,
+    ceiling_devices,
+    claim_template_name,
+    mig_device_class,
+    mig_resource,
+)
 from fleet.allocations.provisioning import allocation_spec
 from fleet.kube import KubeError
 from fleet.models import Route
@@ -51,7 +57,7 @@ def job(namespace: str, *, devices: int = 1, claim_template: str = "", pods: int
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name or f"train-{uuid.uuid4().hex[:6]}",
                          "namespace": namespace,
-                         "labels": {"kueue.x-k8s.io/queue-name": "gpu"}},
+                         "labels": {"kueue.x-k8s.io/queue-name": LOCAL_QUEUE}},
             "spec": {"parallelism": pods, "completions": pods, "suspend": False,
                      "template": {"spec": pod_spec}}}
 
@@ -95,7 +101,7 @@ def first_job(alloc, admin) -> dict:
     made here if missing)."""
     spec = allocation_spec(alloc)
     if alloc.route == Route.MIG_VCLUSTER:
-        return job(alloc.namespace, claim_template=f"mig-{spec.mig_profile.replace('.', '-')}")
+        return job(alloc.namespace, claim_template=claim_template_name(spec.mig_profile))
     if alloc.route == Route.CONFIDENTIAL_POOL:
         admin.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
                      "metadata": {"name": spec.confidential_runtime_class},
@@ -192,7 +198,7 @@ def test_mig_claims_name_a_profile_class_without_cel(fleet, tenant, lead,  # noq
                         django_capture_on_commit_callbacks)
     spec = allocation_spec(alloc)
     template = fleet.get("resource.k8s.io/v1", "ResourceClaimTemplate",
-                         f"mig-{spec.mig_profile.replace('.', '-')}", alloc.namespace)
+                         claim_template_name(spec.mig_profile), alloc.namespace)
     request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert request["deviceClassName"] == mig_device_class(spec.mig_profile)
     assert "selectors" not in request

@@ -17,6 +17,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from fleet.allocations.manifests import claim_template_name
 from fleet.allocations.provisioning import allocation_spec
 from fleet.models import ClusterQueueState, QueueEvent, QueueUsageHour, Route
 from fleet.queues.sync import queue_sync
@@ -166,7 +167,7 @@ def test_the_mig_route_admits_its_slices_and_holds_what_is_past_them(
     alloc.refresh_from_db()
     assert alloc.status == "active", alloc.status_message
     spec = allocation_spec(alloc)
-    template = f"mig-{spec.mig_profile.replace('.', '-')}"
+    template = claim_template_name(spec.mig_profile)
     assert alloc.mig_count == 3
     fleet.apply(job(alloc.namespace, claim_template=template, pods=2, name="m-two"))
     wait_workload(fleet, alloc.namespace, "m-two", want="Admitted", kueue=kueue)
