@@ -413,6 +413,12 @@ def dedicated_guard_rules(spec: AllocationSpec) -> list[tuple[str, str]]:
     ]
 
 
+def guard_name(allocation_id: int) -> str:
+    """What an allocation's admission guards (and their check) are named after: cluster-scoped
+    objects, so named by the allocation, never by its tenant (refusals quote the name)."""
+    return f"aifactory-a{allocation_id}"
+
+
 def _dedicated_guard(spec: AllocationSpec) -> list[dict]:
     # Every namespace but the tenant's own and the platform's. NotIn also matches namespaces
     # without the tenant label (default, anything the portal does not own).
@@ -422,7 +428,7 @@ def _dedicated_guard(spec: AllocationSpec) -> list[dict]:
         {"key": LABEL_TENANT, "operator": "NotIn", "values": [spec.tenant]}]}
     # The API server quotes the policy's name in every refusal, and refusals go to other
     # tenants: the name says which allocation, never whose.
-    return _admission_policies(spec, f"aifactory-a{spec.allocation_id}-dedicated",
+    return _admission_policies(spec, f"{guard_name(spec.allocation_id)}-dedicated",
                                dedicated_guard_rules(spec), selector)
 
 
@@ -455,7 +461,7 @@ def confidential_guard_rules(spec: AllocationSpec) -> tuple[list[tuple[str, str]
 def _confidential_guard(spec: AllocationSpec) -> list[dict]:
     both, pods = confidential_guard_rules(spec)
     return _admission_policies(
-        spec, f"aifactory-a{spec.allocation_id}-confidential", both,
+        spec, f"{guard_name(spec.allocation_id)}-confidential", both,
         {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}, pod_only=pods)
 
 
@@ -476,7 +482,7 @@ GUARD_CHECK_SUFFIX = "-guard-check"
 
 
 def guard_check_name(spec: AllocationSpec) -> str:
-    return f"aifactory-a{spec.allocation_id}{GUARD_CHECK_SUFFIX}"
+    return f"{guard_name(spec.allocation_id)}{GUARD_CHECK_SUFFIX}"
 
 
 def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fleet.allocations.manifests import GUARD_DIGEST_ANNOTATION
+from fleet.allocations.manifests import GUARD_DIGEST_ANNOTATION, guard_name
 from fleet.allocations.provisioning import allocation_manifests
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import LABEL_ALLOCATION, DryRunBackend
@@ -53,7 +53,7 @@ def _without_allocation_id(manifests: list[dict], allocation_id: int) -> list[di
             return [walk(v) for v in value]
         if isinstance(value, str):  # guard policies are named by their allocation, and
             # refuse selectors of its block's allocation label
-            for before, after in ((f"aifactory-a{allocation_id}-", "aifactory-a<allocation>-"),
+            for before, after in ((f"{guard_name(allocation_id)}-", "aifactory-a<allocation>-"),
                                   (f"v == '{allocation_id}'", "v == '<allocation>'"),
                                   (f"orValue('') == '{allocation_id}'",
                                    "orValue('') == '<allocation>'")):
