@@ -62,8 +62,11 @@ class PoolForm(forms.ModelForm):
         # Numbers in ASCII digits, within the model's bounds (Django's own field takes "١٠").
         field_classes = {name: AsciiIntegerField for name in (
             "gpu_memory_gb", "devices_per_node", "capacity_devices", "borrowing_limit_devices")}
+        help_texts = {"capacity_devices": "What the pool may promise at most. Capacity itself is "
+                      "counted from its validated, healthy nodes; a pool without nodes "
+                      "promises nothing."}
         labels = {"gpu_model": "GPU model (GFD product label)", "gpu_memory_gb": "GPU memory (GB)",
-                  "capacity_devices": "Configured size (devices, until the fleet is synced)",
+                  "capacity_devices": "Ceiling (devices; 0: none)",
                   "mig_profiles": "MIG profiles offered", "cohort": "Kueue cohort",
                   "borrowing_limit_devices": "Borrowing limit (devices)"}
 

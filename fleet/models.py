@@ -45,7 +45,8 @@ class Pool(models.Model):
         MinValueValidator(1), MaxValueValidator(1024)])
     devices_per_node = models.PositiveIntegerField(default=8, validators=[
         MinValueValidator(1), MaxValueValidator(64)])
-    # Configured size; the fleet sync replaces it with validated capacity from Kubernetes.
+    # A ceiling on what the pool promises (0: none). Never a source: capacity comes from the
+    # validated fleet only, so a pool without nodes promises nothing.
     capacity_devices = models.PositiveIntegerField(default=0, validators=[
         MaxValueValidator(MAX_DEVICES)])
     node_selector = models.JSONField(default=dict, blank=True)

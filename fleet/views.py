@@ -21,7 +21,7 @@ from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools
 from .inventory.services import node_set_retiring
 from .kube import KubeError
 from .models import Allocation, GpuNode, Pool, Route
-from .vocabulary import NodeState
+from .vocabulary import LABEL_POOL, NodeState
 
 NODE_STATES = list(NodeState.ALL)
 
@@ -74,6 +74,7 @@ def fleet_overview(request):
         "rows": rows, "unpooled": unpooled, "page": page, "state": state, "pool": pool,
         "states": NODE_STATES, "pools": Pool.objects.all(), "flagged": flagged,
         "total": fleet_counts(f for facts in nodes_by_pool.values() for f in facts),
+        "pool_label": LABEL_POOL,
     })
 
 
@@ -177,7 +178,7 @@ def pool_list(request):
     for p in all_pools:
         p.rate_now = rates[p.pk]  # the rate card in force (fleet.inventory.pricing)
     pools = [(p, capacities[p.pk]) for p in all_pools]
-    return render(request, "fleet/pools.html", {"pools": pools})
+    return render(request, "fleet/pools.html", {"pools": pools, "pool_label": LABEL_POOL})
 
 
 @login_required
@@ -190,8 +191,8 @@ def pool_new(request):
     form = PoolCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         pool = pool_create(form=form, by=request.user)
-        messages.success(request, f"{pool.name} created. The fleet sync counts its nodes "
-                                  "once they carry its node selector's labels.")
+        messages.success(request, f"{pool.name} created. It promises nothing until validated "
+                                  f"nodes labelled {LABEL_POOL}={pool.slug} are synced.")
         return redirect("fleet:pools")
     return render(request, "fleet/pool_new.html", {"form": form})
 

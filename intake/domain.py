@@ -346,9 +346,9 @@ class PoolFacts:
     allocated_devices: Decimal  # held by existing allocations
     rate_per_device_hour: Decimal
     mig_profiles: tuple[str, ...] = ()
-    capacity_source: str = "configured pool size"
+    capacity_source: str = "validated fleet"
     pool_id: int | None = None
-    free_whole_nodes: int | None = None  # known once the fleet is synced
+    free_whole_nodes: int | None = None  # None: not counted (a plan over plain numbers)
     free_mig_slices: dict[str, int] | None = None  # per profile, from DRA ResourceSlices
 
     @property
@@ -445,6 +445,11 @@ def _fit(decision: RouteDecision, pool: PoolFacts, held: Decimal, nodes: int
     where = f"{pool.name} ({pool.capacity_source})"
     if held <= 0:
         return Fit.NEVER, "Nothing to place yet."
+    if capacity <= 0:
+        return Fit.NEVER, (f"Nothing can be promised in {pool.name} now: "
+                           f"{pool.capacity_source}. Only validated, healthy, uncordoned "
+                           "devices are promised; the platform team brings such nodes into "
+                           "the pool (or choose another GPU model).")
     if held > capacity:
         return Fit.NEVER, (f"Can never fit {pool.name}: it needs {format_devices(held)} "
                            f"device(s) and the pool can promise {format_devices(capacity)} "

@@ -245,7 +245,7 @@ class ApprovalPlan:
     pool: Pool | None
     namespace: str = ""
     whole_devices: int = 0
-    nodes: tuple[str, ...] | None = None  # a dedicated block's nodes; None: no synced fleet
+    nodes: tuple[str, ...] = ()  # a dedicated block's nodes
 
     @property
     def ok(self) -> bool:

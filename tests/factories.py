@@ -59,8 +59,26 @@ class PoolFactory(factory.django.DjangoModelFactory):
                                     rate_per_device_hour=extracted or Decimal("2.00"))
 
 
-def make_pools() -> dict[str, Pool]:
-    return {
+def sync_nodes(pool: Pool, devices: int | None = None, *, prefix: str = "",
+               **node_options) -> list[str]:
+    """Validated, healthy GPU nodes of 8 devices for `pool` (enough for `devices`, by default
+    its configured ceiling), stored by the fleet watch's own code from Node objects shaped as
+    the API returns them: a pool promises only what its synced nodes hold."""
+    from fleet.inventory.sync import record_node_events
+    from fleet.kube import DryRunBackend
+    from portal.demo_fleet import demo_node
+
+    per_node = 8  # demo_node's GPU count
+    wanted = pool.capacity_devices if devices is None else devices
+    names = [f"{prefix or pool.slug}-node-{i:02d}" for i in range(-(-wanted // per_node))]
+    nodes = [demo_node(name, pool.slug, pool.gpu_model, **node_options) for name in names]
+    record_node_events(nodes, backend=DryRunBackend())
+    return names
+
+
+def make_pools(*, nodes: bool = True) -> dict[str, Pool]:
+    """One pool per route; with `nodes`, each with synced validated nodes for its ceiling."""
+    pools = {
         Route.SHARED_POOL: PoolFactory(slug="shared", route=Route.SHARED_POOL,
                                        capacity_devices=32, rate_per_device_hour=Decimal("2.50")),
         Route.DEDICATED_BLOCK: PoolFactory(slug="dedicated", route=Route.DEDICATED_BLOCK,
@@ -75,6 +93,11 @@ def make_pools() -> dict[str, Pool]:
                                         device_class="mig.nvidia.com",
                                         mig_profiles=["1g.10gb", "2g.20gb", "3g.40gb"]),
     }
+    if nodes:
+        for pool in pools.values():
+            sync_nodes(pool, bios=("confidential" if pool.route == Route.CONFIDENTIAL_POOL
+                                   else "performance"))
+    return pools
 
 
 def make_lead(tenant: Tenant, username: str):

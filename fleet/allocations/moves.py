@@ -48,7 +48,7 @@ def retirement_plan(node: GpuNode) -> list[MoveStep]:
     for alloc in allocations:
         if alloc.pool_id not in free:
             free[alloc.pool_id] = [n for n in free_dedicated_nodes(
-                alloc.pool, len(allocations) + 1) or () if n != node.name]
+                alloc.pool, len(allocations) + 1) if n != node.name]
         choices = free[alloc.pool_id]
         steps.append(MoveStep(alloc, choices.pop(0) if choices else None))
     return steps
@@ -80,7 +80,7 @@ def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
         old = alloc.nodes.filter(name=node_name).first()
         if old is None:
             raise FleetError(f"{alloc.namespace} does not reserve {node_name}.")
-        free = [n for n in free_dedicated_nodes(alloc.pool, 2) or () if n != node_name]
+        free = [n for n in free_dedicated_nodes(alloc.pool, 2) if n != node_name]
         if not free:
             raise FleetError(f"{alloc.pool.name} has no free validated node to move "
                              f"{alloc.namespace} onto: add one, or cancel the retirement.")

@@ -69,11 +69,11 @@ def allocation_create(*, tenant: Tenant, pool: Pool, route: str, whole_devices: 
     return allocation
 
 
-def allocation_reserve_nodes(*, allocation: Allocation, names: tuple[str, ...] | None,
+def allocation_reserve_nodes(*, allocation: Allocation, names: tuple[str, ...],
                              count: int, by) -> list[str]:
     """Reserve the whole validated nodes the plan chose for a dedicated block (the caller
-    holds the pool lock, so they are still free). None: no synced fleet yet."""
-    if allocation.route != Route.DEDICATED_BLOCK or count <= 0 or names is None:
+    holds the pool lock, so they are still free)."""
+    if allocation.route != Route.DEDICATED_BLOCK or count <= 0:
         return []
     if len(names) < count:
         raise FleetError(f"only {len(names)} free validated node(s), {count} needed")

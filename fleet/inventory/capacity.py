@@ -218,19 +218,31 @@ class PromisableCapacity:
 
     capacity_devices: Decimal
     allocated_devices: Decimal
-    free_whole_nodes: int | None  # schedulable nodes not held by a dedicated block
+    free_whole_nodes: int  # schedulable nodes not held by a dedicated block
     free_mig_slices: dict[str, int] | None  # per profile, when the driver reports MIG devices
     source: str
+    # False while no node of the pool is present: nothing can be promised, and the admin is
+    # told what to do (a configured size is a ceiling, never a source).
+    has_fleet: bool = True
 
     @property
     def free_devices(self) -> Decimal:
         return max(Decimal(0), self.capacity_devices - self.allocated_devices)
 
 
+NO_FLEET = "no nodes synced into the pool yet, so it promises nothing"
+
+
 def promisable_capacity(nodes: Iterable[NodeFacts], *, allocated_devices: Decimal,
                         reserved_nodes: Iterable[str] = (),
-                        allocated_mig: dict[str, int] | None = None) -> PromisableCapacity:
+                        allocated_mig: dict[str, int] | None = None,
+                        ceiling: int = 0) -> PromisableCapacity:
+    """Only schedulable devices are promised; `ceiling` (the pool's configured size, 0 for
+    none) caps them and never adds any."""
     nodes = [n for n in nodes if n.present]
+    if not nodes:
+        return PromisableCapacity(Decimal(0), allocated_devices, 0, None, NO_FLEET,
+                                  has_fleet=False)
     counts = fleet_counts(nodes)
     reserved = set(reserved_nodes)
     free_nodes = sum(1 for n in nodes if n.schedulable and n.name not in reserved)
@@ -238,10 +250,13 @@ def promisable_capacity(nodes: Iterable[NodeFacts], *, allocated_devices: Decima
     if counts.mig_slices:
         used = allocated_mig or {}
         mig = {p: max(0, c - used.get(p, 0)) for p, c in counts.mig_slices.items()}
-    source = (f"validated fleet: {counts.schedulable_devices} schedulable of "
+    capacity = counts.schedulable_devices
+    source = (f"validated fleet: {capacity} schedulable of "
               f"{counts.fleet_devices} devices on {counts.nodes} node(s)")
-    return PromisableCapacity(Decimal(counts.schedulable_devices), allocated_devices,
-                              free_nodes, mig, source)
+    if ceiling and capacity > ceiling:
+        capacity = ceiling
+        source += f", capped at the pool's configured {ceiling}"
+    return PromisableCapacity(Decimal(capacity), allocated_devices, free_nodes, mig, source)
 
 
 def choose_dedicated_nodes(nodes: Iterable[NodeFacts], *, count: int,

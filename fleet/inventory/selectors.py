@@ -6,7 +6,7 @@ from collections import Counter
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Sum
+from django.db.models import F, Sum
 
 from ..models import Allocation, GpuNode, Pool
 from .capacity import (
@@ -32,8 +32,6 @@ FACT_COLUMNS = ("name", "pool_id", "pool_label", "gpu_model", "gpu_count", "gpu_
 def facts_by_pool(nodes) -> dict[int | None, list]:
     """Pool id → NodeFacts of these nodes, read as plain rows (no model objects: pages that
     show capacity read every node of a pool on each view)."""
-    from .capacity import NodeFacts
-
     out: dict[int | None, list] = {}
     for row in nodes.values_list(*FACT_COLUMNS):
         d = dict(zip(FACT_COLUMNS, row, strict=True))
@@ -46,19 +44,14 @@ def facts_by_pool(nodes) -> dict[int | None, list]:
 
 
 def pool_capacity(pool: Pool) -> PromisableCapacity:
-    """Promisable capacity of a pool and what allocations already hold of it.
-
-    From the validated fleet once the pool has synced nodes; from the pool's configured
-    size before that (the embedded run without a cluster).
-    """
+    """Promisable capacity of a pool and what allocations already hold of it: from its
+    validated fleet only (a pool with no nodes promises nothing)."""
     return pools_capacity([pool])[pool.pk]
 
 
 def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, PromisableCapacity]:
     """pool_capacity of many pools in four queries, whatever their number (pages that show
     every pool). `node_facts` (pool id → facts) reuses nodes a page has read already."""
-    from django.db.models import F
-
     pools = list(pools)
     ids = [p.pk for p in pools]
     holding = Allocation.objects.filter(pool_id__in=ids, status__in=Allocation.HOLDING)
@@ -75,18 +68,10 @@ def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, Promis
     for pool_id, profile, count in holding.exclude(mig_profile="").values_list(
             "pool_id", "mig_profile", "mig_count"):
         mig_used.setdefault(pool_id, Counter())[profile] += count
-    out = {}
-    for pool in pools:
-        allocated = Decimal(held.get(pool.pk) or 0)
-        nodes = node_facts.get(pool.pk, [])
-        if not nodes:
-            out[pool.pk] = PromisableCapacity(Decimal(pool.capacity_devices), allocated, None,
-                                              None, "configured pool size")
-            continue
-        out[pool.pk] = promisable_capacity(
-            nodes, allocated_devices=allocated, reserved_nodes=reserved.get(pool.pk, []),
-            allocated_mig=dict(mig_used.get(pool.pk, {})))
-    return out
+    return {pool.pk: promisable_capacity(
+        node_facts.get(pool.pk, []), allocated_devices=Decimal(held.get(pool.pk) or 0),
+        reserved_nodes=reserved.get(pool.pk, []), allocated_mig=dict(mig_used.get(pool.pk, {})),
+        ceiling=pool.capacity_devices) for pool in pools}
 
 
 def pools_for_route(route: str, gpu_model: str = ""):
@@ -103,12 +88,10 @@ def pool_endings(pool: Pool) -> list[tuple]:
                 .values_list("ends_at", "device_equivalents"))
 
 
-def free_dedicated_nodes(pool: Pool, count: int) -> tuple[str, ...] | None:
+def free_dedicated_nodes(pool: Pool, count: int) -> tuple[str, ...]:
     """The validated nodes a dedicated block of `count` nodes would get, freshest burn-in
-    first; None while the pool has no synced fleet (nodes are then chosen later)."""
+    first (fewer than `count` when the pool has fewer free)."""
     pool_nodes = list(GpuNode.objects.filter(pool=pool))
-    if not pool_nodes:
-        return None
     reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
     return tuple(choose_dedicated_nodes([node_facts(n) for n in pool_nodes], count=count,
                                         reserved_nodes=reserved.values_list("name", flat=True)))

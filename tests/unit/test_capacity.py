@@ -114,6 +114,34 @@ def test_promisable_capacity_subtracts_allocations_and_reserved_nodes():
     assert "16 schedulable of 24 devices on 3 node(s)" in cap.source
 
 
+@pytest.mark.parametrize("nodes", [[], [facts("gone", present=False)]])
+@pytest.mark.parametrize("ceiling", [0, 16, 64])
+def test_a_pool_without_nodes_promises_nothing_whatever_its_configured_size(nodes, ceiling):
+    cap = promisable_capacity(nodes, allocated_devices=Decimal(0), ceiling=ceiling)
+    assert (cap.capacity_devices, cap.free_devices, cap.free_whole_nodes) == (0, 0, 0)
+    assert not cap.has_fleet and "promises nothing" in cap.source
+
+
+@pytest.mark.parametrize(("ceiling", "promised"), [(0, 16), (8, 8), (16, 16), (64, 16)])
+def test_the_configured_size_is_a_ceiling_never_a_source(ceiling, promised):
+    nodes = [facts("a"), facts("b"), facts("c", validated=False)]
+    cap = promisable_capacity(nodes, allocated_devices=Decimal(0), ceiling=ceiling)
+    assert cap.capacity_devices == promised and cap.has_fleet
+    assert ("capped" in cap.source) == (promised < 16)
+
+
+def test_a_plan_against_nothing_promisable_says_so():
+    decision = route_request(IntakeAnswers(isolation=Isolation.HABITUAL, fill=Fill.FULL,
+                                           whole_devices=2))
+    pool = PoolFacts(name="Shared L40S", route=Route.SHARED_POOL, gpu_model="L40S",
+                     devices_per_node=8, capacity_devices=Decimal(0),
+                     allocated_devices=Decimal(0), rate_per_device_hour=Decimal(1),
+                     capacity_source="no nodes synced into the pool yet, so it promises nothing")
+    plan = plan_request(decision, pool)
+    assert plan.fit is Fit.NEVER
+    assert plan.fit_reason.startswith("Nothing can be promised in Shared L40S now: no nodes")
+
+
 def test_free_mig_slices_per_profile():
     nodes = [facts("a", mig_devices=(("1g.10gb", 7),)),
              facts("b", mig_devices=(("1g.10gb", 3), ("3g.40gb", 1)))]
