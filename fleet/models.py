@@ -13,7 +13,7 @@ from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .allocations import lifecycle
 from .domain import Route
-from .vocabulary import NodeState, WorkloadState
+from .vocabulary import LedgerEvent, NodeState, WorkloadState
 
 __all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
 
@@ -312,18 +312,18 @@ class QueueEvent(AppendOnlyModel):
     the tenant's words and Kueue's own message for platform admins. Append-only: the queue
     history and the start-time estimates' track record are read from it."""
 
-    class Kind(models.TextChoices):
-        SUBMITTED = "submitted", "Submitted"
-        ADMITTED = "admitted", "Admitted"
-        PREEMPTED = "preempted", "Preempted"
-        EVICTED = "evicted", "Stopped"
-        FINISHED = "finished", "Finished"
-        GONE = "gone", "Deleted"
+    class Kind(models.TextChoices):  # the values of fleet.vocabulary.LedgerEvent
+        SUBMITTED = LedgerEvent.SUBMITTED, "Submitted"
+        ADMITTED = LedgerEvent.ADMITTED, "Admitted"
+        PREEMPTED = LedgerEvent.PREEMPTED, "Preempted"
+        EVICTED = LedgerEvent.EVICTED, "Stopped"
+        FINISHED = LedgerEvent.FINISHED, "Finished"
+        GONE = LedgerEvent.GONE, "Deleted"
         # After admission (fleet.queues.placement), from what Kubernetes recorded.
-        PODS = "pods", "Pods created"
-        CLAIMED = "claimed", "Devices allocated"
-        SCHEDULED = "scheduled", "Scheduled"
-        RUNNING = "running", "Running"
+        PODS = LedgerEvent.PODS, "Pods created"
+        CLAIMED = LedgerEvent.CLAIMED, "Devices allocated"
+        SCHEDULED = LedgerEvent.SCHEDULED, "Scheduled"
+        RUNNING = LedgerEvent.RUNNING, "Running"
 
     allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
                                    related_name="queue_events")

@@ -48,6 +48,15 @@ class WorkloadState:
                (FINISHED, "Finished"), (GONE, "Deleted")]
 
 
+class LedgerEvent:
+    """The kinds of a workload's ledger rows (fleet.queues.ledger): Kueue's transitions, then
+    the steps after admission from what Kubernetes recorded (fleet.queues.placement)."""
+
+    SUBMITTED, ADMITTED, PREEMPTED, EVICTED = "submitted", "admitted", "preempted", "evicted"
+    FINISHED, GONE = "finished", "gone"
+    PODS, CLAIMED, SCHEDULED, RUNNING = "pods", "claimed", "scheduled", "running"
+
+
 # Resources
 WHOLE_GPU = "nvidia.com/gpu"
 DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: MIG devices carry its attributes

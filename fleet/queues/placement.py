@@ -20,6 +20,7 @@ import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass
 
+from ..vocabulary import LedgerEvent
 from .truth import _d, _l, _s, parse_time
 
 JOB_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -147,22 +148,22 @@ def placement_events(old: Placement, new: Placement, *, admitted_at: dt.datetime
     events = []
     if new.pods_at and not old.pods_at:
         s = _secs(new.pods_at, admitted_at)
-        events.append({**base, "kind": "pods", "at": new.pods_at, "seam_seconds": s,
+        events.append({**base, "kind": LedgerEvent.PODS, "at": new.pods_at, "seam_seconds": s,
                        "reason": f"Pods created, {_words(s)} after admission."})
     if new.claimed_at and not old.claimed_at:
         s = _secs(new.claimed_at, new.pods_at)
-        events.append({**base, "kind": "claimed", "at": new.claimed_at, "seam_seconds": s,
+        events.append({**base, "kind": LedgerEvent.CLAIMED, "at": new.claimed_at, "seam_seconds": s,
                        "reason": f"Devices allocated to its claim ({'; '.join(new.devices)}), "
                                  f"{_words(s)} after its pods were created."})
     if new.scheduled_at and not old.scheduled_at:
         s = _secs(new.scheduled_at, new.pods_at)
-        events.append({**base, "kind": "scheduled", "at": new.scheduled_at,
+        events.append({**base, "kind": LedgerEvent.SCHEDULED, "at": new.scheduled_at,
                        "seam_seconds": s, "detail": new.node,
                        "reason": f"Placed on node {new.node or 'unknown'} by the scheduler, "
                                  f"{_words(s)} after its pods were created."})
     if new.running_at and not old.running_at:
         s = _secs(new.running_at, admitted_at)
-        events.append({**base, "kind": "running", "at": new.running_at, "seam_seconds": s,
+        events.append({**base, "kind": LedgerEvent.RUNNING, "at": new.running_at, "seam_seconds": s,
                        "reason": f"Running, {_words(s)} after admission."})
     return events
 

@@ -12,6 +12,8 @@ from decimal import Decimal
 from tenants.bulk import update_rows
 
 from ..models import ClusterQueueState, QueueEvent, QueueWorkload
+from .ledger import StoredWorkload
+from .placement import Placement
 from .truth import (
     ADMITTED,
     PENDING,
@@ -45,6 +47,17 @@ def row_facts(row: QueueWorkload) -> WorkloadFacts:
         admitted_at=row.admitted_at, finished_at=row.finished_at, max_seconds=row.max_seconds,
         pending_reason=row.pending_reason, pending_raw=row.pending_detail, stop=stop,
         requeued_at=row.requeued_at, resource_version=row.resource_version)
+
+
+def stored_workload(row: QueueWorkload) -> StoredWorkload:
+    """A ledger row as the ledger's decision sees it."""
+    return StoredWorkload(
+        pk=row.pk, allocation_id=row.allocation_id, facts=row_facts(row),
+        placement=Placement(pods_at=row.pods_at, scheduled_at=row.scheduled_at, node=row.node,
+                            claimed_at=row.claimed_at,
+                            devices=tuple(d for d in row.devices_allocated.split("\n") if d),
+                            running_at=row.running_at),
+        position=row.position, position_source=row.position_source)
 
 
 def queue_facts_of(state: ClusterQueueState) -> QueueFacts:

@@ -33,24 +33,20 @@ from ..allocations import lifecycle
 from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError, get_backend
 from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
 from ..vocabulary import KUEUE, KUEUE_VISIBILITY
+from .ledger import UPDATED, LedgerChanges, StoredWorkload, ledger_changes
 from .placement import (
     JOB_LABELS,
-    NOTHING,
     Placement,
     claims_by_pod,
-    placement_events,
     placement_of,
     pods_by_job,
 )
-from .reading import INTERIM, first_estimates, row_facts
+from .reading import INTERIM, first_estimates, stored_workload
 from .truth import (
     ADMITTED,
-    DEACTIVATED,
-    FINISHED,
     PENDING,
     QueueFacts,
     WorkloadFacts,
-    explain_stop,
     parse_cluster_queue,
     parse_workload,
     queue_order,
@@ -80,67 +76,6 @@ class QueueSyncReport:
         return (f"{self.workloads} workload(s) in {self.queues} queue(s), {self.changed} "
                 f"changed, {self.events} event(s), positions from {self.positions or 'none'}, "
                 f"{self.seconds:.2f}s")
-
-
-APPLIED = ("devices", "state", "admitted_at", "finished_at", "requeued_at", "max_seconds",
-           "pending_reason", "pending_detail", "stop_reason", "stop_preemption", "stopped_at",
-           "stop_detail", "local_queue", "cluster_queue", "priority", "resource_version",
-           "job")
-
-
-def _values(f: WorkloadFacts) -> dict:
-    stop = f.stop
-    return {"devices": f.devices, "state": f.state, "admitted_at": f.admitted_at,
-            "finished_at": f.finished_at, "requeued_at": f.requeued_at,
-            "max_seconds": f.max_seconds if f.max_seconds and f.max_seconds > 0 else None,
-            "pending_reason": f.pending_reason[:80], "pending_detail": f.pending_raw,
-            "stop_reason": stop.reason[:80] if stop else "",
-            "stop_preemption": stop.preemption[:80] if stop else "",
-            "stopped_at": stop.at if stop else None, "stop_detail": stop.raw if stop else "",
-            "local_queue": f.local_queue, "cluster_queue": f.cluster_queue,
-            "priority": f.priority, "resource_version": f.resource_version, "job": f.job}
-
-
-def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.datetime,
-                      borrowed: Decimal) -> list[dict]:
-    """The events that take a workload from what was stored (None: never seen) to what is
-    read now. Pure; times come from Kueue's conditions where it gives them."""
-    events: list[dict] = []
-    base = {"workload_uid": new.uid, "workload": new.display_name,
-            "local_queue": new.local_queue, "priority": new.priority, "devices": new.devices}
-    if old is None:
-        events.append({**base, "kind": QueueEvent.Kind.SUBMITTED,
-                       "at": new.submitted_at or now, "reason": "Submitted to the queue."})
-    new_stop = new.stop if new.stop and new.stop.at else None
-    old_stop_at = old.stop.at if old and old.stop else None
-    if new_stop and new_stop.at != old_stop_at and (old is None or old.state == ADMITTED
-                                                    or new_stop.at > (old.admitted_at or now)):
-        kind = QueueEvent.Kind.PREEMPTED if new_stop.reason == "Preempted" or \
-            new_stop.preemption else QueueEvent.Kind.EVICTED
-        if old is not None or new.state in (PENDING, DEACTIVATED):
-            events.append({**base, "kind": kind, "at": new_stop.at,
-                           "reason": explain_stop(new_stop), "detail": new_stop.raw})
-    # The same admission already recorded (a finished workload Kueue writes to again is
-    # not admitted again).
-    was_admitted = old is not None and old.state in (ADMITTED, FINISHED) and \
-        old.admitted_at == new.admitted_at
-    if new.state in (ADMITTED, FINISHED) and new.admitted_at and not was_admitted:
-        since = new.requeued_at if new.requeued_at and new.requeued_at < new.admitted_at \
-            else new.submitted_at
-        wait = (new.admitted_at - since).total_seconds() if since else None
-        reason = "Admitted: its devices were reserved and its pods released."
-        if borrowed > 0:
-            reason = (f"Admitted while the queue borrows {borrowed.normalize():f} device(s) "
-                      "from the cohort beyond its quota.")
-        events.append({**base, "kind": QueueEvent.Kind.ADMITTED, "at": new.admitted_at,
-                       "wait_seconds": max(0.0, wait) if wait is not None else None,
-                       "seam_seconds": max(0.0, wait) if wait is not None else None,
-                       "borrowed": borrowed, "reason": reason})
-    if new.state == FINISHED and (old is None or old.state != FINISHED):
-        events.append({**base, "kind": QueueEvent.Kind.FINISHED,
-                       "at": new.finished_at or now, "reason": "Finished; its devices were "
-                       "given back to the queue."})
-    return events
 
 
 def held_by_admissions(queues: dict[str, QueueFacts], facts: list[WorkloadFacts], *,
@@ -455,9 +390,10 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
         due = _integration_due(queues, states, now, everything=only is None)
         _integrate_usage({n: states[n] for n in due if n in states}, now)
         _store_queues(queues, states, allocations, now, due=due)
-        written, report.events = _store_workloads(
-            facts, queues, positions, allocations, now, placements,
-            listed_at=view.listed_at if only is None else None, gone=gone)
+        written, report.events = record_workloads(
+            facts, queues=queues, positions=positions, allocations=allocations, now=now,
+            placements=placements, listed_at=view.listed_at if only is None else None,
+            gone=gone)
     report.timings["store"] = time.monotonic() - started  # every workload on the pages
     # Kueue's own positions after the rows are on the page (at hundreds of changed queues the
     # visibility calls take seconds), then the first estimates, which read the positions.
@@ -510,25 +446,6 @@ def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueVie
             for f in admitted}
 
 
-def _stored_placement(row: QueueWorkload | None, f: WorkloadFacts) -> Placement:
-    """What the row holds for the same admission (a new admission starts from nothing)."""
-    if row is None or row.admitted_at != f.admitted_at:
-        return NOTHING
-    return Placement(pods_at=row.pods_at, scheduled_at=row.scheduled_at, node=row.node,
-                     claimed_at=row.claimed_at,
-                     devices=tuple(d for d in row.devices_allocated.split("\n") if d),
-                     running_at=row.running_at)
-
-
-def _placement_values(p: Placement) -> dict:
-    return {"pods_at": p.pods_at, "scheduled_at": p.scheduled_at, "node": p.node[:253],
-            "claimed_at": p.claimed_at, "devices_allocated": "\n".join(p.devices),
-            "running_at": p.running_at}
-
-
-PLACED = ("pods_at", "scheduled_at", "node", "claimed_at", "devices_allocated", "running_at")
-
-
 def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
                   allocations: dict[str, Allocation], now: dt.datetime, *,
                   due: set[str]) -> None:
@@ -561,114 +478,77 @@ def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueS
         observed_at=now)
 
 
-def _older(version: str, than: str) -> bool:
-    """Whether a Workload read at `version` is older than one stored at `than`. Kubernetes
-    calls resourceVersions opaque, but every etcd-backed server gives integers that grow;
-    anything else is never judged older (the newest reader then simply wins)."""
-    return version.isdigit() and than.isdigit() and int(version) < int(than)
+def _listed_snapshot(facts: list[WorkloadFacts], *, positions: dict[str, tuple[int, str]],
+                     placements: dict[str, Placement], listed_at: dt.datetime | None
+                     ) -> tuple[list[WorkloadFacts], dict[str, StoredWorkload], set[str]]:
+    """The list's reading of the ledger: the facts that may change something, the rows they
+    and the vanished touch, and what vanished — a followed row the list lacks that was last
+    seen before the list began (`listed_at`), so a row the watch wrote since stays."""
+    seen = {f.uid for f in facts}
+    # What every stored row is, in a few columns; whole rows only for the workloads that may
+    # be written (a re-sync of 5,000 with 30 changed built 5,000 model instances).
+    brief = ("uid", "resource_version", "position", "position_source", "observed_at")
+    known = {r[0]: r[1:] for r in QueueWorkload.objects.filter(
+        allocation__status__in=FOLLOWED).exclude(
+        state=QueueWorkload.State.GONE).values_list(*brief)}
+    known |= {r[0]: r[1:] for r in QueueWorkload.objects.filter(
+        uid__any=seen).values_list(*brief)}
+    vanished = {uid for uid, (_v, _p, _s, observed) in known.items()
+                if uid not in seen and (listed_at is None or observed < listed_at)}
+
+    def unchanged(f: WorkloadFacts) -> bool:
+        """Nothing the decision could write: the version stored, the same position, no
+        step read (ledger_changes would find the same; this spares reading the row)."""
+        row = known.get(f.uid)
+        if row is None or row[0] != f.resource_version or f.uid in placements:
+            return False
+        return row[1:3] == (positions.get(f.uid, (None, "")) if f.state == PENDING
+                            else (None, ""))
+
+    facts = [f for f in facts if not unchanged(f)]
+    rows = QueueWorkload.objects.filter(uid__any={f.uid for f in facts} | vanished)
+    return facts, {r.uid: stored_workload(r) for r in rows}, vanished
 
 
-def _store_workloads(facts: list[WorkloadFacts], queues: dict[str, QueueFacts],
+def _watched_snapshot(facts: list[WorkloadFacts], gone: set[str]
+                      ) -> tuple[list[WorkloadFacts], dict[str, StoredWorkload], set[str]]:
+    """The watch's reading: the rows of the workloads its events touched; what vanished is
+    what it saw deleted."""
+    seen = {f.uid for f in facts}
+    rows = QueueWorkload.objects.filter(uid__any=seen | gone)
+    return facts, {r.uid: stored_workload(r) for r in rows}, gone - seen
+
+
+def _write_ledger(changes: LedgerChanges, now: dt.datetime) -> None:
+    """New rows and events as plain values (building 20,000 model instances cost more than
+    writing them); changed rows by primary key; vanished rows marked gone in one statement."""
+    insert_values(QueueWorkload, changes.create)
+    update_rows(QueueWorkload, [QueueWorkload(pk=pk, **values) for pk, values in changes.update],
+                UPDATED)
+    if changes.gone:
+        QueueWorkload.objects.filter(pk__in=changes.gone).update(
+            state=QueueWorkload.State.GONE, position=None, observed_at=now)
+    insert_values(QueueEvent, changes.events)
+
+
+def record_workloads(facts: list[WorkloadFacts], *, queues: dict[str, QueueFacts],
                      positions: dict[str, tuple[int, str]],
                      allocations: dict[str, Allocation], now: dt.datetime,
-                     placements: dict[str, Placement] | None = None, *,
+                     placements: dict[str, Placement] | None = None,
                      listed_at: dt.datetime | None = None, gone: set[str] | None = None
                      ) -> tuple[set[str], int]:
-    """Store the facts read (the uids written, the events). Without `gone` the facts are a
-    whole list: a followed row not in it (and last seen before the list began, `listed_at`)
-    is gone. With `gone` (the watch)
-    only the facts given and the uids in `gone` are touched."""
-    seen = {f.uid for f in facts}
+    """Record the Workloads read (every followed one: a list, `gone` None; or those a watch's
+    events touched, with the uids it saw deleted in `gone`): read the ledger, decide
+    (ledger_changes), write. Returns the uids written and the number of events."""
+    placements = placements or {}
     if gone is None:
-        # What every stored row is, in a few columns; whole rows only for the workloads that
-        # may be written (a re-sync of 5,000 with 30 changed built 5,000 model instances).
-        brief = ("uid", "resource_version", "position", "position_source", "observed_at")
-        stored = {r[0]: r[1:] for r in QueueWorkload.objects.filter(
-            allocation__status__in=FOLLOWED).exclude(
-            state=QueueWorkload.State.GONE).values_list(*brief)}
-        stored |= {r[0]: r[1:] for r in QueueWorkload.objects.filter(
-            uid__any=seen).values_list(*brief)}
-        vanished = {uid for uid, (_v, _p, _s, observed) in stored.items()
-                    if uid not in seen and (listed_at is None or observed < listed_at)}
-
-        def unchanged(f: WorkloadFacts) -> bool:
-            """Nothing to write: the version stored, the same position, no new step."""
-            known = stored.get(f.uid)
-            if known is None or known[0] != f.resource_version or f.uid in (placements or {}):
-                return False
-            return known[1:3] == (positions.get(f.uid, (None, "")) if f.state == PENDING
-                                  else (None, ""))
-
-        facts = [f for f in facts if not unchanged(f)]
-        rows = {r.uid: r for r in QueueWorkload.objects.filter(
-            uid__any={f.uid for f in facts} | vanished)}
+        facts, stored, vanished = _listed_snapshot(facts, positions=positions,
+                                                   placements=placements, listed_at=listed_at)
     else:
-        rows = {r.uid: r for r in QueueWorkload.objects.filter(uid__any=seen | gone)}
-        vanished = gone - seen
-    # A reader older than what is stored (a list begun before the watch's last event) must
-    # not take a workload back, nor bring back one seen deleted at the version it read.
-    facts = [f for f in facts if f.uid not in rows or not (
-        _older(f.resource_version, rows[f.uid].resource_version)
-        or (rows[f.uid].state == QueueWorkload.State.GONE
-            and f.resource_version == rows[f.uid].resource_version))]
-    create, update, events = [], [], []
-    written: set[str] = set()
-    for f in facts:
-        alloc = allocations[f.namespace]
-        row = rows.get(f.uid)
-        q = queues.get(f.cluster_queue)
-        borrowed = q.borrowed if q else Decimal(0)
-        old = row_facts(row) if row else None
-        for e in transition_events(old, f, now=now, borrowed=borrowed):
-            events.append({"allocation_id": alloc.pk, **e})
-        stored = _stored_placement(row, f)
-        placed = (placements or {}).get(f.uid, stored)
-        # A step once recorded for this admission stays (its pods may be gone by now).
-        placed = Placement(*(getattr(placed, k) or getattr(stored, k)
-                             for k in Placement.__dataclass_fields__))
-        if f.admitted_at:
-            for e in placement_events(stored, placed, admitted_at=f.admitted_at, base={
-                    "workload_uid": f.uid, "workload": f.display_name,
-                    "local_queue": f.local_queue, "priority": f.priority,
-                    "devices": f.devices}):
-                events.append({"allocation_id": alloc.pk, **e})
-        position, source = positions.get(f.uid, (None, "")) if f.state == PENDING else \
-            (None, "")
-        if row is None:
-            written.add(f.uid)
-            create.append({
-                "allocation_id": alloc.pk, "uid": f.uid, "namespace": f.namespace,
-                "name": f.name, "submitted_at": f.submitted_at, "observed_at": now,
-                "position": position, "position_source": source, **_values(f),
-                **_placement_values(placed)})
-            continue
-        values = {**_values(f), **_placement_values(placed)}
-        dirty = row.resource_version != f.resource_version or row.position != position or \
-            row.position_source != source or placed != stored
-        if dirty:
-            written.add(f.uid)
-            for k, v in values.items():
-                setattr(row, k, v)
-            row.position = position
-            row.position_source = source
-            row.observed_at = now
-            update.append(row)
-    for uid in vanished:
-        row = rows.get(uid)
-        if row is not None and row.state != QueueWorkload.State.GONE:
-            written.add(uid)
-            if row.state != QueueWorkload.State.FINISHED:
-                events.append({
-                    "allocation_id": row.allocation_id, "workload_uid": row.uid,
-                    "workload": row.job or row.name, "local_queue": row.local_queue,
-                    "priority": row.priority, "kind": QueueEvent.Kind.GONE, "at": now,
-                    "devices": row.devices, "reason": "Deleted (its job was removed)."})
-            row.state, row.position, row.observed_at = QueueWorkload.State.GONE, None, now
-            update.append(row)
-    # New rows and events as plain values: building 20,000 model instances cost more than
-    # writing them.
-    insert_values(QueueWorkload, create)
-    update_rows(QueueWorkload, update,
-                [*APPLIED, *PLACED, "position", "position_source", "observed_at"])
-    insert_values(QueueEvent, events)
-    return written, len(events)
+        facts, stored, vanished = _watched_snapshot(facts, gone)
+    changes = ledger_changes(
+        stored, facts, vanished, positions=positions, placements=placements,
+        allocation_of={ns: a.pk for ns, a in allocations.items()},
+        borrowed={name: q.borrowed for name, q in queues.items()}, now=now)
+    _write_ledger(changes, now)
+    return changes.written, len(changes.events)

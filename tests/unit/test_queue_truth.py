@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from fleet.queues.sync import transition_events
+from fleet.queues.ledger import transition_events
 from fleet.queues.truth import (
     ADMITTED,
     FINISHED,

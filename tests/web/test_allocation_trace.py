@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from fleet.queues.placement import Placement
-from fleet.queues.sync import _store_workloads
+from fleet.queues.sync import record_workloads
 from fleet.queues.truth import ADMITTED, WorkloadFacts
 from intake import trace
 from intake.models import AllocationTrace
@@ -50,7 +50,8 @@ def run_first_job(alloc, *, running: bool = True, t0: dt.datetime | None = None)
                       admitted_at=at(30), resource_version="1")
     placement = Placement(pods_at=at(31), scheduled_at=at(32), node="shr-0",
                           running_at=at(34) if running else None)
-    _store_workloads([f], {}, {}, {alloc.namespace: alloc}, at(40), {f.uid: placement})
+    record_workloads([f], queues={}, positions={}, allocations={alloc.namespace: alloc},
+                     now=at(40), placements={f.uid: placement})
     return at
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from fleet.models import Allocation, ClusterQueueState, QueueEvent, Route
 from fleet.queues.placement import Placement
-from fleet.queues.sync import _store_workloads
+from fleet.queues.sync import record_workloads
 from fleet.queues.truth import ADMITTED, FINISHED, WorkloadFacts
 
 pytestmark = pytest.mark.django_db
@@ -47,9 +47,15 @@ def facts(state=ADMITTED, **kw) -> WorkloadFacts:
                          resource_version=kw.pop("rv", "1"), **kw)
 
 
+def record(alloc, read: list[WorkloadFacts], now, placements=None, **reader) -> int:
+    """The ledger's read → decide → write for these Workloads (a list, or with `gone` the
+    watch's events); the number of events recorded."""
+    return record_workloads(read, queues={}, positions={}, allocations={alloc.namespace: alloc},
+                            now=now, placements=placements or {}, **reader)[1]
+
+
 def sync(alloc, f: WorkloadFacts, placement: Placement | None, now) -> int:
-    placements = {f.uid: placement} if placement else {}
-    return _store_workloads([f], {}, {}, {alloc.namespace: alloc}, now, placements)[1]
+    return record(alloc, [f], now, {f.uid: placement} if placement else None)
 
 
 def test_each_step_is_recorded_once_in_time_order(alloc):
@@ -181,11 +187,10 @@ def test_an_older_reader_cannot_undo_what_a_newer_one_recorded(alloc):
     row = QueueWorkload.objects.get(uid="wl-1")
     assert row.state == ADMITTED and row.resource_version == "12"
     # The watch sees it deleted; an old list that still holds it does not bring it back.
-    _store_workloads([], {}, {}, {alloc.namespace: alloc}, at(43), {}, gone={"wl-1"})
+    record(alloc, [], at(43), gone={"wl-1"})
     row.refresh_from_db()
     assert row.state == "gone"
-    _store_workloads([facts(rv="12")], {}, {}, {alloc.namespace: alloc}, at(44), {},
-                     listed_at=at(41))
+    record(alloc, [facts(rv="12")], at(44), listed_at=at(41))
     row.refresh_from_db()
     assert row.state == "gone"
     assert list(QueueEvent.objects.filter(workload_uid="wl-1").values_list(
@@ -193,9 +198,9 @@ def test_an_older_reader_cannot_undo_what_a_newer_one_recorded(alloc):
 
     # A workload the watch recorded after a list began is not gone for that list.
     new = replace(facts(rv="20"), uid="wl-2", name="job-eval-y", job="eval")
-    _store_workloads([new], {}, {}, {alloc.namespace: alloc}, at(50), {}, gone=set())
-    _store_workloads([], {}, {}, {alloc.namespace: alloc}, at(51), {}, listed_at=at(49))
+    record(alloc, [new], at(50), gone=set())
+    record(alloc, [], at(51), listed_at=at(49))
     assert QueueWorkload.objects.get(uid="wl-2").state == ADMITTED
     # ...but a list begun after it was last seen, without it, is right to call it gone.
-    _store_workloads([], {}, {}, {alloc.namespace: alloc}, at(52), {}, listed_at=at(51))
+    record(alloc, [], at(52), listed_at=at(51))
     assert QueueWorkload.objects.get(uid="wl-2").state == "gone"
