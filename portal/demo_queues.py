@@ -36,7 +36,8 @@ def seed_demo_queues(now: dt.datetime) -> int:
     made = 0
     # Allocations still running at `now`: the demo writes queues before it plays the days
     # that retire a short allocation, which then must have no queue to show.
-    for alloc in Allocation.objects.filter(status__in=("pending", "active")).filter(
+    for alloc in Allocation.objects.filter(status__in=(Allocation.Status.PENDING,
+                                                         Allocation.Status.ACTIVE)).filter(
             Q(ends_at__isnull=True) | Q(ends_at__gt=now)).select_related("pool", "tenant"):
         mig = bool(alloc.mig_profile)
         nominal = Decimal(alloc.mig_count if mig else alloc.whole_devices)

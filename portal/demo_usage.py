@@ -26,7 +26,7 @@ def used_device_seconds(hour: dt.datetime, *, base_url: str | None = None,
 
     end = hour + dt.timedelta(hours=1)
     allocations = Allocation.objects.filter(starts_at__lt=end).filter(
-        Q(ends_at__isnull=True) | Q(ends_at__gt=hour)).exclude(status="retired")
+        Q(ends_at__isnull=True) | Q(ends_at__gt=hour)).exclude(status=Allocation.Status.RETIRED)
     expected = dict(CapacityRequest.objects.filter(allocation__in=allocations).values_list(
         "allocation_id", "expected_utilisation"))
     return {a.namespace: (a.device_equivalents * 3600 * demo_level(expected.get(a.pk, 60), hour)

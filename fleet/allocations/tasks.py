@@ -137,6 +137,7 @@ def follow_gitops() -> str:
 
     if not gitops_mode():
         return "not in GitOps mode"
-    ids = list(Allocation.objects.filter(status="provisioning").values_list("pk", flat=True))
-    active = sum(gitops_progress(pk).status == "active" for pk in ids)
+    ids = list(Allocation.objects.filter(status=Allocation.Status.PROVISIONING)
+               .values_list("pk", flat=True))
+    active = sum(gitops_progress(pk).status == Allocation.Status.ACTIVE for pk in ids)
     return f"{len(ids)} committed allocation(s) followed, {active} now active"

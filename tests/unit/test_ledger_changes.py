@@ -46,8 +46,11 @@ def stored(f: WorkloadFacts, pk=1, placement=NOTHING, position=None, source=""
                           position=position, position_source=source)
 
 
+NOW = at(60)
+
+
 def decide(stored_rows=(), reads=(), vanished=(), *, positions=None, placements=None,
-           borrowed=None, now=at(60)):
+           borrowed=None, now=NOW):
     return ledger_changes({s.facts.uid: s for s in stored_rows}, list(reads), set(vanished),
                           positions=positions or {}, placements=placements or {},
                           allocation_of={"acme-r7": 7}, borrowed=borrowed or {}, now=now)

@@ -329,6 +329,33 @@ def test_retry_of_an_active_allocation_is_refused(client, admin_user, approved):
     assert b"Only a failed allocation can be retried" in response.content
 
 
+@pytest.mark.parametrize("who", ["lead", "admin"])
+def test_the_allocation_panel_speaks_to_each_status(client, users, tenant, lead, admin_user,
+                                                    pools, who):
+    """A failed allocation's message reads as a failure and admins get Retry; an expiring
+    one says when it ends and how to keep it (the template names the statuses)."""
+    from fleet.allocations.provisioning import allocation_transition
+    from fleet.models import Allocation
+    from intake import services
+
+    req = make_request(tenant, lead, submit=True)
+    req = services.request_approve(request=req, by=admin_user, reason="ok")  # not provisioned
+    S = Allocation.Status
+    allocation_transition(req.allocation_id, from_states={S.PENDING}, to=S.FAILED,
+                          reason="test", message="The API server said no.")
+    client.force_login(users[who])
+    panel = client.get(reverse("intake:allocation", args=[req.pk])).content.decode()
+    assert '<p class="fit fit-never">The API server said no.</p>' in panel
+    assert ("Retry provisioning" in panel) is (who == "admin")
+    assert "File a renewal request before then" not in panel
+    for to in (S.PENDING, S.PROVISIONING, S.ACTIVE, S.EXPIRING):
+        allocation_transition(req.allocation_id, from_states=set(S.values), to=to,
+                              reason="test", message="ok")
+    panel = client.get(reverse("intake:allocation", args=[req.pk])).content.decode()
+    assert "File a renewal request before then" in panel
+    assert "Retry provisioning" not in panel and "fit fit-never" not in panel
+
+
 def test_admin_preview_of_a_submitted_request_shows_dry_run_rows(client, admin_user,
                                                                 submitted):
     client.force_login(admin_user)
