@@ -131,7 +131,7 @@ def test_no_import_cycles():
 # entry points (views, API, forms, admin, urls, the Celery task registry) compose them.
 FLEET_BELOW = {"fleet.kube", "fleet.prometheus", "fleet.domain", "fleet.vocabulary",
                "fleet.signals", "fleet.models", "fleet.apps"}
-FLEET_ROOMS = ("fleet.inventory", "fleet.allocations", "fleet.queues.truth")
+FLEET_ROOMS = ("fleet.inventory", "fleet.allocations", "fleet.queues")  # rooms by package
 FLEET_TOP = {"fleet.views", "fleet.api", "fleet.forms", "fleet.admin", "fleet.urls",
              "fleet.tasks", "fleet"}
 # The ORM models are the rooms' shared state; their status choices come from the allocation
@@ -161,23 +161,62 @@ def _target(imported: str, modules: set[str]) -> str:
     return ".".join(parts)
 
 
-def test_fleet_rooms_point_one_way():
-    files = {module_name(p): p for p in sorted((ROOT / "fleet").rglob("*.py"))
-             if "migrations" not in p.parts}
+def fleet_import_errors(name: str, imports: list[tuple[int, str]], modules: set[str]
+                        ) -> list[tuple[int, str]]:
+    """(line, module) of each import of fleet module `name` against the rooms' direction."""
+    _, own = fleet_place(name)
+    resolved = [(line, _target(imported, modules)) for line, imported in imports]
+    # `from fleet.allocations import lifecycle` names the package as well as the module it
+    # imports: the dependency is the module.
+    resolved = [(line, t) for line, t in resolved if not any(
+        other.startswith(t + ".") for ln, other in resolved if ln == line)]
     wrong = []
-    for name, path in files.items():
-        _, own = fleet_place(name)
-        for line, imported in project_imports(path):
-            target = _target(imported, set(files))
-            if not target.startswith("fleet") or target == name or target == "fleet":
-                continue
-            if (name, target) in FLEET_EXCEPTIONS or target in FLEET_ROOMS:
-                continue
-            _, theirs = fleet_place(target)
-            if theirs > own or (name, target) in FLEET_FORBIDDEN:
-                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    for line, target in resolved:
+        if not target.startswith("fleet") or target == name or target == "fleet":
+            continue
+        if (name, target) in FLEET_EXCEPTIONS:
+            continue
+        _, theirs = fleet_place(target)
+        if theirs > own or (name, target) in FLEET_FORBIDDEN:
+            wrong.append((line, target))
+    return wrong
+
+
+def fleet_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((ROOT / "fleet").rglob("*.py"))
+            if "migrations" not in p.parts}
+
+
+def test_fleet_rooms_point_one_way():
+    files = fleet_modules()
+    wrong = [f"{path.relative_to(ROOT)}:{line} imports {target}"
+             for name, path in files.items()
+             for line, target in fleet_import_errors(name, project_imports(path), set(files))]
     assert wrong == [], "fleet: vocabulary ← inventory ← allocations ← queues ← entry " \
                         "points:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize(("module", "imported"), [
+    ("fleet.queues.sync", "fleet.forms.PoolForm"),  # a room reaching up to an entry point
+    ("fleet.queues.watch", "fleet.views"),
+    ("fleet.inventory.selectors", "fleet.allocations.manifests"),  # a room reaching up
+    ("fleet.allocations.services", "fleet.queues.explain"),
+    ("fleet.inventory.selectors", "fleet.allocations"),  # a room's package counts as it
+    ("fleet.queues.sync", "fleet.queues.explain"),  # the writer reading the page builder
+    ("fleet.kube", "fleet.inventory.capacity"),  # the adapter below every room
+])
+def test_the_room_check_refuses_each_probe(module, imported):
+    """Probes that must fail the check: each would pass if the rooms had holes."""
+    assert fleet_import_errors(module, [(1, imported)], set(fleet_modules())) != []
+
+
+def test_the_room_check_allows_the_direction():
+    modules = set(fleet_modules())
+    for module, imported in [("fleet.queues.sync", "fleet.allocations.lifecycle"),
+                             ("fleet.allocations.services", "fleet.inventory.selectors"),
+                             ("fleet.views", "fleet.queues.explain"),
+                             ("fleet.inventory.capacity", "fleet.vocabulary")]:
+        assert fleet_import_errors(module, [(1, imported)], modules) == []
 
 
 def test_every_fleet_module_has_a_place():
