@@ -20,7 +20,16 @@ from tenants.access import billing_scope, visible_tenants
 from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 
+from .exports import statement_document, statement_response
 from .figures import month_figures, tenant_month
+from .services import (
+    BillingError,
+    require_billing_role,
+    statement_adjust,
+    statement_close,
+    statement_for,
+    statement_reopen,
+)
 
 MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
@@ -125,8 +134,6 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
         return Response([_with_currency(f) for f in figures])
 
     def _statement_of(self, request, pk, *, write: bool = False):
-        from .services import require_billing_role
-
         if write:
             require_billing_role(request.user)  # the role first: 403 before anything else
         slug, _, month = (pk or "").partition(":")
@@ -135,8 +142,6 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
         return tenant, parse_month(month)
 
     def _answer(self, tenant, m):
-        from .services import statement_for
-
         stmt, lines = statement_for(tenant, m)
         adjustments = [{"amount": f"{a.amount:.2f}", "reason": a.reason,
                         "at": a.at.isoformat()} for a in (stmt.adjustments.all() if stmt else [])]
@@ -148,8 +153,6 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def close(self, request, pk=None):
         """Finance: freeze a finished month (months close in order)."""
-        from .services import statement_close
-
         tenant, m = self._statement_of(request, pk, write=True)
         statement_close(tenant=tenant, month=m, by=request.user)
         return self._answer(tenant, m)
@@ -160,8 +163,6 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     def reopen(self, request, pk=None):
         """Finance: open the latest closed month again, with a reason (before any
         adjustment)."""
-        from .services import BillingError, statement_for, statement_reopen
-
         tenant, m = self._statement_of(request, pk, write=True)
         body = ReopenSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -176,8 +177,6 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     @action(detail=True, methods=["post"])
     def adjust(self, request, pk=None):
         """Finance: a correction to a closed month, with its reason."""
-        from .services import BillingError, statement_adjust, statement_for
-
         tenant, m = self._statement_of(request, pk, write=True)
         body = AdjustSerializer(data=request.data)
         body.is_valid(raise_exception=True)
@@ -195,8 +194,6 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     def statement_csv(self, request, pk=None):
         """The statement as CSV: its lines, the total, adjustments and the final amount,
         with the portal's currency (the same figures as the page and the PDF)."""
-        from .exports import statement_document, statement_response
-
         tenant, m = self._statement_of(request, pk)
         return statement_response(statement_document(tenant, m), "csv")
 
@@ -205,16 +202,12 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     @action(detail=True, methods=["get"], url_path="pdf")
     def statement_pdf(self, request, pk=None):
         """The statement as a PDF to send: the same document as the CSV."""
-        from .exports import statement_document, statement_response
-
         tenant, m = self._statement_of(request, pk)
         return statement_response(statement_document(tenant, m), "pdf")
 
     @extend_schema(responses=StatementSerializer, parameters=[STATEMENT_ID])
     def retrieve(self, request, pk=None):
         """One statement: `<tenant slug>:<YYYY-MM>`, its lines, adjustments and figures."""
-        from .services import statement_for
-
         tenant, m = self._statement_of(request, pk)
         stmt, lines = statement_for(tenant, m)
         adjustments = [{"amount": f"{a.amount:.2f}", "reason": a.reason,

@@ -6,13 +6,19 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from billing.figures import figure_sums
+from fleet.inventory.pricing import money
 from tenants.audit import audit_record
+from tenants.fields import decimal_for_column
 from tenants.models import Tenant
+from tenants.notifications import Kind, finance_people, notify, tenant_leads
 
-from .domain import BudgetStatus, budget_status, month_start
+from .domain import BudgetStatus, budget_status, forecast_extends, month_start, run_rate_forecast
+from .figures import month_figures
 from .models import Budget, BudgetAlert
 from .services import BillingError, require_billing_role
 
@@ -20,8 +26,6 @@ from .services import BillingError, require_billing_role
 def spent_in(tenant_ids, month: dt.date) -> dict[int, Decimal]:
     """Each tenant's charges in `month`: the one number its statement shows (billing.figures:
     lines to the cent plus adjustments), so the budget card and the statement agree."""
-    from .figures import month_figures
-
     return {f.tenant_id: f.final for f in month_figures(tenant_ids=list(tenant_ids),
                                                         months=[month])}
 
@@ -69,8 +73,6 @@ def budgets_overview(now: dt.datetime, tenants=None
 
 def parse_budget(value) -> Decimal | None:
     """Empty → no budget; otherwise a positive amount that fits the column."""
-    from tenants.fields import decimal_for_column
-
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
@@ -111,10 +113,6 @@ def budget_set(*, tenant: Tenant, amount_value, by) -> Budget | None:
 def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     """Notify each threshold crossed this month that has not been notified yet: the tenant's
     leads and finance. Safe to run from any number of workers (the unique key decides)."""
-    from django.conf import settings
-
-    from tenants.notifications import Kind, finance_people, notify, tenant_leads
-
     month = month_start(now)
     budgets = budgets_in_force(None, month)
     tenants = {t.pk: t for t in Tenant.objects.filter(pk__in=list(budgets))}
@@ -177,11 +175,6 @@ def _leaders(spent: dict[int, Decimal], top: int) -> list[tuple[int, Decimal, st
 def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     """Finance's month at a glance: spend so far (the statements' one number), the run-rate
     forecast, the top tenants by spend, and how many tenants are near or over budget."""
-    from billing.figures import figure_sums
-    from fleet.inventory.pricing import money
-
-    from .domain import forecast_extends, run_rate_forecast
-
     month = month_start(now)
     # Each tenant's final amount (lines to the cent, plus adjustments), summed by the
     # database: the running month of 5,000 tenants is 5,000 sums, not every line in Python.

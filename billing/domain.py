@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from fleet.domain import Route
 from fleet.inventory.pricing import borrowing_is_billed, money
@@ -260,8 +260,6 @@ def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.da
 
 def hours_text(value) -> str:
     """Hours as people read them: '1,234 h', '12.5 h', '0.75 h'."""
-    from decimal import InvalidOperation
-
     try:
         d = Decimal(value)
     except (InvalidOperation, TypeError, ValueError):

@@ -12,8 +12,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
+from django.http import HttpResponse
+from fpdf import FPDF
+from fpdf.fonts import FontFace
 
 from .figures import MonthFigures, tenant_month
+from .services import statement_for
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,6 @@ class StatementDocument:
 
 
 def statement_document(tenant, month: dt.date) -> StatementDocument:
-    from .services import statement_for
-
     stmt, lines = statement_for(tenant, month)
     adjustments = [(a.amount, a.reason, a.at) for a in
                    (stmt.adjustments.order_by("at") if stmt else [])]
@@ -97,9 +99,6 @@ def _h(value: Decimal) -> str:
 def statement_pdf(doc: StatementDocument) -> bytes:
     """A one-page-per-screenful A4 statement: who, which month, open or closed, each line
     with its hours and money, the total, adjustments with reasons, and the final amount."""
-    from fpdf import FPDF
-    from fpdf.fonts import FontFace
-
     pdf = FPDF(orientation="landscape", format="A4")
     pdf.set_title(f"Statement {doc.tenant_name} {doc.month:%B %Y}")
     pdf.set_author(doc.provider)
@@ -170,8 +169,6 @@ def statement_pdf(doc: StatementDocument) -> bytes:
 
 def statement_response(doc: StatementDocument, fmt: str):
     """The statement as a file download, for the page and the API alike."""
-    from django.http import HttpResponse
-
     if fmt == "pdf":
         response = HttpResponse(statement_pdf(doc), content_type="application/pdf")
     else:

@@ -14,9 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from django.conf import settings
+from django.db import connection
+from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
+
 from fleet.inventory.pricing import money
+from tenants.models import Tenant
 
 from .domain import SECONDS_PER_HOUR
+from .models import Adjustment, Statement, StatementLine, UsageMonth
 
 ZERO = Decimal(0)
 
@@ -52,8 +58,6 @@ class MonthFigures:
 
     @property
     def currency(self) -> str:
-        from django.conf import settings
-
         return settings.PORTAL_CURRENCY
 
 
@@ -65,10 +69,6 @@ def month_figures(*, tenant_ids: Iterable[int] | None = None,
     months given (None: all; `first`/`last`: a range of months, in SQL). With a route, only
     that route's lines, and no adjustment (an adjustment is the whole tenant-month's). Four
     queries whatever the size."""
-    from tenants.models import Tenant
-
-    from .models import Adjustment, Statement, StatementLine, UsageMonth
-
     tenant_ids = None if tenant_ids is None else list(tenant_ids)  # read more than once
 
     def scoped(qs, tenant_field: str, month_field: str):
@@ -187,14 +187,10 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
     cent, half up), so a page or a scrape over every tenant and month reads a few sums
     instead of every line. Elsewhere (SQLite: decimals are floats there) it is the
     reference itself; the property tests compare the two."""
-    from django.db import connection
-
     if connection.vendor != "postgresql":
         return sum_figures(month_figures(tenant_ids=tenant_ids, months=months, route=route),
                            by, adjustments=adjustments)
-    from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
 
-    from .models import Adjustment, Statement, StatementLine, UsageMonth
 
     ids = None if tenant_ids is None else list(tenant_ids)
     months = None if months is None else list(months)
@@ -282,6 +278,5 @@ def tenant_month(tenant_id: int, month: dt.date) -> MonthFigures:
     found = month_figures(tenant_ids=[tenant_id], months=[month])
     if found:
         return found[0]
-    from tenants.models import Tenant
 
     return MonthFigures(tenant_id, Tenant.objects.get(pk=tenant_id).slug, month)

@@ -4,6 +4,7 @@ read the same validated values."""
 from __future__ import annotations
 
 from django import forms
+from django.utils.http import urlencode
 
 from fleet.domain import Route
 from tenants.widgets import FastSelect
@@ -37,7 +38,5 @@ class OverviewFilters(forms.Form):
 
     def query(self, **overrides) -> str:
         """The validated filters as a query string, for links that keep them."""
-        from django.utils.http import urlencode
-
         data = {**self.values(), **overrides}
         return urlencode({k: v for k, v in data.items() if v not in ("", None)})

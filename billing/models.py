@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from fleet.models import Allocation, Pool, RateCard  # noqa: F401 - RateCard lives in fleet
 from tenants.models import Tenant
+
+from .domain import month_start, right_sizing
 
 
 class UsageHour(models.Model):
@@ -103,8 +106,6 @@ class StatementLine(models.Model):
 
     @property
     def right_sizing(self) -> str:
-        from .domain import right_sizing
-
         return right_sizing(self.route, self.allocated_h, self.used_h)
 
 
@@ -122,10 +123,6 @@ class Adjustment(models.Model):
 
 
 def this_month():
-    from django.utils import timezone
-
-    from .domain import month_start
-
     return month_start(timezone.now())
 
 

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.db import connection
 from django.db.models import F, Q, Sum
+from django.db.models.functions import TruncDay
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
-from .domain import SECONDS_PER_HOUR, month_start, utilisation
-from .models import UsageHour, UsageMonth
+from fleet.domain import Route
+from fleet.inventory.pricing import money, money_text
+from fleet.models import Allocation
+from tenants.models import Tenant
+
+from . import budgets
+from .domain import POLICIES, SECONDS_PER_HOUR, hours_text, month_bounds, month_start, utilisation
+from .focus import AdjustmentCharge, ChargeDay, cents_by_day
+from .models import Adjustment, StatementLine, UsageHour, UsageMonth
 
 
 @dataclass
@@ -123,13 +139,6 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
     tenant is charged; a route filter sorts by usage only), the tenant's name joined after
     grouping, ORDER BY, COUNT(*) OVER (), LIMIT. The numbers shown come from
     billing.figures (apply_to_overview); these sums only order and count the tenants."""
-    from django.core.paginator import Paginator
-    from django.db import connection
-
-    from tenants.models import Tenant
-
-    from .models import Adjustment
-
     usage = (_filtered_months(tenant_ids, months, route=route, q=q)
              .values(tid=F("tenant_id"))
              .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"),
@@ -182,14 +191,6 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
 def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
                 tenant_slugs: set[str] | None = None):
     """FOCUS charge periods: per allocation, day and rate, the hours' sums (one query)."""
-    from django.db.models.functions import TruncDay
-
-    from fleet.domain import Route
-    from fleet.models import Allocation
-
-    from .domain import POLICIES, month_bounds, month_start
-    from .focus import ChargeDay
-
     if not months:
         return []
     start, _ = month_bounds(min(months))
@@ -227,14 +228,6 @@ def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
 def _in_cents(days):
     """Each allocation-month's days in cents, summing to its statement line (the frozen one
     for a closed month)."""
-    from collections import defaultdict
-    from dataclasses import replace
-
-    from fleet.inventory.pricing import money
-
-    from .focus import cents_by_day
-    from .models import StatementLine
-
     groups: dict[tuple[int, dt.datetime], list[int]] = defaultdict(list)
     for i, d in enumerate(days):
         groups[(d.allocation_id, d.billing_start)].append(i)
@@ -255,10 +248,6 @@ def _in_cents(days):
 def adjustment_charges(tenant_ids, months: list[dt.date], *,
                        tenant_slugs: set[str] | None = None):
     """Closed months' adjustments as FOCUS charges (one query)."""
-    from .domain import month_bounds
-    from .focus import AdjustmentCharge
-    from .models import Adjustment
-
     qs = Adjustment.objects.filter(statement__month__in=months).select_related(
         "statement__tenant").order_by("statement__month", "at", "pk")
     if tenant_ids is not None:
@@ -283,15 +272,6 @@ def adjustment_charges(tenant_ids, months: list[dt.date], *,
 def tenant_table(rows, months: list[dt.date]) -> list[dict]:
     """The visible page of tenants × months as ready-made text and links: formatting and
     URL reversing done once here, not per cell in the template (12 months × 50 tenants)."""
-    from django.conf import settings
-    from django.urls import reverse
-    from django.utils.html import format_html
-    from django.utils.safestring import mark_safe
-
-    from fleet.inventory.pricing import money_text
-
-    from .domain import hours_text
-
     currency = settings.PORTAL_CURRENCY
     # One reverse per month; the slug goes into the path (slugs are URL-safe).
     links = {m: reverse("billing:statement", args=["__slug__", f"{m:%Y-%m}"]) for m in months}
@@ -315,8 +295,6 @@ def tenant_table(rows, months: list[dt.date]) -> list[dict]:
 def month_chart(totals: list[dict], *, budget=None) -> dict:
     """Chart.js data for the months: hours as bars on the left axis, charges as a line on
     the right (plain numbers; the page's script formats them with the units)."""
-    from django.conf import settings
-
     data = {
         "labels": [f"{t['month']:%b %Y}" for t in totals],
         "allocated_h": [round(float(t["allocated_h"]), 1) for t in totals],
@@ -333,12 +311,6 @@ def budget_view(tenant_ids, q: str, rows, route: str = ""):
     """The monthly budget to show beside the figures: when the page covers one tenant's whole
     spend (a lead's own, or finance filtered down to one), never beside a route's share of it
     or beside a filter that left nothing."""
-    from django.utils import timezone
-
-    from tenants.models import Tenant
-
-    from . import budgets
-
     if route:
         return None
     ids = {r.tenant_id for r in rows}

@@ -7,14 +7,18 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from fleet.allocations import lifecycle
+from fleet.domain import mig_share
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
-from fleet.models import Allocation, NodeOutage
+from fleet.models import Allocation, NodeOutage, QueueUsageHour
+from tenants.access import require_billing_writer, require_platform_admin
 from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
 from tenants.fields import decimal_for_column
@@ -23,13 +27,16 @@ from tenants.models import Tenant
 from . import prometheus
 from .domain import (
     HOUR,
+    POLICIES,
     allocation_hour,
     floor_hour,
     hours_between,
     month_bounds,
     month_start,
+    right_sizing,
     utilisation,
 )
+from .figures import hours
 from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, UsageMonth
 
 BILLED = tuple(sorted(lifecycle.BILLED))
@@ -54,9 +61,6 @@ class RollupReport:
 def usage_source():
     """Where used device-seconds come from: Prometheus (DCGM), or what PORTAL_USAGE_SOURCE
     names (the embedded run's synthetic use). Same signature either way."""
-    from django.conf import settings
-    from django.utils.module_loading import import_string
-
     if settings.PORTAL_USAGE_SOURCE:
         return import_string(settings.PORTAL_USAGE_SOURCE)
     return prometheus.used_device_seconds
@@ -98,9 +102,6 @@ def borrowed_device_seconds(allocations, start: dt.datetime, end: dt.datetime
                             ) -> dict[tuple[int, dt.datetime], Decimal]:
     """(allocation, hour) → device-seconds admitted above quota, from the queue-hours the
     fleet integrates from Kueue's admissions (MIG slices as device-equivalents)."""
-    from fleet.domain import mig_share
-    from fleet.models import QueueUsageHour
-
     weights = mig_weights()
     profile = {a.pk: a.mig_profile for a in allocations}
     return {(q.allocation_id, q.hour): q.borrowed_s * (
@@ -211,20 +212,14 @@ class Line:
 
     @property
     def right_sizing(self) -> str:
-        from .domain import right_sizing
-
         return right_sizing(self.route, self.allocated_h, self.used_h)
 
 
 def _h(seconds) -> Decimal:
-    from .figures import hours  # one rounding of hours for lines and figures alike
-
     return hours(seconds)
 
 
 def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
-    from .domain import POLICIES
-
     months = (UsageMonth.objects.filter(tenant=tenant, month=month)
               .select_related("allocation", "pool").order_by("allocation_id"))
     out = []
@@ -350,8 +345,6 @@ def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
 
 
 def require_billing_role(user) -> None:
-    from tenants.access import require_billing_writer
-
     require_billing_writer(user)
 
 
@@ -360,8 +353,6 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
                     gpu_model: str = "") -> RateCard:
     """A new price from a moment on. Hours before it keep their price; a re-run of the rollup
     over hours after it reprices them (closed months never change)."""
-    from tenants.access import require_platform_admin
-
     require_platform_admin(by)
     try:
         rate = decimal_for_column(rate, max_digits=10, decimal_places=4, what="The rate")

@@ -10,24 +10,33 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleet.models import Allocation, Route
+from fleet.models import Allocation, Pool, Route
 from tenants.access import billing_scope, require_rates_reader, roles_for, visible_tenants
 from tenants.audit import REASON_MAX
 from tenants.models import Tenant
 
+from . import budgets as budget_service
 from . import services
-from .budgets import this_month
-from .domain import month_bounds, month_start
+from .budgets import status_for, this_month
+from .domain import month_bounds, month_start, utilisation
+from .exports import statement_document, statement_response
 from .figures import apply_to_overview, month_figures, month_totals, tenant_month
-from .models import UsageHour
+from .figures import hours as to_hours
+from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
+from .forms import OverviewFilters
+from .models import RateCard, UsageHour
 from .selectors import (
+    adjustment_charges,
     budget_view,
+    charge_days,
     filtered_tenant_ids,
     last_months,
     month_chart,
@@ -66,8 +75,6 @@ def _month(value: str) -> dt.date:
 
 @login_required
 def finance_overview(request):
-    from .forms import OverviewFilters
-
     tenant_ids = _billing_reader(request.user)
     data = request.GET.copy()  # unset filters show their defaults in the form
     for name, value in OverviewFilters.DEFAULTS.items():
@@ -98,7 +105,6 @@ def finance_overview(request):
              "used_h": sum(t["used_h"] for t in totals),
              "amount": sum(t["amount"] for t in totals)}
     grand["idle_h"] = grand["allocated_h"] - grand["used_h"]
-    from .domain import utilisation
 
     grand["utilisation"] = utilisation(grand["used_h"], grand["allocated_h"])
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
@@ -142,11 +148,6 @@ def _csv(rows, months) -> HttpResponse:
 def _focus(tenant_ids, months, route: str, slugs) -> HttpResponse:
     """The same view's charges in the FinOps FOCUS format: one row per allocation and
     charge period (a day at one price)."""
-    from django.conf import settings
-
-    from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
-    from .selectors import adjustment_charges, charge_days
-
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = 'attachment; filename="focus-charges.csv"'
     out = csv.DictWriter(response, fieldnames=[name for name, _ in FOCUS_COLUMNS])
@@ -181,11 +182,8 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
     total = figures.usage_amount
     adjustments = list(stmt.adjustments.select_related("by")) if stmt else []
     if request.GET.get("format") in ("csv", "pdf"):
-        from .exports import statement_document, statement_response
-
         return statement_response(statement_document(tenant, m), request.GET["format"])
     roles = roles_for(request.user)
-    from .budgets import status_for
 
     return render(request, "billing/statement.html", {
         "budget": status_for(tenant, timezone.now(), m) if m <= month_start(timezone.now())
@@ -266,10 +264,7 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
     alloc = get_object_or_404(Allocation.objects.select_related("pool"), pk=allocation_id,
                               tenant=tenant)
     start, end = month_bounds(_month(month))
-    from django.core.paginator import Paginator
-    from django.db.models import Sum
 
-    from .figures import hours as to_hours
 
     rows = UsageHour.objects.filter(allocation=alloc, hour__gte=start, hour__lt=end)
     page = Paginator(rows.order_by("hour"), 7 * 24).get_page(request.GET.get("page"))
@@ -295,8 +290,6 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
 @login_required
 def budgets(request):
     """Monthly budgets: finance and admins set them; spend and run-rate forecast beside."""
-    from . import budgets as budget_service
-
     services.require_billing_role(request.user)
     errors: dict[str, str] = {}
     if request.method == "POST":
@@ -310,7 +303,6 @@ def budgets(request):
                 f"?page={page_no}" if page_no.isascii() and page_no.isdigit() else ""))
         except services.BillingError as exc:
             errors[tenant.slug] = exc.message
-    from django.core.paginator import Paginator
 
     page = Paginator(Tenant.objects.order_by("name", "pk"), 50).get_page(
         request.GET.get("page") or request.POST.get("page"))
@@ -323,10 +315,6 @@ def budgets(request):
 @login_required
 def rates(request):
     """Rate cards: admins add them; finance reads them."""
-    from fleet.models import Pool
-
-    from .models import RateCard
-
     roles = require_rates_reader(request.user)
     errors = {}
     if request.method == "POST":

@@ -14,6 +14,9 @@ from tenants.audit import REASON_MAX
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
 
+from .allocations.moves import allocation_move_off
+from .allocations.selectors import connect_info
+from .allocations.services import allocation_release
 from .forms import LOCAL_QUEUE_MAX, PRIORITY_BOUNDS
 from .models import Allocation
 from .queues.explain import allocation_queue, cohort_views
@@ -252,8 +255,6 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     def release(self, request, pk=None):
         """End an active allocation now (a team lead of its tenant, or a platform admin):
         billing stops at this moment and its objects are removed. Audited."""
-        from .allocations.services import allocation_release
-
         alloc = self.get_object()  # another tenant's: 404
         roles = roles_for(request.user)
         if not (roles.platform_admin or roles.can_file_for(alloc.tenant_id)):
@@ -272,8 +273,6 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
         retired) onto a free validated node of the same pool. Same pool, same price; the
         tenant's leads are told; audited. 400 when it is not a dedicated block on that node
         or the pool has no free node."""
-        from .allocations.moves import allocation_move_off
-
         require_platform_admin(request.user)
         alloc = self.get_object()
         body = MoveSerializer(data=request.data)
@@ -302,8 +301,6 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     def connect(self, request, pk=None):
         """How to use an active allocation: the cluster, a kubeconfig (OIDC, no secrets),
         the LocalQueue and an example workload for its route."""
-        from .allocations.selectors import connect_info
-
         alloc = get_object_or_404(self.get_queryset(), pk=pk,
                                   status__in=(Allocation.Status.ACTIVE,
                                               Allocation.Status.EXPIRING))

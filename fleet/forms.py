@@ -7,7 +7,7 @@ import re
 
 from django import forms
 
-from tenants.fields import AsciiIntegerField
+from tenants.fields import AsciiIntegerField, decimal_for_column
 
 from .models import Pool
 
@@ -118,8 +118,6 @@ class PoolCreateForm(PoolForm):
         labels = {**PoolForm.Meta.labels, "slug": "Short name (in URLs and labels)"}
 
     def clean_rate(self):
-        from tenants.fields import decimal_for_column
-
         try:
             rate = decimal_for_column(self.cleaned_data["rate"], max_digits=10,
                                       decimal_places=4, what="The rate")

@@ -18,6 +18,10 @@ from typing import Any, Protocol
 
 import urllib3
 from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
 
 from .vocabulary import (  # noqa: F401 - re-read by callers of the adapter
     LABEL_ALLOCATION,
@@ -107,8 +111,6 @@ class KubernetesBackend:
 
     def __init__(self, api_client, *, field_manager: str = MANAGER,
                  request_timeout: float = 20) -> None:
-        from kubernetes.dynamic import DynamicClient
-
         self.api_client = api_client
         self.field_manager = field_manager
         self.timeout = request_timeout
@@ -123,14 +125,10 @@ class KubernetesBackend:
 
     @classmethod
     def from_kubeconfig(cls, path: str, **kw) -> KubernetesBackend:
-        from kubernetes import config
-
         return cls(config.new_client_from_config(config_file=path), **kw)
 
     @classmethod
     def in_cluster(cls, **kw) -> KubernetesBackend:
-        from kubernetes import client, config
-
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
         return cls(client.ApiClient(configuration), **kw)
@@ -177,8 +175,6 @@ class KubernetesBackend:
         """Under the discovery lock. Any failure of discovery itself (the server away, or
         the client library tripping over a half-refreshed cache) is a KubeError that says
         whether a retry can help, never a bare exception that would leave a task hanging."""
-        from kubernetes.dynamic.exceptions import ResourceNotFoundError
-
         try:
             try:
                 return client.resources.get(api_version=api_version, kind=kind)
@@ -198,9 +194,6 @@ class KubernetesBackend:
             raise err from exc
 
     def _call(self, what: str, fn, *args, **kwargs):
-        from kubernetes.client.exceptions import ApiException
-        from kubernetes.dynamic.exceptions import DynamicApiError
-
         try:
             return fn(*args, _request_timeout=self.timeout, **kwargs)
         except (ApiException, DynamicApiError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -9,18 +10,36 @@ from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
-from tenants.access import require_platform_admin
+from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.audit import audit_for
 
 from .allocations.lifecycle import USABLE
+from .allocations.moves import allocation_move_off, retirement_plan
+from .allocations.selectors import connect_info
+from .forms import PoolCreateForm, PoolForm, QueueNarrowForm
 from .inventory.capacity import fleet_counts
+from .inventory.pricing import pool_rate, pool_rates
 from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
-from .inventory.services import node_set_retiring
+from .inventory.services import node_set_retiring, pool_create, pool_update
+from .inventory.sync import fleet_sync
 from .kube import KubeError
-from .models import Allocation, GpuNode, Pool, Route
+from .models import Allocation, ClusterQueueState, GpuNode, Pool, Route
+from .queues.explain import (
+    allocation_queue,
+    cohort_views,
+    history_chart,
+    oldest_wait_text,
+    queue_history,
+    queue_stamp,
+    seam_chart,
+    seam_figures,
+)
+from .queues.truth import amount
+from .tasks import sync_fleet
 from .vocabulary import LABEL_POOL, NodeState
 
 NODE_STATES = list(NodeState.ALL)
@@ -82,10 +101,7 @@ def fleet_overview(request):
 @require_POST
 def fleet_sync_now(request):
     require_platform_admin(request.user)
-    from django.conf import settings
 
-    from .inventory.sync import fleet_sync
-    from .tasks import sync_fleet
 
     try:
         if settings.CELERY_TASK_ALWAYS_EAGER:  # no worker: sync here and say what it found
@@ -106,8 +122,6 @@ def node_detail(request, name: str):
         status__in=Allocation.HOLDING)
     pool_allocations, plan = [], []
     if node.retiring:
-        from .allocations.moves import retirement_plan
-
         plan = retirement_plan(node)
     if node.retiring and node.pool:
         cap = pool_capacity(node.pool)
@@ -126,8 +140,6 @@ def node_detail(request, name: str):
 def node_move_off(request, name: str):
     """Move the chosen dedicated blocks off a retiring node, each onto a free validated node
     of its own pool, in one action (each move audited, its tenant's leads told)."""
-    from .allocations.moves import allocation_move_off
-
     require_platform_admin(request.user)
     node = get_object_or_404(GpuNode, name=name)
     reason = request.POST.get("reason", "")
@@ -168,9 +180,7 @@ def node_retire(request, name: str):
 @login_required
 def pool_list(request):
     require_platform_admin(request.user)
-    from django.utils import timezone
 
-    from .inventory.pricing import pool_rates
 
     all_pools = list(Pool.objects.all())
     capacities = pools_capacity(all_pools)
@@ -184,9 +194,6 @@ def pool_list(request):
 @login_required
 def pool_new(request):
     """Platform admins add a pool: route, GPUs, size, cohort and its first rate."""
-    from .forms import PoolCreateForm
-    from .inventory.services import pool_create
-
     require_platform_admin(request.user)
     form = PoolCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -199,9 +206,6 @@ def pool_new(request):
 
 @login_required
 def pool_edit(request, slug: str):
-    from .forms import PoolForm
-    from .inventory.services import pool_update
-
     require_platform_admin(request.user)
     pool = get_object_or_404(Pool, slug=slug)
     form = PoolForm(request.POST or None, instance=pool)
@@ -209,7 +213,6 @@ def pool_edit(request, slug: str):
         pool_update(form=form, by=request.user)
         messages.success(request, f"{pool.name} saved.")
         return redirect("fleet:pools")
-    from .inventory.pricing import pool_rate
 
     return render(request, "fleet/pool_form.html", {
         "pool": pool, "form": form, "rate_now": pool_rate(pool.pk),
@@ -220,11 +223,6 @@ def pool_edit(request, slug: str):
 def allocation_queue_panel(request, pk: int):
     """The queue of an allocation (htmx partial, refreshed while the page is open): what runs,
     what waits and why, borrowing and its price, preemptions, and history."""
-    from tenants.access import roles_for, scope_to_tenants
-
-    from .forms import QueueNarrowForm
-    from .queues.explain import allocation_queue, history_chart, queue_stamp, seam_chart
-
     alloc = get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk)
     narrowed = QueueNarrowForm(request.GET).narrowed()
@@ -244,17 +242,12 @@ def allocation_queue_panel(request, pk: int):
 @login_required
 def cohorts(request):
     """Platform admins: every cohort at a glance, and who is blocked by whom."""
-    from .models import ClusterQueueState
-    from .queues.explain import cohort_views, history_chart, oldest_wait_text, queue_history
-
     require_platform_admin(request.user)
     followed = Allocation.objects.filter(pk__in=ClusterQueueState.objects.filter(
         allocation__isnull=False).values("allocation_id"))
-    from .queues.explain import seam_chart, seam_figures
 
     chart = history_chart(queue_history(followed))
     seams = seam_figures(followed)  # every tenant's ledger: admins see all
-    from .queues.truth import amount
 
     # Quotas in their own unit (devices, or slices of one MIG profile), worded as everywhere.
     resources = dict(ClusterQueueState.objects.values_list("name", "resource"))
@@ -272,8 +265,6 @@ def cohorts(request):
 def _usable_allocation(request, pk: int) -> Allocation:
     """An active allocation of the caller's tenants (else 404: another tenant's, or one that
     cannot be used yet)."""
-    from tenants.access import scope_to_tenants
-
     return get_object_or_404(scope_to_tenants(
         request.user, Allocation.objects.select_related("pool", "tenant")), pk=pk,
         status__in=USABLE)
@@ -282,8 +273,6 @@ def _usable_allocation(request, pk: int) -> Allocation:
 @login_required
 def allocation_connect_panel(request, pk: int):
     """"Use it": the cluster, a kubeconfig, the queue and an example workload."""
-    from .allocations.selectors import connect_info
-
     alloc = _usable_allocation(request, pk)
     return render(request, "partials/connect.html", {"alloc": alloc,
                                                      "info": connect_info(alloc)})
@@ -292,8 +281,6 @@ def allocation_connect_panel(request, pk: int):
 @login_required
 def allocation_connect_file(request, pk: int, what: str):
     """The kubeconfig or the example workload, as a YAML download."""
-    from .allocations.selectors import connect_info
-
     alloc = _usable_allocation(request, pk)
     info = connect_info(alloc)
     response = HttpResponse(info[what], content_type="application/yaml; charset=utf-8")

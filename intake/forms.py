@@ -13,17 +13,15 @@ from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
 from tenants.widgets import FastSelect, TenantPicker
 
-from .domain import IntakeAnswers, Status
+from .domain import Fill, IntakeAnswers, Isolation, Status
 from .models import STATUS_CHOICES, CapacityRequest
-from .selectors import ReviewQueueFilter, answers_for
+from .selectors import ReviewQueueFilter, answers_for, offered_mig_profiles
 from .services import EDITABLE_FIELDS
 from .validation import request_field_errors
 
 
 def _mig_choices() -> list[tuple[str, str]]:
     """Only what the platform can give (intake.selectors.offered_mig_profiles)."""
-    from .selectors import offered_mig_profiles
-
     return [("", "— or give the memory per replica —")] + [
         (p.name, f"{p.name} ({p.compute_slices}/7 of a device, {p.memory_gb} GB)")
         for p in offered_mig_profiles()]
@@ -113,8 +111,6 @@ class CapacityRequestForm(forms.ModelForm):
 
     def answers(self) -> IntakeAnswers:
         """Answers from whatever parsed cleanly, so the preview works on a half-filled form."""
-        from .domain import Fill, Isolation
-
         data = getattr(self, "cleaned_data", {}) or {}
         iso = data.get("isolation_origin") or self.data.get("isolation_origin")
         fill = data.get("device_fill") or self.data.get("device_fill")

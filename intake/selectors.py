@@ -6,20 +6,29 @@ import datetime as dt
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
+from django.conf import settings
+from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from fleet.allocations.manifests import AllocationSpec
 from fleet.allocations.provisioning import spec_for
 from fleet.allocations.services import namespace_for
+from fleet.inventory.capacity import earliest_free
+from fleet.inventory.pricing import money_text, pool_rate, pool_rates
 from fleet.inventory.selectors import (
     free_dedicated_nodes,
     mig_weights,
     pool_capacity,
+    pool_endings,
+    pools_capacity,
     pools_for_route,
 )
 from fleet.models import Pool, Route
+from tenants.models import AuditEvent
 
 from .domain import (
+    ALL_MIG_PROFILES,
     Fill,
     IntakeAnswers,
     PoolFacts,
@@ -36,8 +45,6 @@ from .models import CapacityRequest
 
 def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None) -> PoolFacts:
     """`rate`: the pool's rate now (fleet.inventory.pricing), read with others."""
-    from fleet.inventory.pricing import pool_rate
-
     cap = cap or pool_capacity(pool)
     return PoolFacts(
         name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
@@ -52,11 +59,6 @@ def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None) -> PoolFacts:
 
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     """Every active pool with its facts, in a fixed number of queries (overview, review)."""
-    from django.utils import timezone
-
-    from fleet.inventory.pricing import pool_rates
-    from fleet.inventory.selectors import pools_capacity
-
     pools = list(Pool.objects.filter(active=True))
     capacities = pools_capacity(pools)
     rates = pool_rates([p.pk for p in pools], timezone.now())
@@ -140,8 +142,6 @@ class SmallCellComparison:
 
     @property
     def text(self) -> str:
-        from django.conf import settings
-
         cur = settings.PORTAL_CURRENCY
         landed = f"{self.landed_route.label} at {cur} {self.landed_price:,.2f} a month"
         if self.asked_price is None:
@@ -206,10 +206,6 @@ def request_events(request: CapacityRequest, *, show_fleet: bool = True):
 
     Without show_fleet, events that name nodes are left out (tenants see capacity, not
     hosts)."""
-    from django.db.models import Q
-
-    from tenants.models import AuditEvent
-
     q = Q(subject_type="capacityrequest", subject_id=request.pk)
     if request.allocation_id:
         q |= Q(subject_type="allocation", subject_id=request.allocation_id)
@@ -219,9 +215,6 @@ def request_events(request: CapacityRequest, *, show_fleet: bool = True):
 
 def why_not_yet(plan) -> str:
     """For a request that fits later: when, in words (an estimate from allocations' ends)."""
-    from fleet.inventory.capacity import earliest_free
-    from fleet.inventory.selectors import pool_endings
-
     if plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None:
         return ""
     pool = Pool.objects.get(pk=plan.pool.pool_id)
@@ -302,8 +295,6 @@ def override_options(request: CapacityRequest, facts: dict | None = None) -> lis
     """For the review page: what approving under each other route would mean now — its pool,
     size, monthly price and fit, from the same plan approval uses — or why it cannot be.
     So an override is never approved blind. `facts`: facts_of_active_pools, if read already."""
-    from fleet.inventory.pricing import money_text
-
     base = request_decision(request)
     if base.route is None:
         return []
@@ -333,8 +324,6 @@ def override_options(request: CapacityRequest, facts: dict | None = None) -> lis
 def offered_mig_profiles() -> list:
     """The fractional MIG profiles the active MIG pools offer (every fractional profile
     while none is configured): what the form and the API accept alike."""
-    from .domain import ALL_MIG_PROFILES
-
     offered = {name for profiles in Pool.objects.filter(
         active=True, route=Route.MIG_VCLUSTER).values_list("mig_profiles", flat=True)
         for name in (profiles or [])}
@@ -402,8 +391,6 @@ def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
 
 def page_with_count(queryset, per_page: int, number, count: int):
     """A page of `queryset` whose number of rows is already known (no COUNT over them)."""
-    from django.core.paginator import Paginator
-
     paginator = Paginator(queryset, per_page)
     paginator.count = count  # a cached property: set here, never computed
     return paginator.get_page(number)

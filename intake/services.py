@@ -20,6 +20,7 @@ from tenants.access import roles_for
 from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
 from tenants.models import Tenant
+from tenants.notifications import Kind, notify, tenant_leads
 
 from .domain import (
     TRANSITIONS,
@@ -31,6 +32,7 @@ from .domain import (
 )
 from .models import CapacityRequest
 from .selectors import approval_plan, plan_for_request, pool_for_route, request_decision
+from .validation import normalised, request_field_errors
 
 EDITABLE_FIELDS = (
     "title", "workload_kind", "isolation_origin", "isolation_reference", "device_fill",
@@ -64,8 +66,6 @@ def _check(request: CapacityRequest, action: str, by, reason: str = "") -> Statu
 def _clean_fields(fields: dict[str, Any], *, new: bool = True) -> dict[str, Any]:
     """The one validation (intake.validation) every writer goes through, form and API
     included; a refusal names each field with its message."""
-    from .validation import normalised, request_field_errors
-
     unknown = set(fields) - set(EDITABLE_FIELDS)
     if unknown:
         raise IntakeError(f"Unknown fields: {', '.join(sorted(unknown))}.")
@@ -276,8 +276,6 @@ def _approve_renewal(request: CapacityRequest, by, reason: str, to_state) -> Cap
 
 def _tell_requester(request: CapacityRequest, outcome: str, reason: str) -> None:
     """Whoever filed the request (and the tenant's other leads) hear the decision."""
-    from tenants.notifications import Kind, notify, tenant_leads
-
     kind = Kind.CHANGES_REQUESTED if outcome == "changes requested" else Kind.REQUEST_DECIDED
     notify([request.requester, *tenant_leads(request.tenant)], kind,
            f"Request #{request.pk} {outcome}: {request.title}",

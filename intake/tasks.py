@@ -3,6 +3,7 @@
 from celery import shared_task
 
 from . import trace
+from .tally import compact_request_tally as compact
 
 
 @shared_task(name="intake.tasks.export_allocation_traces", ignore_result=True)
@@ -14,6 +15,4 @@ def export_allocation_traces() -> int:
 @shared_task(name="intake.tasks.compact_request_tally", ignore_result=True)
 def compact_request_tally() -> int:
     """Keep the request tally at about one row per tenant and status."""
-    from .tally import compact_request_tally as compact
-
     return compact()

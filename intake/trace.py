@@ -17,6 +17,11 @@ import logging
 from django.conf import settings
 from django.db import IntegrityError
 from django.utils import timezone
+from opentelemetry import context, trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from fleet.models import Allocation, QueueEvent
 
@@ -164,10 +169,6 @@ def _ns(t: dt.datetime) -> int:
 
 def _spans(plan: SpanPlan):
     """The plan as SDK spans (one trace), collected rather than sent as they end."""
-    from opentelemetry import context, trace
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-
     class Collect(SpanProcessor):
         def __init__(self) -> None:
             self.spans = []
@@ -197,8 +198,6 @@ def _spans(plan: SpanPlan):
 
 
 def span_exporter():
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
     return OTLPSpanExporter(endpoint=settings.PORTAL_OTLP_ENDPOINT.rstrip("/") + "/v1/traces",
                             timeout=10)
 
@@ -209,8 +208,6 @@ class TraceNotSent(Exception):
 
 def export_allocation_trace(alloc: Allocation, *, exporter=None) -> AllocationTrace | None:
     """Send the allocation's trace once; None if it is not due (no running workload yet)."""
-    from opentelemetry.sdk.trace.export import SpanExportResult
-
     facts = trace_facts(alloc)
     if facts is None:
         return None

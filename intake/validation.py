@@ -11,7 +11,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.utils import timezone
+
+from fleet.models import Pool
+
 from .domain import IntakeAnswers, validate_answers, validate_request_fields
+from .models import CapacityRequest
+from .selectors import answers_for, offered_mig_profiles
 
 # Longest text a person would write in each field (the database's own limit where it has one).
 TEXT_LIMITS = {"title": 120, "isolation_reference": 200, "justification": 5000,
@@ -22,11 +28,6 @@ def request_field_errors(fields: dict[str, Any], *, new: bool,
                          today: dt.date | None = None) -> dict[str, list[str]]:
     """Field → messages for a request's answers (empty: valid). `fields` holds the request's
     editable fields (merged with the saved ones for an edit)."""
-    from django.utils import timezone
-
-    from .models import CapacityRequest
-    from .selectors import answers_for, offered_mig_profiles
-
     today = today or timezone.localdate()
     errors: dict[str, list[str]] = {}
 
@@ -64,8 +65,6 @@ def request_field_errors(fields: dict[str, Any], *, new: bool,
 
 
 def gpu_models_offered() -> list[str]:
-    from fleet.models import Pool
-
     return sorted(set(Pool.objects.filter(active=True).values_list("gpu_model", flat=True)))
 
 

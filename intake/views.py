@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -16,6 +17,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.allocations.lifecycle import IN_PROGRESS
 from fleet.allocations.manifests import tenant_may_see
+from fleet.allocations.provisioning import allocation_manifests
+from fleet.allocations.services import allocation_release as release
+from fleet.allocations.services import allocation_retry as retry
+from fleet.domain import FleetError
 from tenants.access import (
     require_lead_of,
     require_platform_admin,
@@ -24,8 +29,9 @@ from tenants.access import (
     visible_tenants,
 )
 from tenants.models import Tenant
+from tenants.widgets import tenant_filter_html
 
-from . import services
+from . import preview, services
 from .domain import (
     FILL_LABELS,
     ISOLATION_LABELS,
@@ -37,6 +43,7 @@ from .domain import (
 )
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
+from .preview import request_manifests as preview_manifests
 from .selectors import (
     REVIEW_PAGE_SIZE,
     ReviewQueueFilter,
@@ -87,8 +94,6 @@ def _preview_context(form: CapacityRequestForm) -> dict:
 
 @login_required
 def request_list(request):
-    from tenants.widgets import tenant_filter_html
-
     roles = roles_for(request.user)
     qs = scope_to_tenants(request.user, CapacityRequest.objects.select_related(
         "tenant", "requester", "pool"))
@@ -248,9 +253,6 @@ def request_delete(request, pk: int):
 @require_POST
 def allocation_release(request, pk: int):
     """End the request's allocation now: billing stops, its objects are removed."""
-    from fleet.allocations.services import allocation_release as release
-    from fleet.domain import FleetError
-
     obj = get_request_for(request.user, pk)
     roles = roles_for(request.user)
     if not (roles.platform_admin or roles.can_file_for(obj.tenant_id)):
@@ -407,20 +409,13 @@ def request_allocation(request, pk: int):
 @login_required
 def request_manifests(request, pk: int):
     """The Kubernetes objects of a request: what approval would create, or what it did."""
-    import yaml
-
-    from fleet.allocations.provisioning import allocation_manifests
-
-    from .preview import request_manifests as preview_manifests
-    from .preview import request_preview
-
     obj = get_request_for(request.user, pk)
     roles = roles_for(request.user)
     rows = None
     if obj.allocation_id:
         manifests = allocation_manifests(obj.allocation)
     elif roles.platform_admin and obj.status == Status.SUBMITTED:
-        rows = request_preview(obj)  # the real API server's dry-run answer, per object
+        rows = preview.request_preview(obj)  # the real API server's dry-run answer, per object
         manifests = [r.manifest for r in rows]
     else:
         manifests = preview_manifests(obj)
@@ -441,8 +436,6 @@ def request_manifests(request, pk: int):
 @login_required
 @require_POST
 def allocation_retry(request, pk: int):
-    from fleet.allocations.services import allocation_retry as retry
-
     require_platform_admin(request.user)
     obj = get_object_or_404(CapacityRequest.objects.select_related("allocation"), pk=pk)
     if obj.allocation is None:

@@ -6,10 +6,10 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from tenants.errors import DomainError
+
 
 def exception_handler(exc, context):
-    from tenants.errors import DomainError
-
     if isinstance(exc, DomainError):  # every app's refusals, mapped once
         return Response({"message": exc.message, "extra": {"fields": exc.fields}},
                         status=status.HTTP_400_BAD_REQUEST)

@@ -1,6 +1,9 @@
 """The Celery app. Tasks are eager in the embedded default and on Redis in production."""
 
+import logging
 import os
+import threading
+import time
 
 from celery import Celery
 from celery.signals import worker_init, worker_process_init
@@ -27,15 +30,12 @@ def _load_before_fork(**_) -> None:
 
 @worker_process_init.connect
 def _discover_in_each_process(**_) -> None:
-    import threading
-
     threading.Thread(target=_discover, name="kube-warm", daemon=True).start()
 
 
 def _discover() -> None:
-    import logging
-    import time
-
+    # Not at the top: this module is imported with the settings (portal/__init__), before
+    # the app registry, and a web process never runs this.
     from fleet.allocations.manifests import OWNED_KINDS
     from fleet.kube import KubernetesBackend, get_backend
 

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from django.conf import settings
+from django.templatetags.static import static
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.safestring import SafeString, mark_safe
+from django_htmx.jinja import htmx_script
 
 NAV = {  # context name → URL name
     "home": "home", "requests": "intake:list", "new_request": "intake:new",
@@ -26,9 +29,6 @@ def nav_urls(prefix: str, urlconf) -> dict[str, str]:
 
 @lru_cache(maxsize=8)
 def _head(static_url: str) -> SafeString:
-    from django.templatetags.static import static
-    from django_htmx.jinja import htmx_script
-
     return mark_safe(  # noqa: S308 - built from our own static paths only
         f'<link rel="stylesheet" href="{static("css/portal.css")}">\n  '
         f"{htmx_script(minified=True)}\n  "
@@ -39,7 +39,5 @@ def _head(static_url: str) -> SafeString:
 
 
 def layout(request):
-    from django.conf import settings
-
     return {"nav": nav_urls(get_script_prefix(), get_urlconf()),
             "head_assets": _head(settings.STATIC_URL)}

@@ -11,11 +11,11 @@ import datetime as dt
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from django.utils import timezone
+
 
 @contextmanager
 def clock_at(instant: dt.datetime) -> Iterator[None]:
-    from django.utils import timezone
-
     real = timezone.now
     timezone.now = lambda: instant
     try:

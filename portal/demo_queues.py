@@ -17,6 +17,7 @@ from django.db.models import Q
 from fleet.models import (
     Allocation,
     ClusterQueueState,
+    GpuNode,
     QueueEvent,
     QueueUsageHour,
     QueueWorkload,
@@ -144,8 +145,6 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
 
 def _node_names(alloc: Allocation) -> list[str]:
     """Where the demo's pods ran: the block's own nodes, else the pool's."""
-    from fleet.models import GpuNode
-
     return sorted(alloc.nodes.values_list("name", flat=True)) or sorted(
         GpuNode.objects.filter(pool=alloc.pool).values_list("name", flat=True)) or ["node"]
 

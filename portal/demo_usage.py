@@ -8,6 +8,11 @@ import datetime as dt
 import math
 from decimal import Decimal
 
+from django.db.models import Q
+
+from fleet.models import Allocation
+from intake.models import CapacityRequest
+
 
 def demo_level(expected_utilisation: int, hour: dt.datetime) -> Decimal:
     """Share of the allocated device-seconds busy in `hour` (0–1, three places)."""
@@ -19,11 +24,6 @@ def demo_level(expected_utilisation: int, hour: dt.datetime) -> Decimal:
 def used_device_seconds(hour: dt.datetime, *, base_url: str | None = None,
                         weights: dict[str, Decimal] | None = None) -> dict[str, Decimal]:
     """Drop-in for billing.prometheus.used_device_seconds (PORTAL_USAGE_SOURCE)."""
-    from django.db.models import Q
-
-    from fleet.models import Allocation
-    from intake.models import CapacityRequest
-
     end = hour + dt.timedelta(hours=1)
     allocations = Allocation.objects.filter(starts_at__lt=end).filter(
         Q(ends_at__isnull=True) | Q(ends_at__gt=hour)).exclude(status=Allocation.Status.RETIRED)

@@ -10,6 +10,11 @@ import sys
 import threading
 import time
 
+from django.conf import settings
+from django.db import close_old_connections
+
+from .celery import app
+
 log = logging.getLogger(__name__)
 TICK_SECONDS = 20
 
@@ -21,10 +26,6 @@ def due_tasks(schedule: dict, last_run: dict[str, float], now: float) -> list[st
 
 
 def _run_forever(schedule: dict) -> None:
-    from django.db import close_old_connections
-
-    from .celery import app
-
     app.loader.import_default_modules()  # the apps' tasks modules, as a worker would
     last_run: dict[str, float] = {}
     while True:
@@ -43,8 +44,6 @@ def _run_forever(schedule: dict) -> None:
 def start_if_wanted() -> bool:
     """Start the thread in the serving process of `runserver` only (not in the autoreloader's
     parent, not in management commands, never in production)."""
-    from django.conf import settings
-
     if not settings.PORTAL_EMBEDDED_BEAT or "runserver" not in sys.argv:
         return False
     if "--noreload" not in sys.argv and os.environ.get("RUN_MAIN") != "true":

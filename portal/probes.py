@@ -16,8 +16,11 @@ paths, only for GET and HEAD.
 
 from __future__ import annotations
 
+from django.db import connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
+
+from .views import _check_broker, healthz
 
 
 @never_cache
@@ -27,8 +30,6 @@ def livez(request):
 
 def database_status(conn=None) -> tuple[bool, str]:
     """(reachable, detail) of a database connection (the default one if none is given)."""
-    from django.db import connection
-
     conn = conn or connection
     try:
         with conn.cursor() as cursor:
@@ -40,8 +41,6 @@ def database_status(conn=None) -> tuple[bool, str]:
 
 @never_cache
 def readyz(request):
-    from .views import _check_broker
-
     db_ok, db_detail = database_status()
     broker_ok, broker_detail = _check_broker()
     return JsonResponse({"ready": db_ok, "database": {"ok": db_ok, "detail": db_detail},
@@ -51,8 +50,6 @@ def readyz(request):
 
 
 def _healthz(request):
-    from .views import healthz
-
     return healthz(request)
 
 

@@ -12,9 +12,12 @@ hold such redirects to `form-action`. PORTAL_CSP replaces the policy (empty: no 
 
 from __future__ import annotations
 
+import os
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.middleware import csrf
+from django.middleware.csrf import CSRF_ALLOWED_CHARS as chars
 
 DEFAULT_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                   "img-src 'self' data:; font-src 'self'; connect-src 'self'; "
@@ -69,10 +72,6 @@ class ContentSecurityPolicyMiddleware:
 # 248 (= 4 × 62) maps to a character uniformly; others are dropped (rejection sampling).
 
 def random_csrf_string(length: int = 32) -> str:
-    import os
-
-    from django.middleware.csrf import CSRF_ALLOWED_CHARS as chars
-
     limit = 256 - 256 % len(chars)
     out: list[str] = []
     while len(out) < length:
@@ -83,8 +82,6 @@ def random_csrf_string(length: int = 32) -> str:
 def use_one_read_csrf_strings() -> None:
     """Called once at start (portal.apps): Django's CSRF middleware draws its secrets and
     masks with random_csrf_string. Left as it is should a Django upgrade rename the hook."""
-    from django.middleware import csrf
-
     if callable(getattr(csrf, "_get_new_csrf_string", None)) and \
             csrf.CSRF_SECRET_LENGTH == 32 and len(csrf.CSRF_ALLOWED_CHARS) == 62:
         csrf._get_new_csrf_string = random_csrf_string

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import sys
+
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
+from django.views.defaults import page_not_found
 
 from billing.figures import figure_sums
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
+from fleet.queues.explain import seam_histograms
+from fleet.queues.utilisation import utilisation_histograms
 from intake.domain import Status
 from intake.models import CapacityRequest
 from intake.selectors import active_pools_facts
 from intake.tally import request_counts, request_counts_by_tenant
+from portal.celery import app
 from tenants.access import roles_for, scope_to_tenants, visible_tenants
 from tenants.models import WorkerHeartbeat
+
+from .context_processors import layout
 
 
 def home(request):
@@ -49,7 +58,6 @@ def home(request):
 def _check_broker() -> tuple[bool, str]:
     if settings.CELERY_TASK_ALWAYS_EAGER:
         return True, "eager (tasks run in the web process; no broker)"
-    from portal.celery import app
 
     try:
         with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
@@ -147,9 +155,6 @@ def _histogram_lines(name: str, help_text: str, rows: list[dict], labels_of) -> 
 def _seam_lines() -> list[str]:
     """The workload ledger's seams and the finished workloads' GPU activity (DCGM), as
     Prometheus histograms by tenant and queue."""
-    from fleet.queues.explain import seam_histograms
-    from fleet.queues.utilisation import utilisation_histograms
-
     def queue_labels(h):
         return (("tenant", h["tenant"]), ("queue", h["queue"]))
 
@@ -175,10 +180,6 @@ def server_error(request):
     """Django's 500 handler. A database that cannot be reached (restarting, failing over) is
     a 503 with Retry-After, said plainly (JSON on the API): the request can be sent again,
     and nothing was half-written — each write is one transaction."""
-    import sys
-
-    from django.db import InterfaceError, OperationalError
-
     exc = sys.exc_info()[1]
     unavailable = isinstance(exc, OperationalError | InterfaceError)
     status = 503 if unavailable else 500
@@ -188,10 +189,6 @@ def server_error(request):
     if request.path.startswith("/api/"):
         response = JsonResponse({"message": message, "extra": {}}, status=status)
     else:
-        from django.template.loader import render_to_string
-
-        from .context_processors import layout
-
         try:  # the portal's own page, in its layout; no request: no database reads
             html = render_to_string("500.html", {
                 **layout(None),
@@ -208,8 +205,6 @@ def server_error(request):
 def not_found(request, exception=None):
     """Django's 404 handler: the portal's page, or JSON on the API (a client of the API never
     gets HTML, whatever the address)."""
-    from django.views.defaults import page_not_found
-
     if request.path.startswith("/api/"):
         return JsonResponse({"message": "Not found.", "extra": {}}, status=404)
     return page_not_found(request, exception)
@@ -217,8 +212,6 @@ def not_found(request, exception=None):
 
 def csrf_failure(request, reason: str = ""):
     """CSRF_FAILURE_VIEW: the portal's own page (JSON on the API), not Django's."""
-    from django.template.loader import render_to_string
-
     message = "The form has expired or was not sent from the portal; nothing was changed."
     if request.path.startswith("/api/"):
         return JsonResponse({"message": message, "extra": {}}, status=403)

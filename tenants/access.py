@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import IntegerField, QuerySet, Value
 
+from . import identity_cache
 from .models import Membership, PlatformRole, Tenant
 
 
@@ -83,9 +85,7 @@ def roles_for(user) -> PortalRoles:
     cached = getattr(user, "_portal_roles", None)
     if cached is not None:
         return cached
-    from django.conf import settings
 
-    from . import identity_cache
 
     seconds = settings.PORTAL_ROLES_CACHE_SECONDS
     if not seconds:
@@ -108,8 +108,6 @@ def roles_for(user) -> PortalRoles:
 
 def _roles_from_database(user) -> PortalRoles:
     # One round trip for both kinds of role.
-    from django.db.models import IntegerField, Value
-
     rows = Membership.objects.filter(user=user).values_list("tenant_id", "role").union(
         PlatformRole.objects.filter(user=user).annotate(
             no_tenant=Value(None, output_field=IntegerField())).values_list("no_tenant", "role"),
@@ -131,8 +129,6 @@ def _roles_from_database(user) -> PortalRoles:
 
 def forget_roles(user) -> None:
     """Call after changing a user's memberships within the same request."""
-    from . import identity_cache
-
     for attribute in ("_portal_roles", "_identity_token"):
         if hasattr(user, attribute):
             delattr(user, attribute)

@@ -13,6 +13,8 @@ from django.conf import settings
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
+from .sso import sso_user_for, user_sync_roles
+
 _jwks: dict[str, jwt.PyJWKClient] = {}
 _lock = threading.Lock()
 
@@ -48,8 +50,6 @@ def validate_token(token: str) -> dict:
 def user_for_claims(claims: dict):
     """The portal user of a Keycloak subject (the same one a browser sign-in links), with
     the token's roles applied. Never looked up by username or e-mail."""
-    from .sso import sso_user_for, user_sync_roles
-
     try:
         user = sso_user_for(provider=settings.KEYCLOAK_PROVIDER_ID, claims=claims)
     except ValueError as exc:

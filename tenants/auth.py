@@ -3,10 +3,17 @@
 import logging
 
 from allauth.account.adapter import DefaultAccountAdapter
+from allauth.account.utils import user_username
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from django.conf import settings
+from django.contrib import auth
 from django.contrib.auth.middleware import AuthenticationMiddleware
+from django.core.exceptions import PermissionDenied
 from django.utils.functional import SimpleLazyObject
+
+from . import identity_cache
+from .access import roles_cache_key, roles_of_entry
+from .sso import free_username, username_taken
 
 log = logging.getLogger(__name__)
 
@@ -19,8 +26,6 @@ class PortalAccountAdapter(DefaultAccountAdapter):
     def pre_login(self, request, user, **kwargs):
         social = (kwargs.get("signal_kwargs") or {}).get("sociallogin")
         if not settings.PORTAL_LOCAL_LOGIN and social is None:
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied("Local password sign-in is off; use Keycloak.")
         return super().pre_login(request, user, **kwargs)
 
@@ -47,10 +52,6 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
         super().pre_social_login(request, sociallogin)
 
     def populate_user(self, request, sociallogin, data):
-        from allauth.account.utils import user_username
-
-        from .sso import free_username, username_taken
-
         user = super().populate_user(request, sociallogin, data)
         user_username(user, free_username(user_username(user) or sociallogin.account.uid,
                                           username_taken))
@@ -69,11 +70,6 @@ def user_cache_key(user_id, session_hash: str) -> str:
 
 
 def cached_user(request):
-    from django.conf import settings
-    from django.contrib import auth
-
-    from . import identity_cache
-
     seconds = settings.PORTAL_USER_CACHE_SECONDS
     session = request.session
     user_id = session.get(auth.SESSION_KEY)
@@ -82,7 +78,6 @@ def cached_user(request):
     if not (seconds and user_id and session_hash
             and backend in settings.AUTHENTICATION_BACKENDS):
         return auth.get_user(request)
-    from .access import roles_cache_key, roles_of_entry
 
     key, roles_key = user_cache_key(user_id, session_hash), roles_cache_key(user_id)
     # The user and their roles (every page's layout needs both) in one round trip, with the

@@ -7,7 +7,10 @@ NaN and Infinity; numbers people type in a portal are ASCII, finite and in range
 from __future__ import annotations
 
 import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
+from django import forms
+from django.core.exceptions import ValidationError
 from rest_framework import serializers
 
 ASCII_INTEGER = re.compile(r"^\s*[-+]?[0-9]+\s*$")
@@ -33,8 +36,6 @@ def decimal_for_column(value, *, max_digits: int, decimal_places: int, what: str
     The one check behind every money and rate input, in forms, API and services alike:
     SQLite stores whatever it is given, so an out-of-range value would be kept and fail on
     every later read."""
-    from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
-
     example = "e.g. 120.50" if decimal_places <= 2 else "e.g. 2.45"
     if isinstance(value, str):
         text = value.strip()
@@ -63,9 +64,6 @@ def decimal_for_column(value, *, max_digits: int, decimal_places: int, what: str
 
 
 def _form_integer_field():
-    from django import forms
-    from django.core.exceptions import ValidationError
-
     class AsciiIntegerField(forms.IntegerField):
         """The forms' twin of StrictIntegerField: Django's IntegerField takes "١٠" as 10."""
 

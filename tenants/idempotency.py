@@ -9,6 +9,7 @@ on the unique index until the first write commits (then replays its answer) or r
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -107,8 +108,6 @@ class IdempotentWritesMixin:
 
 def forget_old_keys(now) -> int:
     """Keys are kept for PORTAL_IDEMPOTENCY_HOURS (a retry comes within minutes)."""
-    import datetime as dt
-
     cutoff = now - dt.timedelta(hours=settings.PORTAL_IDEMPOTENCY_HOURS)
     deleted, _ = IdempotentResponse.objects.filter(created_at__lt=cutoff).delete()
     return deleted

@@ -11,7 +11,9 @@ import logging
 import re
 from dataclasses import dataclass
 
+from allauth.socialaccount.models import SocialAccount
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from .access import forget_roles
@@ -154,8 +156,6 @@ def free_username(wanted: str, taken) -> str:
 
 
 def username_taken(name: str) -> bool:
-    from django.contrib.auth import get_user_model
-
     User = get_user_model()
     return User.objects.filter(**{f"{User.USERNAME_FIELD}__iexact": name}).exists()
 
@@ -165,9 +165,6 @@ def sso_user_for(*, provider: str, claims: dict):
     """The portal user of a Keycloak subject for the bearer-token path: found by (provider =
     one issuer, sub) only — the same SocialAccount a browser sign-in creates — or created with
     a fresh username, as the sign-in adapter would."""
-    from allauth.socialaccount.models import SocialAccount
-    from django.contrib.auth import get_user_model
-
     account = (SocialAccount.objects.select_for_update().select_related("user")
                .filter(provider=provider, uid=claims["sub"]).first())
     if account is not None:

@@ -1,9 +1,12 @@
+import datetime as dt
+
 from celery import shared_task
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
+from .idempotency import forget_old_keys
 from .models import Notification
 
 BUSY = "busy"
@@ -56,8 +59,6 @@ def send_notifications(self, ids: list[int]) -> int:
 @shared_task(name="tenants.tasks.resend_unsent")
 def resend_unsent() -> int:
     """Beat: anything still unsent after its retries (or queued while no worker ran)."""
-    import datetime as dt
-
     stale = timezone.now() - dt.timedelta(seconds=settings.PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS)
     ids = list(Notification.objects.filter(sent_at__isnull=True, created_at__lt=stale,
                                            attempts__lt=20).values_list("pk", flat=True)[:500])
@@ -68,6 +69,4 @@ def resend_unsent() -> int:
 
 @shared_task(name="tenants.tasks.forget_idempotency_keys")
 def forget_idempotency_keys() -> int:
-    from .idempotency import forget_old_keys
-
     return forget_old_keys(timezone.now())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django import forms
 from django.forms.utils import flatatt
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 
 class FastSelect(forms.Select):
@@ -56,8 +57,6 @@ class TenantPicker(FastSelect):
 
 def tenant_filter_html(tenants, chosen: str) -> str:
     """The same choice for a hand-written filter: options, or a search box."""
-    from django.utils.safestring import mark_safe
-
     if too_many_tenants(tenants):
         return format_html('<input type="search" name="tenant" value="{}" '
                            'placeholder="tenant slug" autocomplete="off">', chosen)

@@ -161,6 +161,14 @@ def pools(db):
 
 
 @pytest.fixture
+def bare_pools(db):
+    """The same pools with no node synced: for tests that bring their own fleet."""
+    from tests.factories import make_pools
+
+    return make_pools(nodes=False)
+
+
+@pytest.fixture
 def lead(tenant):
     from tests.factories import make_lead
 

@@ -14,8 +14,11 @@ tip; one that cannot reach the server raises a retriable error, like a failed ap
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
+import json
+import shlex
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -35,9 +38,6 @@ def credential_env() -> dict[str, str]:
     each call, so a rotated key or token is used at once; never on a command line):
     PORTAL_GITOPS_SSH_KEY_FILE (+ PORTAL_GITOPS_KNOWN_HOSTS_FILE, hosts checked strictly) for
     ssh:// and git@ URLs; PORTAL_GITOPS_TOKEN_FILE (+ PORTAL_GITOPS_USERNAME) for https://."""
-    import base64
-    import shlex
-
     env: dict[str, str] = {}
     key = settings.PORTAL_GITOPS_SSH_KEY_FILE
     if key:
@@ -83,8 +83,6 @@ def allocation_path(tenant_slug: str, namespace: str, *, root: str = "") -> str:
 def directory_files(manifests: list[dict]) -> dict[str, str]:
     """File name → YAML for one allocation's directory, numbered in apply order, with the
     kustomization that lists them in that order."""
-    import json
-
     files: dict[str, str] = {}
     # Through JSON: plain types only (a str enum in a label would not be YAML-safe).
     committed = [json.loads(json.dumps(m)) for m in manifests if m["kind"] not in NOT_COMMITTED]

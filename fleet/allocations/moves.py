@@ -11,11 +11,14 @@ from django.db import transaction
 
 from tenants.access import require_platform_admin
 from tenants.audit import audit_record, reason_error
+from tenants.notifications import Kind, notify, tenant_leads
 
 from ..domain import FleetError
 from ..inventory.selectors import free_dedicated_nodes
+from ..inventory.sync import clear_recovered_flags
 from ..kube import KubeBackend, KubeError
 from ..models import Allocation, GpuNode, Pool, Route
+from .provisioning import allocation_reconcile
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +65,6 @@ def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
     approval can take the same node); the cluster follows by the allocation's reconcile,
     which labels and taints the new node, narrows the guard to it and releases the old one.
     If the cluster is away the reconcile loop finishes the move; nothing is half-recorded."""
-    from tenants.notifications import Kind, notify, tenant_leads
-
-    from .provisioning import allocation_reconcile
-
     require_platform_admin(by)
     if problem := reason_error(reason, required=True):
         raise FleetError(problem)
@@ -105,7 +104,6 @@ def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
         Allocation.objects.filter(pk=alloc.pk).update(
             status_message=f"Moved to {new.name}; the cluster update waits for the next "
                            f"reconcile: {exc.message}")
-    from ..inventory.sync import clear_recovered_flags
 
     clear_recovered_flags(by=by)
     return new.name

@@ -12,16 +12,17 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from tenants.audit import audit_record
-from tenants.models import Tenant
+from tenants.models import AuditEvent, Tenant
 
 from ..kube import (
     LABEL_ALLOCATION,
@@ -36,7 +37,8 @@ from ..kube import (
 )
 from ..models import Allocation, Pool, Route
 from ..signals import allocation_status_changed
-from . import lifecycle
+from . import gitops, lifecycle
+from .gitops_status import parse_ref, tool_status
 from .manifests import (
     AFTER_GUARDS_KINDS,
     GUARD_KINDS,
@@ -168,8 +170,6 @@ def stalled_provisioning(now: dt.datetime, stall: dt.timedelta) -> list[int]:
     queue was away at approval), or started and silent for longer than `stall` (its worker
     died). Queuing them again is safe: provisioning is idempotent, and the status changes
     are conditional, so a late duplicate changes nothing."""
-    from django.db.models import Q
-
     waiting = Allocation.objects.filter(status=S.PENDING, created_at__lt=now - stall)
     silent = Allocation.objects.filter(status=S.PROVISIONING).filter(
         Q(progress_at__lt=now - stall) | Q(progress_at__isnull=True, created_at__lt=now - stall))
@@ -392,8 +392,6 @@ def gitops_mode() -> bool:
 
 def _provenance(alloc: Allocation) -> dict[str, str]:
     """Request and approver of an allocation: its origin field and who created it."""
-    from tenants.models import AuditEvent
-
     created = AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk,
                                         action="allocation.created").first()
     return {"tenant": alloc.tenant.slug, "namespace": alloc.namespace,
@@ -404,8 +402,6 @@ def _provenance(alloc: Allocation) -> dict[str, str]:
 def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> Allocation:
     """Commit the allocation's directory (idempotent) and leave it provisioning until the
     cluster shows every object (follow_gitops), which then reserves its dedicated nodes."""
-    from . import gitops
-
     files = gitops.directory_files(manifests)
     info = _provenance(alloc)
     path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
@@ -424,8 +420,6 @@ def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> 
 
 
 def _publish_only(alloc: Allocation):
-    from . import gitops
-
     files = gitops.directory_files(allocation_manifests(alloc))
     return gitops.Repository().change(
         gitops.allocation_path(alloc.tenant.slug, alloc.namespace), files,
@@ -434,8 +428,6 @@ def _publish_only(alloc: Allocation):
 
 def _unpublish(alloc: Allocation) -> list[str]:
     """Remove the allocation's directory from Git; [commit] if one was made."""
-    from . import gitops
-
     path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
     removed = gitops.Repository().change(path, None, gitops.commit_message(
         action="retire", objects=0, **_provenance(alloc)))
@@ -450,8 +442,6 @@ def _unpublish(alloc: Allocation) -> list[str]:
 def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:
     """How much of a committed allocation the cluster has: active once every object is
     there (as Argo CD or Flux applied it)."""
-    from . import gitops
-
     backend = backend or get_backend()
     alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
     if alloc.status != S.PROVISIONING:
@@ -501,10 +491,6 @@ def _explain_waiting(alloc: Allocation, present: int, total: int,
                      backend: KubeBackend) -> None:
     """While the cluster lacks the committed objects, say what the GitOps tool reports (a
     sync or build error, a degraded health), so the wait has a reason on the page."""
-    from django.conf import settings
-
-    from .gitops_status import parse_ref, tool_status
-
     ref = parse_ref(settings.PORTAL_GITOPS_STATUS_OBJECT)
     if ref is None:
         return
@@ -616,8 +602,6 @@ def _apply_pool():
     global _pool, _pool_pid
     with _pool_lock:
         if _pool is None or _pool_pid != os.getpid():
-            from concurrent.futures import ThreadPoolExecutor
-
             _pool = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="apply")
             _pool_pid = os.getpid()
         return _pool

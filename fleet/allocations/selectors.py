@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+from .connect import example_workload, how_to_connect, tenant_kubeconfig
+from .manifests import LOCAL_QUEUE
+from .provisioning import allocation_spec
+
 
 def connect_info(allocation) -> dict:
     """What a tenant needs to use an active allocation: the cluster, a kubeconfig, the
     queue, an example workload and the steps (fleet/connect.py renders them)."""
-    from pathlib import Path
-
-    import yaml
-    from django.conf import settings
-
-    from .connect import example_workload, how_to_connect, tenant_kubeconfig
-    from .manifests import LOCAL_QUEUE
-    from .provisioning import allocation_spec
-
     spec = allocation_spec(allocation)
     ca = ""
     if settings.PORTAL_CLUSTER_CA_FILE:

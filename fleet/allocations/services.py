@@ -9,14 +9,14 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from tenants.access import require_platform_admin
+from tenants.access import require_platform_admin, roles_for
 from tenants.audit import audit_record, reason_error
 from tenants.models import Tenant
 
 from ..domain import FleetError
 from ..models import Allocation, GpuNode, Pool, Route
 from . import lifecycle
-from .provisioning import allocation_transition
+from .provisioning import allocation_retire, allocation_transition
 from .tasks import provision_allocation
 
 log = logging.getLogger(__name__)
@@ -122,10 +122,6 @@ def allocation_release(*, allocation: Allocation, by, reason: str = "") -> Alloc
     """End an allocation now, before its end date: billing stops at this moment and its
     objects are removed (the expiry task's own retirement, run at once). A team lead of the
     tenant or a platform admin."""
-    from tenants.access import roles_for
-
-    from .provisioning import allocation_retire
-
     roles = roles_for(by)
     if not (roles.platform_admin or roles.can_file_for(allocation.tenant_id)):
         raise FleetError("Only a team lead of this tenant or a platform admin may release it.")

@@ -4,9 +4,26 @@ take ids and are safe to run twice."""
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
-from ..kube import KubeError
+from tenants.audit import audit_record
+
+from ..kube import DryRunBackend, KubeError, get_backend
+from ..models import Allocation
+from .lifecycle import RECONCILED
+from .provisioning import (
+    allocation_fail,
+    allocation_mark_expiring,
+    allocation_provision,
+    allocation_reconcile,
+    allocation_retire,
+    allocations_due,
+    gitops_mode,
+    gitops_progress,
+    prune_leftovers,
+    stalled_provisioning,
+)
 
 UNEXPECTED_ERROR_RETRIES = 2
 log = logging.getLogger(__name__)
@@ -22,10 +39,6 @@ def provision_allocation(self, allocation_id: int, resume: dict | None = None) -
     While the API server compiles the allocation's guards the task does not sleep: it queues
     itself again with `resume` (where it stopped) and a countdown of 50–250 ms, so the worker
     process provisions other allocations meanwhile. Run eagerly it waits in place."""
-    from django.conf import settings
-
-    from .provisioning import allocation_fail, allocation_provision
-
     def defer(pending) -> None:
         # The count of retries goes along: a resumed run that fails retries as the next of
         # this allocation's attempts, so PORTAL_PROVISION_MAX_RETRIES still ends them.
@@ -46,8 +59,6 @@ def provision_allocation(self, allocation_id: int, resume: dict | None = None) -
             exc = KubeError(f"Unexpected error while provisioning: "
                             f"{exc.__class__.__name__}: {exc}", retriable=True)
         if exc.retriable and self.request.retries < retries:
-            from ..models import Allocation
-
             Allocation.objects.filter(pk=allocation_id).update(
                 status_message=f"Retrying after a transient error: {exc.message}")
             delay = min(300, settings.PORTAL_PROVISION_RETRY_SECONDS * 2 ** self.request.retries)
@@ -62,13 +73,6 @@ def provision_allocation(self, allocation_id: int, resume: dict | None = None) -
 @shared_task(name="fleet.tasks.requeue_stalled")
 def requeue_stalled() -> str:
     """Queue provisioning again where its task was lost (beat, every minute)."""
-    from django.conf import settings
-
-    from tenants.audit import audit_record
-
-    from ..models import Allocation
-    from .provisioning import stalled_provisioning
-
     stall = timezone.timedelta(seconds=settings.PORTAL_PROVISION_STALL_SECONDS)
     pks = stalled_provisioning(timezone.now(), stall)
     for alloc in Allocation.objects.filter(pk__in=pks).select_related("tenant"):
@@ -83,14 +87,6 @@ def requeue_stalled() -> str:
 
 @shared_task(name="fleet.tasks.expire_allocations")
 def expire_allocations() -> str:
-    from django.conf import settings
-
-    from .provisioning import (
-        allocation_mark_expiring,
-        allocation_retire,
-        allocations_due,
-    )
-
     notice = timezone.timedelta(days=settings.PORTAL_EXPIRY_NOTICE_DAYS)
     expiring, retire = allocations_due(timezone.now(), notice)
     for pk in expiring:
@@ -103,16 +99,11 @@ def expire_allocations() -> str:
 @shared_task(name="fleet.tasks.reconcile_allocations", autoretry_for=(KubeError,),
              retry_backoff=True, max_retries=3)
 def reconcile_allocations() -> str:
-    from ..kube import DryRunBackend, get_backend
-    from ..models import Allocation
-    from .provisioning import allocation_reconcile, prune_leftovers
-
     if isinstance(get_backend(), DryRunBackend):
         # The dry run's record lives in one process: a fresh one would report every object
         # "deleted" and write a drift repair into each allocation's trail.
         return "reconcile skipped: the dry-run backend has no cluster to drift from"
     drifted, failed = 0, []
-    from .lifecycle import RECONCILED
 
     for pk in Allocation.objects.filter(status__in=RECONCILED).values_list(
             "pk", flat=True):
@@ -132,9 +123,6 @@ def reconcile_allocations() -> str:
              max_retries=3)
 def follow_gitops() -> str:
     """GitOps mode: committed allocations become active when the cluster has their objects."""
-    from ..models import Allocation
-    from .provisioning import gitops_mode, gitops_progress
-
     if not gitops_mode():
         return "not in GitOps mode"
     ids = list(Allocation.objects.filter(status=Allocation.Status.PROVISIONING)

@@ -11,6 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from ..domain import Route
+from ..models import RateCard
+
 # A pool's first rate card starts here: "from the beginning".
 BEGINNING = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 CENT = Decimal("0.01")
@@ -42,8 +49,6 @@ def money_text(value, currency: str | None = None) -> str:
     """'EUR 1,234.50' (a non-breaking space keeps the code with the amount); '—' if not a
     number."""
     if currency is None:
-        from django.conf import settings
-
         currency = settings.PORTAL_CURRENCY
     try:
         return f"{currency}\u00a0{Decimal(value):,.2f}"
@@ -54,8 +59,6 @@ def money_text(value, currency: str | None = None) -> str:
 def borrowing_is_billed(route: str) -> bool:
     """Borrowed device-hours are charged on every route whose queue may borrow (a cohort's
     shared pool and MIG pool); the queue page prices borrowing only where this says so."""
-    from ..domain import Route
-
     return route in (Route.SHARED_POOL, Route.MIG_VCLUSTER)
 
 
@@ -64,10 +67,6 @@ def borrowing_is_billed(route: str) -> bool:
 def rate_history(pool_ids: Iterable[int]) -> dict[int, list[Rate]]:
     """Every card that applies to each pool (blank or the pool's own GPU model), in one
     query."""
-    from django.db.models import F, Q
-
-    from ..models import RateCard
-
     out: dict[int, list[Rate]] = defaultdict(list)
     cards = RateCard.objects.filter(pool_id__in=list(pool_ids)).filter(
         Q(gpu_model="") | Q(gpu_model=F("pool__gpu_model")))
@@ -85,6 +84,4 @@ def pool_rates(pool_ids: Iterable[int], at: dt.datetime) -> dict[int, Decimal]:
 
 def pool_rate(pool_id: int, at: dt.datetime | None = None) -> Decimal:
     """The rate of one pool at `at` (now if not given)."""
-    from django.utils import timezone
-
     return pool_rates([pool_id], at or timezone.now())[pool_id]

@@ -11,7 +11,8 @@ from tenants.access import require_platform_admin
 from tenants.audit import audit_record
 
 from ..domain import FleetError
-from ..models import GpuNode, Pool
+from ..inventory.pricing import BEGINNING
+from ..models import GpuNode, Pool, RateCard
 from .selectors import node_facts
 from .sync import clear_recovered_flags, flag_allocations_on
 
@@ -20,9 +21,6 @@ from .sync import clear_recovered_flags, flag_allocations_on
 def pool_set_rate(*, pool: Pool, rate: Decimal, by=None, effective_from=None) -> None:
     """A pool's first price (from the beginning), or, later, a price from a moment on.
     Billing's rate page adds future-dated cards with its own checks (closed months)."""
-    from ..inventory.pricing import BEGINNING
-    from ..models import RateCard
-
     since = effective_from or BEGINNING
     RateCard.objects.update_or_create(pool=pool, gpu_model="", effective_from=since,
                                       defaults={"rate_per_device_hour": rate})

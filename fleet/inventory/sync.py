@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from tenants.audit import audit_bulk, audit_record
 from tenants.bulk import update_rows
+from tenants.notifications import Kind, notify, tenant_leads
 
 from ..kube import DryRunBackend, KubeBackend, KubeError, get_backend
 from ..models import Allocation, GpuNode, NodeOutage, Pool
@@ -119,8 +121,6 @@ def _list(backend: KubeBackend, api_version: str, kind: str, path: str, selector
 
 def facts_digest(facts: NodeFacts, pool_id: int | None) -> str:
     """What a node's row is derived from, as a short digest: equal digests, nothing to do."""
-    import hashlib
-
     return hashlib.sha1(repr((facts, pool_id)).encode(), usedforsecurity=False).hexdigest()
 
 
@@ -276,8 +276,6 @@ def clear_recovered_flags(*, by=None) -> list[int]:
 
 def _tell_leads(alloc: Allocation) -> None:
     """The tenant's leads hear it too (an e-mail, after commit), in the tenant's words."""
-    from tenants.notifications import Kind, notify, tenant_leads
-
     notify(tenant_leads(alloc.tenant), Kind.CAPACITY_CHANGED,
            f"{alloc.namespace}: a node under it is changing",
            f"{alloc.flag_words}\n\nYour allocation {alloc.namespace} keeps its quota; the "

@@ -3,12 +3,11 @@
 from celery import shared_task
 
 from ..kube import KubeError
+from .sync import fleet_sync
 
 
 @shared_task(name="fleet.tasks.sync_fleet", autoretry_for=(KubeError,), retry_backoff=True,
              max_retries=5)
 def sync_fleet() -> str:
     """Periodic fleet sync (beat) and the admin's "sync now" button."""
-    from .sync import fleet_sync
-
     return fleet_sync().summary()

@@ -9,13 +9,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from ..domain import mig_share
 from ..inventory.pricing import borrowing_is_billed, money, pool_rate
 from ..inventory.selectors import mig_weights
 from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from .placement import SEAMS, STOPS, recoveries
 from .reading import (
     HISTORY_DAYS,
     PendingLine,
@@ -174,8 +175,6 @@ LEDGER_KINDS = ("submitted", "admitted", "pods", "claimed", "scheduled", "runnin
 def _seam_values(allocations, *, now: dt.datetime, days: int, local_queue: str | None,
                  priority: int | None) -> dict[str, list[tuple[dt.datetime, float]]]:
     """(when, seconds) of each seam over the last `days`, from the ledger."""
-    from .placement import STOPS, recoveries
-
     events = QueueEvent.objects.filter(allocation__in=allocations,
                                        at__gte=now - dt.timedelta(days=days))
     if local_queue is not None:
@@ -195,8 +194,6 @@ def seam_figures(allocations, *, now: dt.datetime | None = None, days: int = HIS
                  local_queue: str | None = None, priority: int | None = None) -> list[dict]:
     """p50/p95 of each seam (fleet.queues.placement.SEAMS) over the last `days`, from the
     ledger: the tenant's own allocations, or (admins) all; each with its p95 per day."""
-    from .placement import SEAMS
-
     now = now or timezone.now()
     values = _seam_values(allocations, now=now, days=days, local_queue=local_queue,
                           priority=priority)
@@ -343,8 +340,6 @@ def seam_histograms() -> list[dict]:
     """Per tenant, queue (namespace/LocalQueue) and seam: cumulative bucket counts, count and
     sum over the whole ledger. The ledger is append-only, so these only grow, as a
     Prometheus histogram must. One aggregate query."""
-    from django.db.models import Q, Sum
-
     buckets = {f"le{i}": Count("id", filter=Q(seam_seconds__lte=b))
                for i, b in enumerate(SEAM_BUCKETS)}
     rows = (QueueEvent.objects.filter(seam_seconds__isnull=False)
@@ -364,8 +359,6 @@ def queue_stamp(alloc) -> str:
     it every second and is
     answered "nothing new" (204) until it differs — so a change the watch records reaches
     an open page within about a second, for two small indexed reads per poll."""
-    from django.db.models import Max
-
     last = QueueWorkload.objects.filter(allocation=alloc).aggregate(
         at=Max("observed_at"), measured=Max("utilisation_at"))
     state = ClusterQueueState.objects.filter(allocation=alloc).values_list(

@@ -10,6 +10,7 @@ reaches the page in well under a second. Both may run at once: a workload's row 
 forward in resourceVersion, a row is marked gone only by a list that began after it was last
 seen (or by the watch's DELETED event), and a queue's observed time only moves forward — so
 whichever reader is older cannot undo what the newer one recorded. Pending positions come
+from concurrent.futures import ThreadPoolExecutor
 from Kueue's visibility API when it is registered, else from Kueue's own ordering (priority,
 then time queued).
 """
@@ -20,6 +21,7 @@ import datetime as dt
 import logging
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
@@ -219,8 +221,6 @@ def _visibility_positions(backend: KubeBackend, pending: dict[str, list[Workload
         answers[cq] = get(cq)
         failures = 0 if answers[cq] is not None else failures + 1
     if ask and any(answers.values()):
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=POSITION_THREADS) as pool:
             answers.update(zip(ask, pool.map(get, ask), strict=True))
     out: dict[str, tuple[int, str]] = {}
@@ -289,8 +289,6 @@ def list_at_once(backend: KubeBackend, paths: dict[str, tuple[str, str]], *,
     while this process reads another — with the versions a watch resumes from, and the
     number of Cohorts. An optional kind the server refuses is left out; any other error is
     raised. The periodic list and the watch both read through here."""
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=len(paths) + 1) as pool:
         lists = {kind: pool.submit(backend.list_path_versioned, path, label_selector=selector)
                  for kind, (path, selector) in paths.items()}

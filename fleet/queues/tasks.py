@@ -3,14 +3,14 @@
 from celery import shared_task
 
 from ..kube import KubeError
+from .sync import queue_sync
+from .utilisation import measure_utilisation
 
 
 @shared_task(name="fleet.tasks.sync_queues", autoretry_for=(KubeError,), retry_backoff=True,
              max_retries=2)
 def sync_queues() -> str:
     """Read Kueue's Workloads and queues back (beat, every PORTAL_QUEUE_SYNC_SECONDS)."""
-    from .sync import queue_sync
-
     return queue_sync().summary()
 
 
@@ -18,6 +18,4 @@ def sync_queues() -> str:
 def measure_workload_utilisation() -> int:
     """Join DCGM's GPU activity and memory to the workloads that ran (beat, every
     PORTAL_UTILISATION_SECONDS)."""
-    from .utilisation import measure_utilisation
-
     return measure_utilisation()

@@ -14,7 +14,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from django.db.models import F, Q
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from ..models import QueueWorkload
@@ -143,8 +143,6 @@ def utilisation_histograms() -> list[dict]:
     they held, as cumulative bucket counts. Only workloads measured over their whole run
     count, each once, so the counts only grow (a running one's figure still changes; a
     deleted or stopped one was seen only in part). One aggregate query."""
-    from django.db.models import Count, Sum
-
     def buckets(field: str, bounds) -> dict:
         return {f"{field}_le{i}": Count("id", filter=Q(**{f"{field}__lte": b}))
                 for i, b in enumerate(bounds)}

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.utils import timezone
 
 from ..kube import DryRunBackend, KubeBackend, KubeError
 from .placement import JOB_LABELS
@@ -61,8 +62,6 @@ class Mirror:
 
     @classmethod
     def read(cls, backend: KubeBackend) -> Mirror:
-        from django.utils import timezone
-
         mirror = cls(listed_at=timezone.now())
         items, mirror.versions, mirror.cohorts = list_at_once(backend, FOLLOWED,
                                                               optional=OPTIONAL)

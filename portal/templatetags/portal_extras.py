@@ -1,6 +1,13 @@
 from decimal import Decimal, InvalidOperation
 
 from django import template
+from django.conf import settings
+from django.utils.html import conditional_escape
+from django.utils.safestring import mark_safe
+
+from billing.domain import hours_text
+from fleet.inventory.pricing import money_text
+from fleet.queues.truth import duration as words
 
 register = template.Library()
 
@@ -29,10 +36,6 @@ def percent(part, whole) -> str:
 @register.filter
 def money(value) -> str:
     """An amount in the portal's currency: 'EUR 1,234.50'."""
-    from django.conf import settings
-
-    from fleet.inventory.pricing import money_text
-
     return money_text(value, settings.PORTAL_CURRENCY)
 
 
@@ -69,8 +72,6 @@ def action_label(action: str) -> str:
 @register.filter
 def duration(seconds) -> str:
     """Seconds as '42 s', '7 min', '3 h 5 min', '2 d 4 h'."""
-    from fleet.queues.truth import duration as words
-
     try:
         return words(float(seconds))
     except (TypeError, ValueError, OverflowError):
@@ -80,9 +81,6 @@ def duration(seconds) -> str:
 @register.filter(needs_autoescape=True)
 def backticks(text, autoescape=True):
     """Plain text with `commands` in backticks: escaped, the commands set as <code>."""
-    from django.utils.html import conditional_escape
-    from django.utils.safestring import mark_safe
-
     parts = str(conditional_escape(text) if autoescape else text).split("`")
     return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p  # noqa: S308 - escaped
                              for i, p in enumerate(parts)))
@@ -92,15 +90,11 @@ def backticks(text, autoescape=True):
 def hours(value) -> str:
     """Hours as people read them: '1,234 h', '12.5 h', '0.75 h' (device-seconds are for the
     drill-down only)."""
-    from billing.domain import hours_text
-
     return hours_text(value)
 
 
 @register.filter
 def trace_url(trace_id: str) -> str:
     """Where an allocation's trace opens (PORTAL_TRACE_URL), or '' where none is set."""
-    from django.conf import settings
-
     template_ = settings.PORTAL_TRACE_URL
     return template_.replace("{trace_id}", trace_id) if template_ and trace_id else ""

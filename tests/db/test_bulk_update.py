@@ -112,7 +112,8 @@ def test_benchmark_bulk_update_against_values(alloc):
     assert snapshot()[1][1:6] == tuple(getattr(got[1], f) for f in FIELDS[:5])
 
 
-def test_json_booleans_and_foreign_keys(pools):
+def test_json_booleans_and_foreign_keys(bare_pools):
+    pools = bare_pools
     from fleet.inventory.sync import NODE_FIELDS
 
     GpuNode.objects.bulk_create(GpuNode(name=f"n{i}", gpu_count=8) for i in range(4))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from fleet.allocations import tasks
 from fleet.allocations.manifests import (
     GUARD_CHECK_SUFFIX,
     GUARD_DIGEST_ANNOTATION,
@@ -19,7 +20,7 @@ from fleet.allocations.manifests import (
 )
 from fleet.allocations.provisioning import allocation_reconcile, allocation_spec
 from fleet.inventory.sync import fleet_sync
-from fleet.kube import DryRunBackend, KubeError, using_backend
+from fleet.kube import DryRunBackend, KubeError, KubernetesBackend, using_backend
 from fleet.models import Allocation, Pool, Route
 from intake import services
 from portal.demo_fleet import demo_fleet
@@ -131,10 +132,6 @@ def test_one_allocations_trouble_does_not_hold_up_the_reconcile_of_the_others(
         block, monkeypatch):
     """The beat's reconcile goes on past an allocation whose guards are not in force yet (or
     whose apply was refused) and says which it left for the next pass."""
-    from fleet.allocations import provisioning
-    from fleet.allocations.tasks import reconcile_allocations
-    from fleet.kube import KubernetesBackend
-
     alloc, backend = block
     second = Allocation.objects.get(pk=alloc.pk)
     second.pk = second.id = None
@@ -148,12 +145,12 @@ def test_one_allocations_trouble_does_not_hold_up_the_reconcile_of_the_others(
             raise KubeError("guards not in force yet", retriable=True)
         return []
 
-    monkeypatch.setattr(provisioning, "allocation_reconcile", reconcile)
-    monkeypatch.setattr(provisioning, "prune_leftovers", lambda: [])
+    monkeypatch.setattr(tasks, "allocation_reconcile", reconcile)
+    monkeypatch.setattr(tasks, "prune_leftovers", lambda: [])
     # the task skips the dry-run record; any real-cluster backend object will do (not called)
-    monkeypatch.setattr("fleet.kube.get_backend", lambda: KubernetesBackend.__new__(
+    monkeypatch.setattr(tasks, "get_backend", lambda: KubernetesBackend.__new__(
         KubernetesBackend))
-    summary = reconcile_allocations()
+    summary = tasks.reconcile_allocations()
     assert sorted(seen) == sorted([alloc.pk, second.pk])
     assert f"not reconciled (tried again next time): [{seen[0]}]" in summary
 

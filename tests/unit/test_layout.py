@@ -224,3 +224,50 @@ def test_every_fleet_module_has_a_place():
     stray = [module_name(p) for p in (ROOT / "fleet").glob("*.py")
              if module_name(p) not in FLEET_BELOW | FLEET_TOP]
     assert stray == []
+
+
+# A module's head says what it depends on. An import inside a function only where the
+# reason is written here.
+LOCAL_IMPORTS_ALLOWED = {
+    ("tenants/apps.py", "ready"): "Django's hook once the app registry is ready: receivers",
+    ("intake/apps.py", "ready"): "Django's hook once the app registry is ready: receivers",
+    ("portal/apps.py", "ready"): "Django's hook once the app registry is ready: the "
+                                 "embedded beat and the CSRF draw",
+    ("portal/celery.py", "_load_before_fork"): "the Kubernetes client loaded in a worker's "
+                                               "main process only, before it forks",
+    ("portal/celery.py", "_discover"): "portal/celery.py is imported with the settings, "
+                                       "before the app registry; only workers run this",
+}
+
+
+def local_imports(source: str) -> list[tuple[int, str]]:
+    """(line, enclosing function) of every import inside a function."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        elif function and isinstance(node, ast.Import | ast.ImportFrom):
+            found.append((node.lineno, function))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_imports_stand_at_the_top_of_the_file():
+    local = [f"{path.relative_to(ROOT)}:{line} in {function}"
+             for _, path in app_files() if "migrations" not in path.parts
+             for line, function in local_imports(path.read_text())
+             if (str(path.relative_to(ROOT)), function) not in LOCAL_IMPORTS_ALLOWED]
+    assert local == [], "imports inside functions (move them up, or say why here):\n" + \
+        "\n".join(local)
+
+
+def test_the_local_import_check_sees_every_depth():
+    probe = ("import os\n"
+             "def f():\n    import json\n"
+             "class C:\n    def m(self):\n        if True:\n            from x import y\n"
+             "async def g():\n    try:\n        import z\n    except ImportError:\n        pass\n")
+    assert local_imports(probe) == [(3, "f"), (7, "m"), (10, "g")]

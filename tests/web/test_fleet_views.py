@@ -13,7 +13,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def fleet(pools):
+def fleet(bare_pools):
+    pools = bare_pools
     # The demo fleet labels nodes with the demo pool slugs: give the test pools those slugs.
     for route, slug in [(Route.SHARED_POOL, "shared-h100"), (Route.DEDICATED_BLOCK,
                         "dedicated-h100"), (Route.CONFIDENTIAL_POOL, "confidential-h100"),

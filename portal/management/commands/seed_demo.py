@@ -16,12 +16,28 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.test.utils import override_settings
 from django.utils import timezone
 
+from billing.budgets import budget_set, check_budgets
+from billing.domain import month_start
+from billing.models import Statement
+from billing.services import ratecard_create, rollup_usage, statement_adjust, statement_close
+from fleet.allocations.provisioning import allocation_provision
+from fleet.allocations.tasks import expire_allocations
+from fleet.inventory.services import pool_set_rate
+from fleet.inventory.sync import fleet_sync
+from fleet.kube import DryRunBackend, using_backend
 from fleet.models import Pool, Route
+from intake import services
+from intake.models import CapacityRequest
+from portal.demo_clock import clock_at
+from portal.demo_fleet import demo_fleet
+from portal.demo_queues import seed_demo_queues
 from tenants.models import Membership, PlatformRole, Tenant
 
 DEMO_PASSWORD = "demo"
@@ -74,16 +90,12 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args, **options):
-        from intake.models import CapacityRequest
-        from portal.demo_clock import clock_at
-
         now = timezone.now()
         self.origin = (now - dt.timedelta(days=HISTORY_DAYS)).replace(
             hour=8, minute=0, second=0, microsecond=0)
         fresh = not CapacityRequest.objects.exists()
         tenants = {t["slug"]: Tenant.objects.update_or_create(slug=t["slug"], defaults=t)[0]
                    for t in TENANTS}
-        from fleet.inventory.services import pool_set_rate
 
         with clock_at(self.origin):
             for p in POOLS:
@@ -110,10 +122,7 @@ class Command(BaseCommand):
         if not fresh:
             self.stdout.write("Demo requests exist already; users and pools refreshed.")
             return
-        from django.conf import settings
-        from django.test.utils import override_settings
 
-        from fleet.kube import using_backend
 
         # The embedded run's synthetic use (there is no Prometheus to ask about the past),
         # and the demo fleet's own dry run: the history is provisioned and retired there,
@@ -128,10 +137,6 @@ class Command(BaseCommand):
 
     def _fleet(self):
         """Sync a demo fleet through the real sync code, from a dry-run backend."""
-        from fleet.inventory.sync import fleet_sync
-        from fleet.kube import DryRunBackend
-        from portal.demo_fleet import demo_fleet
-
         backend = self.backend = DryRunBackend()
         for obj in demo_fleet():
             backend.apply(obj)
@@ -139,13 +144,6 @@ class Command(BaseCommand):
 
     def _history(self, tenants, users, now):
         """Day by day from the origin to now, each step at its own moment."""
-        from billing.budgets import budget_set, check_budgets
-        from billing.domain import month_start
-        from billing.services import ratecard_create, rollup_usage
-        from fleet.allocations.tasks import expire_allocations
-        from portal.demo_clock import clock_at
-        from portal.demo_queues import seed_demo_queues
-
         at = lambda days, hours=0: self.origin + dt.timedelta(days=days, hours=hours)  # noqa: E731
         admin, finance = users["admin"], users["finance"]
         with clock_at(at(0)):
@@ -180,17 +178,12 @@ class Command(BaseCommand):
         self._recent_requests(tenants, users, now)
 
     def _close(self, tenant, month, finance):
-        from billing.models import Statement
-        from billing.services import statement_adjust, statement_close
-
         statement_close(tenant=tenant, month=month, by=finance)
         statement_adjust(statement=Statement.objects.get(tenant=tenant, month=month),
                          by=finance, amount_value=Decimal("-25.00"),
                          reason="Credit for the two-hour maintenance window on the 14th.")
 
     def _make(self, tenants, users):
-        from intake import services
-
         today = timezone.localdate()
 
         def make(tenant, lead, **fields):
@@ -207,9 +200,6 @@ class Command(BaseCommand):
     def _approve(self, request, reason):
         """Approve, then provision at once (the task the approval queues, run in place so it
         happens at the same simulated moment; the queued copy later finds it done)."""
-        from fleet.allocations.provisioning import allocation_provision
-        from intake import services
-
         users = self._users
         services.request_submit(request=request, by=self._lead_of[request.tenant.slug])
         request = services.request_approve(request=request, by=users["admin"], reason=reason)
@@ -248,9 +238,6 @@ class Command(BaseCommand):
 
     def _recent_requests(self, tenants, users, now):
         """The requests still in play, filed over the last days."""
-        from intake import services
-        from portal.demo_clock import clock_at
-
         admin = users["admin"]
         ago = lambda days: now - dt.timedelta(days=days)  # noqa: E731
         with clock_at(ago(10)):
