@@ -4,6 +4,9 @@ Two backends share one interface: `KubernetesBackend` talks to a real API server
 official client, `DryRunBackend` (the embedded default) records what it would apply. Every
 failure is a `KubeError` that says whether a retry can help, with the server's message kept
 for the user.
+
+Long on purpose: both backends behind one interface in one module, so the dry-run record
+cannot drift from what the real backend does (apply, list, watch, prune, errors).
 """
 
 from __future__ import annotations

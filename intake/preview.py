@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from fleet.allocations.desired import PreviewRow, preview
 from fleet.allocations.manifests import render_manifests
-from fleet.allocations.provisioning import PreviewRow, preview
 from fleet.kube import KubeError
 
 from .models import CapacityRequest

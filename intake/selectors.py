@@ -11,8 +11,8 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from fleet.allocations.desired import spec_for
 from fleet.allocations.manifests import AllocationSpec
-from fleet.allocations.provisioning import spec_for
 from fleet.allocations.services import namespace_for
 from fleet.inventory.capacity import earliest_free
 from fleet.inventory.pricing import money_text, pool_rate, pool_rates

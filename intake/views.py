@@ -15,9 +15,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
+from fleet.allocations.desired import allocation_manifests
 from fleet.allocations.lifecycle import IN_PROGRESS
 from fleet.allocations.manifests import tenant_may_see
-from fleet.allocations.provisioning import allocation_manifests
 from fleet.allocations.services import allocation_release as release
 from fleet.allocations.services import allocation_retry as retry
 from fleet.domain import FleetError

@@ -1,8 +1,8 @@
 """The allocation's lifecycle, once: its statuses, which moves between them are allowed, and
 the named sets every caller (services, tasks, selectors, templates, the API) asks about.
 
-Pure: no ORM, no clock. `fleet.allocations.provisioning.allocation_transition` refuses any move this
-table does not list, so no caller can write a status some other way.
+Pure: no ORM, no clock. `fleet.allocations.transitions.allocation_transition` refuses any
+move this table does not list, so no caller can write a status some other way.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@
 labelled with the tenant and allocation so that it can be listed, reconciled and pruned.
 Objects shared by a pool (its ResourceFlavor) carry the pool label but no allocation label,
 so retiring one tenant never removes another's flavor.
+
+Long on purpose: every object of every route from one spec, in one module, because the
+review's preview, approval, reconcile and the hostile-spec tests must all read the same
+renderer, and the guards, quota and access every route shares sit beside the route rules.
 """
 
 from __future__ import annotations
@@ -66,7 +70,7 @@ def kueue_device_class_mappings(profiles) -> list[dict]:
 
 @dataclass(frozen=True)
 class AllocationSpec:
-    """Everything rendering needs, as plain values (see fleet/provisioning.py)."""
+    """Everything rendering needs, as plain values (fleet/allocations/desired.py reads them)."""
 
     allocation_id: int
     tenant: str

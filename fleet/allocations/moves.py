@@ -18,7 +18,7 @@ from ..inventory.selectors import free_dedicated_nodes
 from ..inventory.sync import clear_recovered_flags
 from ..kube import KubeBackend, KubeError
 from ..models import Allocation, GpuNode, Pool, Route
-from .provisioning import allocation_reconcile
+from .reconcile import allocation_reconcile
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 
 import yaml
 from django.conf import settings
+from django.db.models import Q
 
+from ..models import Allocation
 from .connect import example_workload, how_to_connect, tenant_kubeconfig
+from .desired import allocation_spec
 from .manifests import LOCAL_QUEUE
-from .provisioning import allocation_spec
+
+S = Allocation.Status
 
 
 def connect_info(allocation) -> dict:
@@ -32,3 +37,15 @@ def connect_info(allocation) -> dict:
             "local_queue": LOCAL_QUEUE, "route": spec.route, "steps": how_to_connect(spec),
             "kubeconfig": yaml.safe_dump(kubeconfig, sort_keys=False),
             "example": yaml.safe_dump(example, sort_keys=False)}
+
+
+def stalled_provisioning(now: dt.datetime, stall: dt.timedelta) -> list[int]:
+    """Allocations whose provisioning task is lost: approved but never started (the task
+    queue was away at approval), or started and silent for longer than `stall` (its worker
+    died). Queuing them again is safe: provisioning is idempotent, and the status changes
+    are conditional, so a late duplicate changes nothing."""
+    waiting = Allocation.objects.filter(status=S.PENDING, created_at__lt=now - stall)
+    silent = Allocation.objects.filter(status=S.PROVISIONING).filter(
+        Q(progress_at__lt=now - stall) | Q(progress_at__isnull=True, created_at__lt=now - stall))
+    return sorted(set(waiting.values_list("pk", flat=True)) |
+                  set(silent.values_list("pk", flat=True)))

@@ -16,8 +16,9 @@ from tenants.models import Tenant
 from ..domain import FleetError
 from ..models import Allocation, GpuNode, Pool, Route
 from . import lifecycle
-from .provisioning import allocation_retire, allocation_transition
+from .retirement import allocation_retire
 from .tasks import provision_allocation
+from .transitions import allocation_transition
 
 log = logging.getLogger(__name__)
 

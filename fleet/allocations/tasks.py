@@ -11,19 +11,13 @@ from tenants.audit import audit_record
 
 from ..kube import DryRunBackend, KubeError, get_backend
 from ..models import Allocation
+from .git_sink import gitops_mode, gitops_progress
 from .lifecycle import RECONCILED
-from .provisioning import (
-    allocation_fail,
-    allocation_mark_expiring,
-    allocation_provision,
-    allocation_reconcile,
-    allocation_retire,
-    allocations_due,
-    gitops_mode,
-    gitops_progress,
-    prune_leftovers,
-    stalled_provisioning,
-)
+from .provisioning import allocation_provision
+from .reconcile import allocation_reconcile, prune_leftovers
+from .retirement import allocation_mark_expiring, allocation_retire, allocations_due
+from .selectors import stalled_provisioning
+from .transitions import allocation_fail
 
 UNEXPECTED_ERROR_RETRIES = 2
 log = logging.getLogger(__name__)

@@ -22,10 +22,8 @@ import logging
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -33,8 +31,8 @@ from tenants.bulk import insert_values, update_rows
 
 from ..allocations import lifecycle
 from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError, get_backend
-from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
-from ..vocabulary import KUEUE, KUEUE_VISIBILITY
+from ..models import Allocation, ClusterQueueState, QueueEvent, QueueWorkload
+from ..vocabulary import KUEUE
 from .ledger import UPDATED, LedgerChanges, StoredWorkload, ledger_changes
 from .placement import (
     JOB_LABELS,
@@ -43,19 +41,18 @@ from .placement import (
     placement_of,
     pods_by_job,
 )
-from .reading import INTERIM, first_estimates, stored_workload
+from .positions import positions_kept, positions_source, store_positions, visibility_positions
+from .queue_hours import held_by_admissions, integrate_usage, integration_due, store_queues
+from .reading import first_estimates, stored_workload
 from .truth import (
-    ADMITTED,
     PENDING,
     QueueFacts,
     WorkloadFacts,
     parse_cluster_queue,
     parse_workload,
-    queue_order,
 )
 
 log = logging.getLogger(__name__)
-VISIBILITY = KUEUE_VISIBILITY
 
 FOLLOWED = tuple(sorted(lifecycle.FOLLOWED))
 
@@ -78,186 +75,6 @@ class QueueSyncReport:
         return (f"{self.workloads} workload(s) in {self.queues} queue(s), {self.changed} "
                 f"changed, {self.events} event(s), positions from {self.positions or 'none'}, "
                 f"{self.seconds:.2f}s")
-
-
-def held_by_admissions(queues: dict[str, QueueFacts], facts: list[WorkloadFacts], *,
-                       followed: set[str]) -> dict[str, QueueFacts]:
-    """Use and borrowing of the followed queues, summed from their admitted Workloads.
-
-    Kueue writes a ClusterQueue's status some time after the admissions and evictions that
-    change it (seen: a queue still reporting 6 devices in use, 4 borrowed, after its only
-    workload had been preempted). The Workloads' own admissions are the source of truth."""
-    held: dict[str, Decimal] = defaultdict(Decimal)
-    waiting: dict[str, int] = defaultdict(int)
-    running: dict[str, int] = defaultdict(int)
-    for f in facts:
-        if f.state == ADMITTED:
-            held[f.cluster_queue] += f.devices
-            running[f.cluster_queue] += 1
-        elif f.state == PENDING:
-            waiting[f.cluster_queue] += 1
-    out = {}
-    for name, q in queues.items():
-        if name in followed:
-            usage = held.get(name, Decimal(0))
-            q = replace(q, usage=usage, borrowed=max(Decimal(0), usage - q.nominal),
-                        pending=waiting.get(name, 0), admitted=running.get(name, 0))
-        out[name] = q
-    return out
-
-
-def _split_hours(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, float]]:
-    out = []
-    t = start
-    while t < end:
-        hour = t.replace(minute=0, second=0, microsecond=0)
-        nxt = min(end, hour + dt.timedelta(hours=1))
-        out.append((hour, (nxt - t).total_seconds()))
-        t = nxt
-    return out
-
-
-# A queue whose use did not change is integrated at least this often while followed by
-# watch (the piecewise-constant use since its last read is the same either way).
-INTEGRATE_AT_LEAST = dt.timedelta(seconds=60)
-
-
-def _integration_due(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
-                     now: dt.datetime, *, everything: bool) -> set[str]:
-    """The queues whose held devices are integrated into queue-hours now: every one on a
-    full list; on a watch burst only those whose use changes, or that were last integrated
-    a while ago (a gap over PORTAL_QUEUE_MAX_GAP_SECONDS would not be counted at all) or in
-    an earlier hour. Writing 500 queues' hours on every event would cost more than the
-    event."""
-    if everything:
-        return set(queues)
-    due = set()
-    for name, q in queues.items():
-        state = states.get(name)
-        if state is None or state.usage != q.usage or state.borrowed != q.borrowed or \
-                now - state.observed_at >= INTEGRATE_AT_LEAST or \
-                state.observed_at.replace(minute=0, second=0, microsecond=0) != \
-                now.replace(minute=0, second=0, microsecond=0):
-            due.add(name)
-    return due
-
-
-def _integrate_usage(states: dict[str, ClusterQueueState], now: dt.datetime) -> None:
-    """Add what each queue held since its last read to its hourly totals. A gap longer than
-    PORTAL_QUEUE_MAX_GAP_SECONDS (the portal was down) is not guessed at."""
-    max_gap = dt.timedelta(seconds=settings.PORTAL_QUEUE_MAX_GAP_SECONDS)
-    adds: dict[tuple[int, dt.datetime], list[Decimal]] = defaultdict(
-        lambda: [Decimal(0), Decimal(0)])
-    for state in states.values():
-        if not state.allocation_id or state.observed_at >= now or \
-                now - state.observed_at > max_gap or state.usage <= 0:
-            continue
-        for hour, seconds in _split_hours(state.observed_at, now):
-            acc = adds[(state.allocation_id, hour)]
-            acc[0] += state.usage * Decimal(str(seconds))
-            acc[1] += state.borrowed * Decimal(str(seconds))
-    if not adds:
-        return
-    existing = {(u.allocation_id, u.hour): u for u in QueueUsageHour.objects.filter(
-        allocation_id__any={k[0] for k in adds}, hour__any={k[1] for k in adds})}
-    create, update = [], []
-    for (alloc_id, hour), (used, borrowed) in adds.items():
-        row = existing.get((alloc_id, hour))
-        if row is None:
-            create.append(QueueUsageHour(allocation_id=alloc_id, hour=hour, used_s=used,
-                                         borrowed_s=borrowed))
-        else:
-            row.used_s += used
-            row.borrowed_s += borrowed
-            update.append(row)
-    QueueUsageHour.objects.bulk_create(create)
-    update_rows(QueueUsageHour, update, ["used_s", "borrowed_s"])
-
-
-POSITION_THREADS = 8  # visibility calls in flight at once (each is a round trip, little work)
-
-
-def _positions_kept(pending: dict[str, list[WorkloadFacts]],
-                    known: dict[str, tuple[str, int | None, str]]
-                    ) -> tuple[dict[str, tuple[int, str]], list[str]]:
-    """(uid → (position, source) to store now, the ClusterQueues to ask again). A queue
-    whose waiting set is unchanged keeps the positions read before (one visibility call per
-    changed queue, not per queue). In a changed queue, a workload keeps its stored position
-    until the answer comes (no flapping), and a new one is placed in Kueue's order (0 is next
-    in its ClusterQueue) as an interim position."""
-    out: dict[str, tuple[int, str]] = {}
-    ask = []
-    for cq, workloads in pending.items():
-        uids = {w.uid for w in workloads}
-        before = {uid: (pos, src) for uid, (q, pos, src) in known.items() if q == cq}
-        if set(before) == uids and all(p is not None and src != INTERIM
-                                       for p, src in before.values()):
-            out.update(before)
-            continue
-        ask.append(cq)
-        for i, w in enumerate(sorted(workloads, key=queue_order)):
-            pos, src = before.get(w.uid, (None, ""))
-            out[w.uid] = (pos, src) if pos is not None and src != INTERIM else (i, INTERIM)
-    return out, ask
-
-
-def _visibility_positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
-                          ask: list[str]) -> dict[str, tuple[int, str]]:
-    """uid → (position, source) for every waiting workload of the queues in `ask`: Kueue's
-    visibility API's where it answers, else Kueue's order ("computed"). Calls go one at a
-    time until one answers (after three failures in a row the API is not asked again in
-    this pass: it is not there), then the rest in parallel; an error is no answer."""
-    def get(cq: str) -> dict | None:
-        try:
-            return backend.get_path(VISIBILITY.format(cq))
-        except KubeError:
-            return None
-
-    ask = list(ask)
-    answers: dict[str, dict | None] = {}
-    failures = 0
-    while ask and failures < 3 and not any(answers.values()):
-        cq = ask.pop(0)
-        answers[cq] = get(cq)
-        failures = 0 if answers[cq] is not None else failures + 1
-    if ask and any(answers.values()):
-        with ThreadPoolExecutor(max_workers=POSITION_THREADS) as pool:
-            answers.update(zip(ask, pool.map(get, ask), strict=True))
-    out: dict[str, tuple[int, str]] = {}
-    for cq in [*answers, *ask]:
-        by_key = {(w.namespace, w.name): w.uid for w in pending[cq]}
-        for item in (answers.get(cq) or {}).get("items") or []:
-            meta = item.get("metadata") or {}
-            uid = by_key.get((meta.get("namespace"), meta.get("name")))
-            if uid is not None and isinstance(item.get("positionInClusterQueue"), int):
-                out[uid] = (item["positionInClusterQueue"], "visibility")
-        for i, w in enumerate(sorted(pending[cq], key=queue_order)):
-            out.setdefault(w.uid, (i, "computed"))
-    return out
-
-
-def _positions_source(positions: dict[str, tuple[int, str]]) -> str:
-    return "+".join(sorted({src for _pos, src in positions.values()}))
-
-
-def _store_positions(positions: dict[str, tuple[int, str]],
-                     asked: dict[str, set[str]]) -> set[str]:
-    """Write the positions of each asked queue whose waiting set is still the one asked
-    about (a reader that started later may have moved on: its answer is the newer one);
-    the uids written."""
-    rows = list(QueueWorkload.objects.filter(
-        cluster_queue__any=list(asked), state=QueueWorkload.State.PENDING).only(
-        "uid", "cluster_queue", "position", "position_source"))
-    waiting: dict[str, set[str]] = defaultdict(set)
-    for r in rows:
-        waiting[r.cluster_queue].add(r.uid)
-    current = {cq for cq, uids in asked.items() if waiting.get(cq, set()) == uids}
-    moved = [r for r in rows if r.cluster_queue in current and r.uid in positions
-             and (r.position, r.position_source) != positions[r.uid]]
-    for r in moved:
-        r.position, r.position_source = positions[r.uid]
-    update_rows(QueueWorkload, moved, ["position", "position_source"])
-    return {r.uid for r in moved}
 
 
 @dataclass
@@ -374,7 +191,7 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
     known = {r[0]: (r[1], r[2], r[3]) for r in QueueWorkload.objects.filter(
         state=QueueWorkload.State.PENDING).values_list("uid", "cluster_queue", "position",
                                                        "position_source")}
-    positions, ask = _positions_kept(pending, known)
+    positions, ask = positions_kept(pending, known)
     if only is not None:
         # Positions move for every waiting workload of a queue whose waiting set changed.
         moved = {uid for uid, (pos, _src) in positions.items()
@@ -385,9 +202,9 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
 
     with transaction.atomic():
         states = {s.name: s for s in ClusterQueueState.objects.select_for_update()}
-        due = _integration_due(queues, states, now, everything=only is None)
-        _integrate_usage({n: states[n] for n in due if n in states}, now)
-        _store_queues(queues, states, allocations, now, due=due)
+        due = integration_due(queues, states, now, everything=only is None)
+        integrate_usage({n: states[n] for n in due if n in states}, now)
+        store_queues(queues, states, allocations, now, due=due)
         written, report.events = record_workloads(
             facts, queues=queues, positions=positions, allocations=allocations, now=now,
             placements=placements, listed_at=view.listed_at if only is None else None,
@@ -395,13 +212,13 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
     report.timings["store"] = time.monotonic() - started  # every workload on the pages
     # Kueue's own positions after the rows are on the page (at hundreds of changed queues the
     # visibility calls take seconds), then the first estimates, which read the positions.
-    asked = _visibility_positions(backend, pending, ask)
+    asked = visibility_positions(backend, pending, ask)
     positions.update(asked)
-    report.positions = _positions_source(positions)
+    report.positions = positions_source(positions)
     with transaction.atomic():
         list(ClusterQueueState.objects.select_for_update())  # one sync at a time, as above
         if asked:
-            written |= _store_positions(asked, {cq: {w.uid for w in pending[cq]}
+            written |= store_positions(asked, {cq: {w.uid for w in pending[cq]}
                                                 for cq in ask})
         report.timings["positions"] = time.monotonic() - started
         first_estimates(now)
@@ -442,38 +259,6 @@ def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueVie
         claims = {}
     return {f.uid: placement_of(pods.get((f.namespace, f.job), []), claims, f.admitted_at)
             for f in admitted}
-
-
-def _store_queues(queues: dict[str, QueueFacts], states: dict[str, ClusterQueueState],
-                  allocations: dict[str, Allocation], now: dt.datetime, *,
-                  due: set[str]) -> None:
-    create, update = [], []
-    fields = ["allocation_id", "cohort", "resource", "nominal", "borrowing_limit", "usage",
-              "borrowed", "pending", "admitted", "active", "inactive_reason"]
-    for name, q in queues.items():
-        alloc = allocations.get(name)  # an allocation's ClusterQueue is named as its namespace
-        values = {"allocation_id": alloc.pk if alloc else None, "cohort": q.cohort,
-                  "resource": q.resource, "nominal": q.nominal,
-                  "borrowing_limit": q.borrowing_limit, "usage": q.usage,
-                  "borrowed": q.borrowed, "pending": q.pending, "admitted": q.admitted,
-                  "active": q.active, "inactive_reason": q.inactive_reason[:120]}
-        state = states.get(name)
-        if state is None:
-            create.append(ClusterQueueState(name=name, observed_at=now, **values))
-        elif any(getattr(state, k) != v for k, v in values.items()):
-            for k, v in values.items():
-                setattr(state, k, v)
-            update.append(state)
-    if allocations:
-        # A queue that is no longer followed keeps no allocation link (it may be reused).
-        ClusterQueueState.objects.exclude(name__any=list(queues)).exclude(
-            allocation=None).update(allocation=None)
-    ClusterQueueState.objects.bulk_create(create)
-    update_rows(ClusterQueueState, update, fields)
-    # The queues integrated now count from now on. Only forward: a reader that began before
-    # another's store must not count again the time that one already integrated.
-    ClusterQueueState.objects.filter(name__any=sorted(due), observed_at__lt=now).update(
-        observed_at=now)
 
 
 def _listed_snapshot(facts: list[WorkloadFacts], *, positions: dict[str, tuple[int, str]],

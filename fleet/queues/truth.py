@@ -9,6 +9,9 @@ cohort. Two rules hold throughout:
   Kueue's raw messages (which name other queues, e.g. on reclaim) never reach it. Peers are
   "the cohort".
 * Amounts are in the allocation's device unit: whole devices, or slices of its MIG profile.
+
+Long on purpose: the parsers of Kueue's objects and the sentences written from what they
+parse stay side by side, so a field read and the words that explain it change together.
 """
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations import tasks
+from fleet.allocations.desired import allocation_spec
 from fleet.allocations.manifests import (
     GUARD_CHECK_SUFFIX,
     GUARD_DIGEST_ANNOTATION,
     GUARD_PROBE_LABEL,
     guard_check_name,
 )
-from fleet.allocations.provisioning import allocation_reconcile, allocation_spec
+from fleet.allocations.reconcile import allocation_reconcile
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend, KubeError, KubernetesBackend, using_backend
 from fleet.models import Allocation, Pool, Route
@@ -248,7 +249,8 @@ def test_a_resume_for_guards_that_changed_starts_over(approved):
 
 
 def test_a_resume_of_an_allocation_no_longer_provisioning_does_nothing(approved):
-    from fleet.allocations.provisioning import allocation_fail, allocation_provision
+    from fleet.allocations.provisioning import allocation_provision
+    from fleet.allocations.transitions import allocation_fail
 
     alloc, backend = approved
     deferred = []

@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from fleet.allocations.desired import allocation_manifests
 from fleet.allocations.manifests import GUARD_DIGEST_ANNOTATION, guard_name
-from fleet.allocations.provisioning import allocation_manifests
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import LABEL_ALLOCATION, DryRunBackend
 from fleet.models import Pool, Route

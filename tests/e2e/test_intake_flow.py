@@ -89,7 +89,7 @@ def test_the_lead_downloads_what_runs_the_first_job(live_server, page, shot, ten
     from django.conf import settings
 
     from fleet.allocations.connect import example_workload
-    from fleet.allocations.provisioning import allocation_spec
+    from fleet.allocations.desired import allocation_spec
     from intake import services
     from tests.factories import make_request
 

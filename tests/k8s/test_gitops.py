@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from fleet.allocations.manifests import OWNED_KINDS
-from fleet.allocations.provisioning import allocation_provision, allocation_retire
+from fleet.allocations.provisioning import allocation_provision
+from fleet.allocations.retirement import allocation_retire
 from fleet.allocations.services import allocation_retry
 from fleet.kube import LABEL_ALLOCATION, set_backend
 from fleet.models import Allocation, Route

@@ -319,7 +319,7 @@ CONFIDENTIAL_CASES = [
 
 def test_confidential_namespace_against_the_catalogue(control_plane, fleet, admin_user,  # noqa: F811
                                                       django_capture_on_commit_callbacks):
-    from fleet.allocations.provisioning import allocation_spec
+    from fleet.allocations.desired import allocation_spec
 
     tenant, lead = _tenant(uuid.uuid4().hex[:6])
     _req, conf = approve(tenant, lead, admin_user, Route.CONFIDENTIAL_POOL,

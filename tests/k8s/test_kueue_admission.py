@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from fleet.allocations.desired import allocation_spec
 from fleet.allocations.manifests import (
     LOCAL_QUEUE,
     ceiling_devices,
@@ -21,7 +22,6 @@ from fleet.allocations.manifests import (
     mig_device_class,
     mig_resource,
 )
-from fleet.allocations.provisioning import allocation_spec
 from fleet.kube import KubeError
 from fleet.models import Route
 

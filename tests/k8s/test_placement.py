@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from fleet.allocations.connect import example_workload
-from fleet.allocations.provisioning import allocation_spec
+from fleet.allocations.desired import allocation_spec
 from fleet.kube import get_backend
 from fleet.models import Route
 from fleet.queues.watch import QueueFollower
@@ -423,9 +423,9 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     the new node carries the block's labels and taint and the old one none of them; the
     guard now protects the new node by name (an intruder's pod pinned there is refused, one
     pinned to the old node is not); the tenant's Job is placed on the new node and runs."""
+    from fleet.allocations.desired import allocation_manifests
     from fleet.allocations.manifests import is_guard_check
     from fleet.allocations.moves import allocation_move_off
-    from fleet.allocations.provisioning import allocation_manifests
     from fleet.inventory.services import node_set_retiring
     from fleet.models import GpuNode
 

@@ -7,12 +7,9 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from fleet.allocations.desired import allocation_manifests, allocation_spec
 from fleet.allocations.manifests import OWNED_KINDS, render_manifests
-from fleet.allocations.provisioning import (
-    allocation_manifests,
-    allocation_reconcile,
-    allocation_spec,
-)
+from fleet.allocations.reconcile import allocation_reconcile
 from fleet.allocations.services import allocation_retry
 from fleet.kube import LABEL_ALLOCATION, KubeError, ObjectKey, set_backend
 from fleet.models import Allocation, Pool, Route

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from fleet.allocations.desired import allocation_manifests
 from fleet.allocations.manifests import guard_name
-from fleet.allocations.provisioning import allocation_manifests
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import set_backend
 from fleet.models import Allocation, Pool, Route
@@ -140,8 +140,8 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
                                          - children.ru_utime - children.ru_stime)],
                          key=lambda x: -x[1])
     assert result.returncode == 0, result.stderr[-2000:]
+    from fleet.allocations.apply import apply_together
     from fleet.allocations.manifests import apply_waves
-    from fleet.allocations.provisioning import apply_together
 
     started_a = time.monotonic()
     for alloc in Allocation.objects.all():

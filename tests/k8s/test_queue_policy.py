@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
-from fleet.allocations.provisioning import allocation_spec
+from fleet.allocations.desired import allocation_spec
 from fleet.models import Route
 from fleet.queues.sync import queue_sync
 

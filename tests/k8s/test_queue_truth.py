@@ -17,8 +17,8 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
+from fleet.allocations.desired import allocation_spec
 from fleet.allocations.manifests import claim_template_name
-from fleet.allocations.provisioning import allocation_spec
 from fleet.models import ClusterQueueState, QueueEvent, QueueUsageHour, Route
 from fleet.queues.sync import queue_sync
 from tests.factories import TenantFactory, make_lead

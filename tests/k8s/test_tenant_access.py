@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from fleet.allocations.connect import example_workload
-from fleet.allocations.provisioning import allocation_spec
+from fleet.allocations.desired import allocation_spec
 from fleet.kube import KubeError, KubernetesBackend
 from fleet.models import Route
 from tests.factories import TenantFactory, make_lead
@@ -125,7 +125,7 @@ def test_reconcile_replaces_the_old_member_binding(
     """Allocations provisioned before members got their own role carry `tenant-members`
     bound to `edit`; a roleRef cannot change, so the new binding has a new name and the
     reconcile removes the old one (and says so)."""
-    from fleet.allocations.provisioning import allocation_reconcile
+    from fleet.allocations.reconcile import allocation_reconcile
     from fleet.kube import LABEL_ALLOCATION, MANAGED_BY, MANAGER
 
     tenant, alloc = _provision(Route.SHARED_POOL, admin_user,

@@ -8,6 +8,7 @@ active)."""
 
 import pytest
 
+from fleet.allocations.guards import guards_in_force
 from fleet.allocations.manifests import (
     GUARD_DIGEST_ANNOTATION,
     GUARD_KINDS,
@@ -17,7 +18,6 @@ from fleet.allocations.manifests import (
     guard_probe,
     render_manifests,
 )
-from fleet.allocations.provisioning import guards_in_force
 from fleet.domain import Route
 from fleet.kube import DryRunBackend, KubeError
 from tests.unit.test_connect import spec

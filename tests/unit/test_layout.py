@@ -139,8 +139,12 @@ FLEET_TOP = {"fleet.views", "fleet.api", "fleet.forms", "fleet.admin", "fleet.ur
 FLEET_EXCEPTIONS = {("fleet.models", "fleet.allocations.lifecycle")}
 # Within a room or among entry points: the writer never imports the page builder, and pages
 # never import the API's serializers.
-FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views", "fleet.api"),
-                   ("fleet.inventory.selectors", "fleet.allocations.provisioning")}
+FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views", "fleet.api")}
+# The decisions over plain data: they read no database, no cluster and no clock, so they
+# import only the vocabulary, the domain's names and each other.
+FLEET_PURE = {"fleet.inventory.capacity", "fleet.allocations.manifests", "fleet.queues.truth",
+              "fleet.queues.placement", "fleet.queues.ledger", "fleet.allocations.gitops_status"}
+PURE_MAY_IMPORT = FLEET_PURE | {"fleet.vocabulary", "fleet.domain"}
 
 
 def fleet_place(module: str) -> tuple[str, int]:
@@ -177,7 +181,8 @@ def fleet_import_errors(name: str, imports: list[tuple[int, str]], modules: set[
         if (name, target) in FLEET_EXCEPTIONS:
             continue
         _, theirs = fleet_place(target)
-        if theirs > own or (name, target) in FLEET_FORBIDDEN:
+        if theirs > own or (name, target) in FLEET_FORBIDDEN or (
+                name in FLEET_PURE and target not in PURE_MAY_IMPORT):
             wrong.append((line, target))
     return wrong
 
@@ -204,6 +209,8 @@ def test_fleet_rooms_point_one_way():
     ("fleet.inventory.selectors", "fleet.allocations"),  # a room's package counts as it
     ("fleet.queues.sync", "fleet.queues.explain"),  # the writer reading the page builder
     ("fleet.kube", "fleet.inventory.capacity"),  # the adapter below every room
+    ("fleet.queues.ledger", "fleet.models"),  # a pure decision reading the database
+    ("fleet.inventory.capacity", "fleet.kube"),  # ... or the cluster
 ])
 def test_the_room_check_refuses_each_probe(module, imported):
     """Probes that must fail the check: each would pass if the rooms had holes."""
@@ -271,3 +278,18 @@ def test_the_local_import_check_sees_every_depth():
              "class C:\n    def m(self):\n        if True:\n            from x import y\n"
              "async def g():\n    try:\n        import z\n    except ImportError:\n        pass\n")
     assert local_imports(probe) == [(3, "f"), (7, "m"), (10, "g")]
+
+
+LONG_MODULE = 400  # lines
+
+
+def test_a_long_fleet_module_says_why():
+    """A module past ~400 lines is split into modules with one job each, or its docstring
+    says why it is long ("Long on purpose: …")."""
+    long = []
+    for name, path in fleet_modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > LONG_MODULE and \
+                "Long on purpose:" not in (ast.get_docstring(ast.parse(text)) or ""):
+            long.append(f"{path.relative_to(ROOT)}: {len(text.splitlines())} lines")
+    assert long == []

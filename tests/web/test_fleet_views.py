@@ -139,7 +139,7 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
 
     from django.utils import timezone
 
-    from fleet.allocations.provisioning import allocation_manifests
+    from fleet.allocations.desired import allocation_manifests
     from fleet.kube import using_backend
     from fleet.models import Allocation
     from tenants.audit import audit_for

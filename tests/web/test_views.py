@@ -334,7 +334,7 @@ def test_the_allocation_panel_speaks_to_each_status(client, users, tenant, lead,
                                                     pools, who):
     """A failed allocation's message reads as a failure and admins get Retry; an expiring
     one says when it ends and how to keep it (the template names the statuses)."""
-    from fleet.allocations.provisioning import allocation_transition
+    from fleet.allocations.transitions import allocation_transition
     from fleet.models import Allocation
     from intake import services
 

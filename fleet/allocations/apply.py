@@ -1,0 +1,245 @@
+"""The apply sink: an allocation's objects server-side applied to the cluster in waves (the
+guards before its nodes and its tenant's access), its drift read and repaired object by
+object, and the objects of retired allocations pruned."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from django.db import transaction
+from django.utils import timezone
+
+from tenants.audit import audit_record
+
+from ..kube import (
+    LABEL_ALLOCATION,
+    MANAGED_BY,
+    MANAGER,
+    KubeBackend,
+    KubeError,
+    ObjectKey,
+    prune,
+)
+from ..models import Allocation, Route
+from .guards import GuardsPending, ask_guards_deferring, guards_in_force
+from .manifests import (
+    AFTER_GUARDS_KINDS,
+    GUARD_KINDS,
+    OWNED_KINDS,
+    apply_waves,
+    drift,
+    guard_probe,
+    guards_content_digest,
+    guards_fingerprint,
+    is_guard_check,
+    node_release,
+    stamp_guard_check,
+)
+from .transitions import allocation_transition, record_progress
+
+S = Allocation.Status
+
+
+class ApplySink:
+    """Server-side apply to the cluster, in waves; drift read and repaired object by object."""
+
+    def publish(self, alloc, manifests, backend, defer=None):
+        waves, total = apply_waves(manifests), len(manifests)
+        record_progress(alloc.pk, 0, total)
+        done, probe, live_guards = 0, None, []
+        for k, wave in enumerate(waves):
+            if any(is_guard_check(m) for m in wave):
+                wave = [stamp_guard_check(m, guards_fingerprint(live_guards)) for m in wave]
+                probe = guard_probe(wave) or probe
+            if probe and any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
+                # The block's nodes and the tenant's access only once the guards are in
+                # force (the waves before were applied while the API server compiled them).
+                return self._after_guards(alloc, waves[k:], total, backend, defer,
+                                          GuardsPending(probe, time.time(), done, asked=0))
+            applied = apply_together(backend, wave)
+            # The guards as the API server holds them name the check (its fingerprint).
+            live_guards += [a for m, a in zip(wave, applied, strict=True)
+                            if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
+            done += len(wave)
+            record_progress(alloc.pk, done, total)
+        return _provisioned(alloc, total, None)
+
+    def resume(self, alloc, manifests, backend, pending, defer=None):
+        waves = apply_waves(manifests)
+        now = guard_probe(manifests)
+        if now is None or guards_content_digest(pending.probe) != guards_content_digest(now):
+            # The allocation changed since (its guards would differ): start over.
+            return self.publish(alloc, manifests, backend, defer)
+        first = next(k for k, w in enumerate(waves)
+                     if any(m["kind"] in AFTER_GUARDS_KINDS for m in w))
+        return self._after_guards(alloc, waves[first:], len(manifests), backend, defer,
+                                  pending)
+
+    def _after_guards(self, alloc, rest, total, backend, defer, pending):
+        """Ask whether the guards are in force; once they are, apply the rest (nodes,
+        access) and the allocation is active. Not yet: wait here, or with `defer` hand the
+        wait back to the caller, who resumes later (the worker process takes other work
+        meanwhile)."""
+        try:
+            if defer is None or not backend.enforces_admission:
+                guarded = guards_in_force(backend, pending.probe)
+            else:
+                guarded = ask_guards_deferring(backend, pending, defer)
+                if guarded is None:
+                    # Handed on: nothing after this may fail (no query), or a retry would
+                    # start a second chain beside the queued one.
+                    return alloc
+        except KubeError as exc:
+            if not exc.retriable:
+                raise
+            raise KubeError(f"{exc.message}; neither its nodes nor anyone's access "
+                            "were applied, and provisioning will try again.",
+                            retriable=True, status=exc.status) from exc
+        done = pending.done
+        for wave in rest:
+            apply_together(backend, wave)
+            done += len(wave)
+            record_progress(alloc.pk, done, total)
+        return _provisioned(alloc, total, guarded)
+
+    def withdraw(self, alloc, backend):
+        return prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                     kinds=OWNED_KINDS)
+
+    def withdrawn_words(self, withdrawn):
+        return f"Retired: removed {len(withdrawn)} object(s)"
+
+    def repair(self, alloc, manifests, backend, cause=""):
+        return repair_in_cluster(alloc, manifests, backend, cause=cause)
+
+    def prune_leftovers(self, backend):
+        return prune_in_cluster(backend)
+
+
+def _provisioned(alloc: Allocation, total: int, guarded: float | None) -> Allocation:
+    reason = f"Provisioned: {total} object(s) applied in namespace {alloc.namespace}."
+    data = {}
+    if guarded is not None:
+        reason += (f" Its admission guards refused the check's probe {guarded:.1f} s after "
+                   "they were applied, before "
+                   + ("its nodes were reserved and " if alloc.route == Route.DEDICATED_BLOCK
+                      else "") + "anyone had access.")
+        data["guards_in_force_seconds"] = round(guarded, 3)
+    allocation_transition(alloc.pk, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                          reason=reason, data=data or None)
+    return Allocation.objects.get(pk=alloc.pk)
+
+
+APPLY_THREADS = 8  # requests in flight per allocation: the work is waiting on the API server
+
+
+_pool = None
+
+
+_pool_pid = 0
+
+
+_pool_lock = threading.Lock()
+
+
+def _apply_pool():
+    """One thread pool per process, kept (starting threads per wave cost more than the
+    requests); a forked worker process makes its own."""
+    global _pool, _pool_pid
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = ThreadPoolExecutor(max_workers=APPLY_THREADS, thread_name_prefix="apply")
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
+    """Apply objects that do not depend on each other in parallel; every one is attempted,
+    then the first failure (in render order) is raised for the task to retry or fail. The
+    objects as the API server returned them, in the same order."""
+    def one(manifest: dict) -> dict:
+        # Nodes are shared with the kubelet and others: never force on them.
+        return backend.apply(manifest, force=manifest["kind"] != "Node")
+
+    if len(manifests) == 1 or threading.current_thread() is not threading.main_thread():
+        # Already on a thread of someone's pool (a threads worker, runserver): one by one.
+        # (Seen: a threads worker sharing this pool left 2 of 20 allocations hanging.)
+        return [one(manifest) for manifest in manifests]
+    futures = [_apply_pool().submit(one, m) for m in manifests]
+    for future in futures:
+        future.exception()  # waits for every one, whatever the others did
+    return [future.result() for future in futures]  # the first KubeError, in render order
+
+
+def repair_in_cluster(alloc: Allocation, manifests: list[dict],
+                       backend: KubeBackend, *, cause: str = "") -> list[str]:
+    found, probe, checked, live_guards = [], None, False, []
+    for manifest in manifests:
+        if is_guard_check(manifest):  # names the guards as they live now (see manifests)
+            manifest = stamp_guard_check(manifest, guards_fingerprint(live_guards))
+            probe = guard_probe([manifest]) or probe
+        if probe and not checked and manifest["kind"] in AFTER_GUARDS_KINDS:
+            # The guards in force before a node is (again) reserved or access (re)granted:
+            # one dry-run when nothing changed; a wait after a guard was made again, after a
+            # move, or when an earlier attempt stopped between the guards and the nodes.
+            guards_in_force(backend, probe)
+            checked = True
+        key = ObjectKey.of(manifest)
+        live = backend.get(key.api_version, key.kind, key.name, key.namespace)
+        if live is None:
+            found.append(f"{key} was deleted")
+        else:
+            paths = [p for p in drift({k: v for k, v in manifest.items()
+                                       if k not in ("apiVersion", "kind")}, live)]
+            if paths:
+                found.append(f"{key} changed at {', '.join(paths)}")
+        applied = backend.apply(manifest, force=manifest["kind"] != "Node")
+        if manifest["kind"] in GUARD_KINDS and not is_guard_check(manifest):
+            live_guards.append(applied)
+    # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
+    # another role) are removed; the namespace itself is always among the desired.
+    desired = {ObjectKey.of(m) for m in manifests}
+    for key in prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                     kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
+                     keep=desired):
+        found.append(f"{key} is no longer part of it and was removed")
+    # Nodes still labelled for it that it no longer reserves (a block moved off a node) lose
+    # the labels and taint: otherwise its flavor would still select them.
+    reserved = {m["metadata"]["name"] for m in manifests if m["kind"] == "Node"}
+    for node in backend.list("v1", "Node", label_selector=f"{LABEL_ALLOCATION}={alloc.pk}"):
+        name = node["metadata"]["name"]
+        if name not in reserved:
+            backend.apply(node_release(name))
+            found.append(f"node {name} is no longer reserved and was released")
+    report = "; ".join(found)
+    with transaction.atomic():  # the report and its audit row together, after the API calls
+        Allocation.objects.filter(pk=alloc.pk).update(drift_report="" if cause else report,
+                                                      drift_checked_at=timezone.now())
+        if found and cause:
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.applied",
+                         reason=f"Cluster brought in line after {cause}: {report}.")
+        elif found:
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.drift",
+                         reason=f"Drift repaired by reconcile: {report}.")
+    return found
+
+
+def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:
+    live_ids = {str(pk) for pk in Allocation.objects.exclude(status=S.RETIRED)
+                .values_list("pk", flat=True)}
+    removed = []
+    for api_version, kind in OWNED_KINDS:
+        for obj in backend.list(api_version, kind, label_selector=f"{MANAGED_BY}={MANAGER}"):
+            labels = obj.get("metadata", {}).get("labels") or {}
+            alloc = labels.get(LABEL_ALLOCATION)
+            if alloc is None or alloc in live_ids:
+                continue  # pool-level objects (no allocation label) are kept
+            key = ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind})
+            if backend.delete(api_version, kind, key.name, key.namespace):
+                removed.append(key)
+    return removed

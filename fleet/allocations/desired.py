@@ -1,0 +1,81 @@
+"""An allocation's desired state: its spec read from the database, its rendered objects,
+and what the API server says of them before anything is applied (the review's preview)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from tenants.models import Tenant
+
+from ..kube import DryRunBackend, KubeBackend, KubeError, ObjectKey, get_backend
+from ..models import Allocation, Pool
+from .manifests import AllocationSpec, render_manifests
+
+
+def spec_for(*, allocation_id: int, tenant: Tenant, pool: Pool, namespace: str, route: str,
+             whole_devices: int, mig_profile: str, mig_count: int,
+             nodes: tuple[str, ...] = ()) -> AllocationSpec:
+    return AllocationSpec(
+        allocation_id=allocation_id, tenant=tenant.slug, namespace=namespace, route=route,
+        pool=pool.slug, gpu_model=pool.gpu_model, node_selector=dict(pool.node_selector or {}),
+        whole_devices=whole_devices, mig_profile=mig_profile, mig_count=mig_count,
+        device_class=pool.device_class, nodes=nodes,
+        cohort=pool.cohort, borrowing_limit=pool.borrowing_limit_devices,
+        group_prefix=settings.PORTAL_K8S_GROUP_PREFIX,
+        lead_group=settings.PORTAL_LEAD_GROUP_PATTERN,
+        member_group=settings.PORTAL_MEMBER_GROUP_PATTERN,
+        confidential_runtime_class=settings.PORTAL_CONFIDENTIAL_RUNTIME_CLASS,
+        platform_namespaces=tuple(settings.PORTAL_PLATFORM_NAMESPACES),
+    )
+
+
+def allocation_spec(allocation: Allocation) -> AllocationSpec:
+    return spec_for(
+        allocation_id=allocation.pk, tenant=allocation.tenant, pool=allocation.pool,
+        namespace=allocation.namespace, route=allocation.route,
+        whole_devices=allocation.whole_devices, mig_profile=allocation.mig_profile,
+        mig_count=allocation.mig_count,
+        nodes=tuple(sorted(allocation.nodes.values_list("name", flat=True))))
+
+
+def allocation_manifests(allocation: Allocation) -> list[dict]:
+    return render_manifests(allocation_spec(allocation))
+
+
+@dataclass(frozen=True)
+class PreviewRow:
+    key: ObjectKey
+    accepted: bool
+    message: str
+    manifest: dict
+
+
+def preview(manifests: list[dict], *, backend: KubeBackend | None = None) -> list[PreviewRow]:
+    """Dry-run every object (`dryRun=All`). Objects for a namespace that does not exist yet
+    are dry-run in the portal's own namespace, so schema, CEL and admission still run."""
+    backend = backend or get_backend()
+    rows = []
+    namespaces = {m["metadata"]["name"] for m in manifests if m["kind"] == "Namespace"}
+    existing: dict[str, bool] = {}
+    for manifest in manifests:
+        key = ObjectKey.of(manifest)
+        target, note = manifest, ""
+        if key.namespace in namespaces:
+            if key.namespace not in existing:
+                existing[key.namespace] = backend.get("v1", "Namespace", key.namespace) \
+                    is not None
+            if not existing[key.namespace]:
+                target = {**manifest, "metadata": {
+                    **manifest["metadata"], "namespace": settings.PORTAL_NAMESPACE}}
+                note = f" (checked in {settings.PORTAL_NAMESPACE}: {key.namespace} does not " \
+                       "exist yet)"
+        try:
+            backend.apply(target, dry_run=True)
+            said = ("accepted by the API server" if not isinstance(backend, DryRunBackend)
+                    else "not validated: the embedded dry-run backend has no API server")
+            rows.append(PreviewRow(key, True, said + note, manifest))
+        except KubeError as exc:
+            rows.append(PreviewRow(key, False, exc.message, manifest))
+    return rows

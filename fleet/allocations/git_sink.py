@@ -1,0 +1,181 @@
+"""The Git sink (PORTAL_PROVISIONING=gitops): an allocation's objects committed to Git for
+Argo CD or Flux instead of applied, its directory removed at retirement, and the cluster
+followed until it has every object (what the tool reports said while it waits)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+
+from tenants.audit import audit_record
+from tenants.models import AuditEvent
+
+from ..kube import KubeBackend, KubeError, ObjectKey, get_backend
+from ..models import Allocation
+from . import gitops
+from .desired import allocation_manifests
+from .gitops_status import parse_ref, tool_status
+from .guards import guards_in_force
+from .manifests import guard_probe
+from .transitions import allocation_transition, record_progress
+
+S = Allocation.Status
+
+
+class GitSink:
+    """Commit to Git for Argo CD or Flux; the cluster is followed (follow_gitops) until it
+    has every object. The repository is the desired state: repair re-publishes, and the
+    GitOps tool prunes what Git no longer holds."""
+
+    def publish(self, alloc, manifests, backend, defer=None):
+        return _publish(alloc, manifests, backend)
+
+    def resume(self, alloc, manifests, backend, pending, defer=None):
+        return _publish(alloc, manifests, backend)  # nothing of its own waits
+
+    def withdraw(self, alloc, backend):
+        return _unpublish(alloc)
+
+    def withdrawn_words(self, withdrawn):
+        if withdrawn:
+            return (f"Retired: its directory is removed from Git ({withdrawn[0]}); the GitOps "
+                    "tool prunes its objects")
+        return "Retired: nothing of it was in Git"
+
+    def repair(self, alloc, manifests, backend, cause=""):
+        published = _publish_only(alloc)
+        return [f"its directory differed from the portal's and was committed again "
+                f"({published.commit[:12]})"] if published.changed else []
+
+    def prune_leftovers(self, backend):
+        return []
+
+
+def gitops_mode() -> bool:
+    return settings.PORTAL_PROVISIONING == "gitops"
+
+
+def _provenance(alloc: Allocation) -> dict[str, str]:
+    """Request and approver of an allocation: its origin field and who created it."""
+    created = AuditEvent.objects.filter(subject_type="allocation", subject_id=alloc.pk,
+                                        action="allocation.created").first()
+    return {"tenant": alloc.tenant.slug, "namespace": alloc.namespace,
+            "route": alloc.get_route_display(), "request": alloc.origin or "—",
+            "approver": created.actor_name if created else "—"}
+
+
+def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> Allocation:
+    """Commit the allocation's directory (idempotent) and leave it provisioning until the
+    cluster shows every object (follow_gitops), which then reserves its dedicated nodes."""
+    files = gitops.directory_files(manifests)
+    info = _provenance(alloc)
+    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
+    published = gitops.Repository().change(path, files, gitops.commit_message(
+        action="publish", objects=len(files) - 1, **info))
+    note = (f"Committed {published.commit[:12]} to {settings.PORTAL_GITOPS_REPO} "
+            f"({path}); waiting for the cluster to apply it.")
+    with transaction.atomic():
+        Allocation.objects.filter(pk=alloc.pk).update(status_message=note)
+        if published.changed:
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.committed", reason=note,
+                         data={"commit": published.commit, "path": path})
+    record_progress(alloc.pk, 0, len(files) - 1)
+    return Allocation.objects.get(pk=alloc.pk)
+
+
+def _publish_only(alloc: Allocation):
+    files = gitops.directory_files(allocation_manifests(alloc))
+    return gitops.Repository().change(
+        gitops.allocation_path(alloc.tenant.slug, alloc.namespace), files,
+        gitops.commit_message(action="publish", objects=len(files) - 1, **_provenance(alloc)))
+
+
+def _unpublish(alloc: Allocation) -> list[str]:
+    """Remove the allocation's directory from Git; [commit] if one was made."""
+    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
+    removed = gitops.Repository().change(path, None, gitops.commit_message(
+        action="retire", objects=0, **_provenance(alloc)))
+    if removed.changed:
+        audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.uncommitted",
+                     reason=f"Removed {path} from Git in {removed.commit[:12]}.",
+                     data={"commit": removed.commit, "path": path})
+    return [removed.commit[:12]] if removed.changed else []
+
+
+def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:
+    """How much of a committed allocation the cluster has: active once every object is
+    there (as Argo CD or Flux applied it)."""
+    backend = backend or get_backend()
+    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    if alloc.status != S.PROVISIONING:
+        return alloc
+    manifests = allocation_manifests(alloc)
+    wanted = [m for m in manifests if m["kind"] not in gitops.NOT_COMMITTED]
+    present = 0
+    for m in wanted:
+        key = ObjectKey.of(m)
+        if backend.get(key.api_version, key.kind, key.name, key.namespace) is not None:
+            present += 1
+    record_progress(allocation_id, present, len(wanted))
+    if present == len(wanted) and not _guards_answer(alloc, manifests, backend):
+        return Allocation.objects.get(pk=allocation_id)
+    if present == len(wanted):
+        # A dedicated block's nodes are patched directly (shared with the kubelet: never in
+        # Git, never forced), once its guards are in force.
+        for node in manifests:
+            if node["kind"] in gitops.NOT_COMMITTED:
+                backend.apply(node, force=False)
+        allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
+                              reason=f"Applied from Git: all {len(wanted)} object(s) are in "
+                                     f"the cluster in namespace {alloc.namespace}.")
+    else:
+        _explain_waiting(alloc, present, len(wanted), backend)
+    return Allocation.objects.get(pk=allocation_id)
+
+
+def _guards_answer(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> bool:
+    """Whether the allocation's guards (if any) refuse what they must, asked once: the GitOps
+    tool applied them, so the portal only says so and keeps the allocation provisioning."""
+    probe = guard_probe(manifests)
+    if probe is None:
+        return True
+    try:
+        guards_in_force(backend, probe, timeout=0)
+        return True
+    except KubeError as exc:
+        message = ("Every object is in the cluster, but its admission guards are not in "
+                   f"force yet ({exc.message}); checking again.")
+        Allocation.objects.filter(pk=alloc.pk, status=S.PROVISIONING).update(
+            status_message=message[:2000])
+        return False
+
+
+def _explain_waiting(alloc: Allocation, present: int, total: int,
+                     backend: KubeBackend) -> None:
+    """While the cluster lacks the committed objects, say what the GitOps tool reports (a
+    sync or build error, a degraded health), so the wait has a reason on the page."""
+    ref = parse_ref(settings.PORTAL_GITOPS_STATUS_OBJECT)
+    if ref is None:
+        return
+    try:
+        obj = backend.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+    except KubeError as exc:
+        obj, note = None, f"could not be read ({exc.message})"
+    else:
+        note = ""
+    status = tool_status(ref, obj)
+    words = note or status.words
+    message = (f"Committed to Git; {present} of {total} object(s) in the cluster so far. "
+               f"{ref.title}: {words}.")
+    if status.state == "failed":
+        message = (f"Committed to Git, but {ref.title} reports a problem: {words}. "
+                   f"{present} of {total} object(s) are in the cluster; the portal keeps "
+                   "waiting and checks again.")
+    if alloc.status_message != message:
+        Allocation.objects.filter(pk=alloc.pk, status=S.PROVISIONING).update(
+            status_message=message[:2000])
+        if status.state == "failed":
+            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                         action="allocation.gitops_error", reason=message[:2000])
