@@ -6,7 +6,6 @@ platform admins close, reopen and adjust a month through the same services as th
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
@@ -20,6 +19,7 @@ from tenants.access import billing_scope, visible_tenants
 from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 
+from .domain import MONTH_RULE, parse_month
 from .exports import statement_document, statement_response
 from .figures import month_figures, tenant_month
 from .services import (
@@ -31,14 +31,13 @@ from .services import (
     statement_reopen,
 )
 
-MONTH = re.compile(r"^(\d{4})-(\d{2})$")
 
-
-def parse_month(value: str, name: str = "month") -> dt.date:
-    m = MONTH.match(value or "")
-    if not m or not 1 <= int(m.group(2)) <= 12 or not 2000 <= int(m.group(1)) <= 2100:
-        raise ValidationError({name: ["A month as YYYY-MM, between 2000-01 and 2100-12."]})
-    return dt.date(int(m.group(1)), int(m.group(2)), 1)
+def month_param(value: str, name: str = "month") -> dt.date:
+    """A month in a query or path (billing.domain.parse_month), else a 400 on the field."""
+    month = parse_month(value)
+    if month is None:
+        raise ValidationError({name: [MONTH_RULE]})
+    return month
 
 
 class MonthFiguresSerializer(serializers.Serializer):
@@ -126,9 +125,9 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
             tenant = visible_tenants(request.user).filter(slug=slug[:40]).first()
             tenant_ids = [] if tenant is None or (scope is not None and tenant.pk not in scope) \
                 else [tenant.pk]
-        first = parse_month(request.query_params["from"], "from") \
+        first = month_param(request.query_params["from"], "from") \
             if request.query_params.get("from") else None
-        last = parse_month(request.query_params["to"], "to") \
+        last = month_param(request.query_params["to"], "to") \
             if request.query_params.get("to") else None
         figures = month_figures(tenant_ids=tenant_ids, first=first, last=last)
         return Response([_with_currency(f) for f in figures])
@@ -139,7 +138,7 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
         slug, _, month = (pk or "").partition(":")
         billing_scope(request.user)
         tenant = get_object_or_404(visible_tenants(request.user), slug=slug[:40])
-        return tenant, parse_month(month)
+        return tenant, month_param(month)
 
     def _answer(self, tenant, m):
         stmt, lines = statement_for(tenant, m)

@@ -7,11 +7,12 @@ statement shows hours, so rollups match measurements to the device-second.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-from fleet.domain import Route
+from fleet.domain import Route, percent_of
 from fleet.inventory.pricing import borrowing_is_billed, money
 
 HOUR = dt.timedelta(hours=1)
@@ -106,6 +107,23 @@ def month_start(t: dt.datetime | dt.date) -> dt.date:
     return dt.date(t.year, t.month, 1)
 
 
+MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")  # ASCII digits only: "٢٠٢٦-١٢" is no month
+FIRST_YEAR, LAST_YEAR = 2000, 2999  # far enough either way; month arithmetic stays in range
+MONTH_RULE = f"A month as YYYY-MM, between {FIRST_YEAR}-01 and {LAST_YEAR}-12."
+
+
+def parse_month(value: str | None) -> dt.date | None:
+    """The first day of a month written `YYYY-MM` (in a URL or a query), or None: the one
+    reading of a month for pages and the API alike."""
+    match = MONTH.match(value or "")
+    if not match:
+        return None
+    year, month = int(match[1]), int(match[2])
+    if not (FIRST_YEAR <= year <= LAST_YEAR and 1 <= month <= 12):
+        return None
+    return dt.date(year, month, 1)
+
+
 def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
     start = dt.datetime(month.year, month.month, 1, tzinfo=dt.UTC)
     nxt = dt.datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=dt.UTC)
@@ -113,9 +131,8 @@ def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
 
 
 def utilisation(used: Decimal, allocated: Decimal) -> Decimal | None:
-    if allocated <= 0:
-        return None
-    return (used / allocated * 100).quantize(Decimal("0.1"), rounding=ROUND_HALF_UP)
+    """Used of allocated hours, in percent (fleet.domain.percent_of: one place, half up)."""
+    return percent_of(used, allocated)
 
 
 RIGHT_SIZE_BELOW = Decimal(30)  # percent

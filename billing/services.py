@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from fleet.allocations import lifecycle
-from fleet.domain import mig_share
+from fleet.domain import devices_text, mig_share
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
 from fleet.models import Allocation, NodeOutage, QueueUsageHour
@@ -230,7 +230,7 @@ def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
             allocation_id=alloc.pk,
             description=f"{alloc.namespace} · {m.pool.name}"
                         + (f" · {alloc.mig_count} × {alloc.mig_profile}" if alloc.mig_profile
-                           else f" · {alloc.device_equivalents.normalize():f} device(s)"),
+                           else f" · {devices_text(alloc.device_equivalents)} device(s)"),
             route=alloc.route, policy=POLICIES.get(alloc.route, ""),
             allocated_h=_h(m.allocated_s), used_h=_h(used),
             idle_h=max(Decimal(0), _h(m.allocated_s) - _h(used)),  # as figures count it

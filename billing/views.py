@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import re
 
 from django.conf import settings
 from django.contrib import messages
@@ -26,7 +25,7 @@ from tenants.models import Tenant
 from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
-from .domain import month_bounds, month_start, utilisation
+from .domain import month_bounds, month_start, parse_month, utilisation
 from .exports import statement_document, statement_response
 from .figures import apply_to_overview, month_figures, month_totals, tenant_month
 from .figures import hours as to_hours
@@ -58,19 +57,12 @@ def _billing_reader(user):
     return billing_scope(user)
 
 
-MONTH = re.compile(r"^([0-9]{4})-([0-9]{2})$")
-FIRST_YEAR, LAST_YEAR = 2000, 2999  # far enough either way; month arithmetic stays in range
-
-
 def _month(value: str) -> dt.date:
-    """A month in a URL: ASCII `YYYY-MM` within the years billing can hold, else 404."""
-    match = MONTH.match(value or "")
-    if not match:
+    """A month in a URL (billing.domain.parse_month), else 404."""
+    month = parse_month(value)
+    if month is None:
         raise Http404("No such month")
-    year, month = int(match[1]), int(match[2])
-    if not (FIRST_YEAR <= year <= LAST_YEAR and 1 <= month <= 12):
-        raise Http404("No such month")
-    return dt.date(year, month, 1)
+    return month
 
 
 @login_required

@@ -4,7 +4,7 @@ share of a device. Decided here once; manifests, intake and billing read them.""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.db.models import TextChoices
 
@@ -47,3 +47,29 @@ def mig_device_equivalents(profile: str, count: int,
 
 class FleetError(DomainError, ValueError):
     """A refusal of the fleet (a ValueError too, for callers that catch it so)."""
+
+
+# -- numbers as people read them: one rule per kind, for templates and code alike ---------
+
+TWO_PLACES, ONE_PLACE = Decimal("0.01"), Decimal("0.1")
+
+
+def devices_text(value) -> str:
+    """A device count: whole numbers bare ("8"), fractions to two places, half up ("0.14");
+    "—" if not a number."""
+    try:
+        q = Decimal(value).quantize(TWO_PLACES, rounding=ROUND_HALF_UP)
+    except (InvalidOperation, TypeError, ValueError):
+        return "—"
+    return f"{q.normalize():f}"
+
+
+def percent_of(part, whole) -> Decimal | None:
+    """`part` of `whole` in percent, to one place, half up; None when there is no whole."""
+    try:
+        part, whole = Decimal(part), Decimal(whole)
+    except (InvalidOperation, TypeError, ValueError):
+        return None
+    if whole <= 0:
+        return None
+    return (part / whole * 100).quantize(ONE_PLACE, rounding=ROUND_HALF_UP)

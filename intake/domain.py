@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from enum import StrEnum
 
-from fleet.domain import SLICES_PER_DEVICE, Route, mig_device_equivalents
+from fleet.domain import SLICES_PER_DEVICE, Route, devices_text, mig_device_equivalents
 from fleet.inventory.pricing import money
 
 HOURS_PER_MONTH = Decimal("730")  # 365 × 24 / 12: the usual cloud month
@@ -290,7 +290,7 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
     elif route is Route.MIG_VCLUSTER:
         share = mig_device_equivalents(profile_name, count, dict(a.mig_weights))
         reason = (f"MIG under vCluster: {count} × {profile_name} slice(s) "
-                  f"(= {format_devices(share)} device(s)) through DRA claims, with a virtual "
+                  f"(= {devices_text(share)} device(s)) through DRA claims, with a virtual "
                   "control plane of the tenant's own. A habitual preference for separation is "
                   "met by that control plane; the physical GPUs are shared with other tenants.")
     else:
@@ -300,11 +300,6 @@ def route_request(a: IntakeAnswers) -> RouteDecision:
     return RouteDecision(route, reason + sizing_note, isolation=a.isolation, fill=fill,
                          whole_devices=whole, mig_profile=profile_name, mig_count=count,
                          mig_weights=a.mig_weights)
-
-
-def format_devices(value: Decimal) -> str:
-    q = value.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
-    return f"{q.normalize():f}"
 
 
 def override_decision(decision: RouteDecision, route: Route, why: str) -> RouteDecision:
@@ -451,12 +446,12 @@ def _fit(decision: RouteDecision, pool: PoolFacts, held: Decimal, nodes: int
                            "devices are promised; the platform team brings such nodes into "
                            "the pool (or choose another GPU model).")
     if held > capacity:
-        return Fit.NEVER, (f"Can never fit {pool.name}: it needs {format_devices(held)} "
-                           f"device(s) and the pool can promise {format_devices(capacity)} "
+        return Fit.NEVER, (f"Can never fit {pool.name}: it needs {devices_text(held)} "
+                           f"device(s) and the pool can promise {devices_text(capacity)} "
                            f"({pool.capacity_source}).")
     if held > free:
-        return Fit.FITS_LATER, (f"Does not fit now: {format_devices(free)} of "
-                                f"{format_devices(capacity)} device(s) are free in {where}; it "
+        return Fit.FITS_LATER, (f"Does not fit now: {devices_text(free)} of "
+                                f"{devices_text(capacity)} device(s) are free in {where}; it "
                                 "fits once allocations already promised end.")
     if decision.route is Route.DEDICATED_BLOCK and pool.free_whole_nodes is not None \
             and nodes > pool.free_whole_nodes:
@@ -477,7 +472,7 @@ def _fit(decision: RouteDecision, pool: PoolFacts, held: Decimal, nodes: int
                 "slices are freed or the MIG layout is changed.")
         return Fit.FITS_NOW, (f"Fits now: {decision.mig_count} of {free_slices} free "
                               f"{decision.mig_profile} slice(s) in {where}.")
-    return Fit.FITS_NOW, (f"Fits now: {format_devices(held)} of {format_devices(free)} free "
+    return Fit.FITS_NOW, (f"Fits now: {devices_text(held)} of {devices_text(free)} free "
                           f"device(s) in {where}.")
 
 

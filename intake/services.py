@@ -15,6 +15,7 @@ from fleet.allocations.services import (
     allocation_extend,
     allocation_reserve_nodes,
 )
+from fleet.domain import devices_text
 from fleet.models import Pool, Route
 from tenants.access import roles_for
 from tenants.audit import audit_record, reason_error
@@ -171,7 +172,7 @@ def _check_renewal_keeps_shape(request: CapacityRequest, decision, plan) -> None
     if decision.route.value != alloc.route or plan.held_devices != alloc.device_equivalents:
         raise IntakeError(
             f"A renewal keeps the allocation's route and size ({Route(alloc.route).label}, "
-            f"{alloc.device_equivalents.normalize():f} device(s)); file a new request to "
+            f"{devices_text(alloc.device_equivalents)} device(s)); file a new request to "
             "change them.")
 
 

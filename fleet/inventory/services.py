@@ -30,7 +30,6 @@ def pool_set_rate(*, pool: Pool, rate: Decimal, by=None, effective_from=None) ->
 
 
 @transaction.atomic
-@transaction.atomic
 def pool_create(*, form, by) -> Pool:
     """A new pool from an admin's form, with its first rate card; audited."""
     require_platform_admin(by)
@@ -43,6 +42,7 @@ def pool_create(*, form, by) -> Pool:
     return pool
 
 
+@transaction.atomic
 def pool_update(*, form, by) -> Pool:
     """Save an admin's pool edit with an audit row naming what changed."""
     require_platform_admin(by)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from decimal import Decimal
 
+from ..domain import devices_text
 from ..vocabulary import LedgerEvent
 from .placement import NOTHING, Placement, placement_events
 from .truth import ADMITTED, DEACTIVATED, FINISHED, GONE, PENDING, WorkloadFacts, explain_stop
@@ -84,7 +85,7 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
         wait = (new.admitted_at - since).total_seconds() if since else None
         reason = "Admitted: its devices were reserved and its pods released."
         if borrowed > 0:
-            reason = (f"Admitted while the queue borrows {borrowed.normalize():f} device(s) "
+            reason = (f"Admitted while the queue borrows {devices_text(borrowed)} device(s) "
                       "from the cohort beyond its quota.")
         events.append({**base, "kind": LedgerEvent.ADMITTED, "at": new.admitted_at,
                        "wait_seconds": max(0.0, wait) if wait is not None else None,

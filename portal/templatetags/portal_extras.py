@@ -1,4 +1,4 @@
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django import template
 from django.conf import settings
@@ -6,6 +6,7 @@ from django.utils.html import conditional_escape
 from django.utils.safestring import mark_safe
 
 from billing.domain import hours_text
+from fleet.domain import devices_text, percent_of
 from fleet.inventory.pricing import money_text
 from fleet.queues.truth import duration as words
 
@@ -14,23 +15,16 @@ register = template.Library()
 
 @register.filter
 def devices(value) -> str:
-    """Device counts: whole numbers without decimals, fractions to two places."""
-    try:
-        d = Decimal(value).quantize(Decimal("0.01"))
-    except (InvalidOperation, TypeError, ValueError):
-        return "—"
-    return f"{d.normalize():f}"
+    """Device counts as everywhere (fleet.domain.devices_text)."""
+    return devices_text(value)
 
 
 @register.simple_tag
 def percent(part, whole) -> str:
-    try:
-        whole = Decimal(whole)
-        if whole <= 0:
-            return "0"
-        return f"{min(Decimal(100), Decimal(part) * 100 / whole):.1f}"
-    except (InvalidOperation, TypeError, ValueError):
-        return "0"
+    """A share in percent with the one rounding (fleet.domain.percent_of), at most 100 (a bar
+    never overflows its track); "0" without a whole."""
+    share = percent_of(part, whole)
+    return f"{min(Decimal(100), share):.1f}" if share is not None else "0"
 
 
 @register.filter

@@ -142,3 +142,18 @@ def test_the_list_narrows_to_a_range_of_months(finance_user, tenant, billed):
     assert api.get(f"/api/billing/?from={month_start(timezone.now()):%Y-%m}").json() == []
     assert api.get(f"/api/billing/?from={last}").json() == \
         api.get(f"/api/billing/?tenant={tenant.slug}").json()
+
+
+@pytest.mark.parametrize("month", ["٢٠٢٦-١٢", "2026-13", "1999-12", "3000-01"])
+def test_the_api_and_the_pages_read_a_month_one_way(finance_user, tenant, client, month):
+    """Refused alike: a 400 on the field from the API, a 404 from the statement page."""
+    answer = _api(finance_user).get(f"/api/billing/?from={month}")
+    assert answer.status_code == 400
+    assert answer.json()["extra"]["fields"]["from"] == [
+        "A month as YYYY-MM, between 2000-01 and 2999-12."]
+    client.force_login(finance_user)
+    assert client.get(f"/billing/{tenant.slug}/{month}/").status_code == 404
+
+
+def test_a_month_past_2100_is_a_month_for_the_api_too(finance_user, tenant):
+    assert _api(finance_user).get("/api/billing/?from=2150-01").json() == []
