@@ -14,9 +14,10 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from fleet.allocations import lifecycle
-from fleet.domain import devices_text, mig_share
+from fleet.domain import FleetError, devices_text, mig_share
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
+from fleet.inventory.services import rate_card_create
 from fleet.models import Allocation, NodeOutage, QueueUsageHour
 from tenants.access import require_billing_writer, require_platform_admin
 from tenants.audit import audit_record, reason_error
@@ -352,31 +353,16 @@ def require_billing_role(user) -> None:
 def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
                     gpu_model: str = "") -> RateCard:
     """A new price from a moment on. Hours before it keep their price; a re-run of the rollup
-    over hours after it reprices them (closed months never change)."""
+    over hours after it reprices them (closed months never change, so it may not start in
+    one). The card itself is written by the fleet's one writer, with its checks."""
     require_platform_admin(by)
-    try:
-        rate = decimal_for_column(rate, max_digits=10, decimal_places=4, what="The rate")
-    except ValueError as exc:
-        raise BillingError(str(exc)) from None
-    if rate < 0:
-        raise BillingError("A rate cannot be negative.")
-    if gpu_model not in ("", pool.gpu_model):
-        raise BillingError(f"{pool.name} has {pool.gpu_model} GPUs only: leave the GPU model "
-                           "blank or give that one.")
-    now = timezone.now()
-    if not (now - dt.timedelta(days=3650) <= effective_from <= now + dt.timedelta(days=3650)):
-        raise BillingError("A rate starts within ten years of today, either way.")
     closed = Statement.objects.filter(closed_at__isnull=False,
                                       month__gte=month_start(effective_from)).exists()
     if closed:
         raise BillingError(f"{month_start(effective_from):%B %Y} or a later month is closed "
                            "already; start the new rate after the last closed month.")
-    card, created = RateCard.objects.get_or_create(
-        pool=pool, gpu_model=gpu_model, effective_from=effective_from,
-        defaults={"rate_per_device_hour": rate})
-    if not created:
-        raise BillingError("A rate for this pool starts at that moment already.")
-    audit_record(actor=by, subject=card, action="rate.created",
-                 reason=f"{pool.name}: {rate} per device-hour from "
-                        f"{effective_from:%Y-%m-%d %H:%M} UTC.")
-    return card
+    try:
+        return rate_card_create(pool=pool, rate=rate, by=by, effective_from=effective_from,
+                                gpu_model=gpu_model)
+    except FleetError as exc:
+        raise BillingError(exc.message, fields=exc.fields) from None

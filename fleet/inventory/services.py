@@ -3,12 +3,14 @@ in the same transaction."""
 
 from __future__ import annotations
 
-from decimal import Decimal
+import datetime as dt
 
 from django.db import transaction
+from django.utils import timezone
 
 from tenants.access import require_platform_admin
 from tenants.audit import audit_record
+from tenants.fields import decimal_for_column
 
 from ..domain import FleetError
 from ..inventory.pricing import BEGINNING
@@ -16,17 +18,43 @@ from ..models import GpuNode, Pool, RateCard
 from .selectors import node_facts
 from .sync import clear_recovered_flags, flag_allocations_on
 
+RATE_REACH = dt.timedelta(days=3650)  # a price starts within ten years of today
+
 
 @transaction.atomic
-def pool_set_rate(*, pool: Pool, rate: Decimal, by=None, effective_from=None) -> None:
-    """A pool's first price (from the beginning), or, later, a price from a moment on.
-    Billing's rate page adds future-dated cards with its own checks (closed months)."""
-    since = effective_from or BEGINNING
-    RateCard.objects.update_or_create(pool=pool, gpu_model="", effective_from=since,
-                                      defaults={"rate_per_device_hour": rate})
-    when = "the beginning" if since == BEGINNING else f"{since:%Y-%m-%d %H:%M} UTC"
-    audit_record(actor=by, subject=pool, action="rate.created",
+def rate_card_create(*, pool: Pool, rate, by=None, effective_from: dt.datetime | None = None,
+                     gpu_model: str = "") -> RateCard:
+    """The one writer of a rate card. Without `effective_from`, the pool's first price (from
+    the beginning: no hour of it was priced before). Billing's rate page adds one rule of its
+    own before it calls this: a new price never starts inside a closed month."""
+    try:
+        rate = decimal_for_column(rate, max_digits=10, decimal_places=4, what="The rate")
+    except ValueError as exc:
+        raise FleetError(str(exc), fields={"rate": str(exc)}) from None
+    if rate < 0:
+        raise FleetError("A rate cannot be negative.", fields={"rate": "Not below zero."})
+    if gpu_model not in ("", pool.gpu_model):
+        raise FleetError(f"{pool.name} has {pool.gpu_model} GPUs only: leave the GPU model "
+                         "blank or give that one.")
+    if effective_from is None:
+        if RateCard.objects.filter(pool=pool).exists():
+            raise FleetError(f"{pool.name} has a price already; a new one starts at a moment.")
+        effective_from = BEGINNING
+    else:
+        now = timezone.now()
+        if not now - RATE_REACH <= effective_from <= now + RATE_REACH:
+            raise FleetError("A rate starts within ten years of today, either way.",
+                             fields={"effective_from": "Within ten years of today."})
+    card, created = RateCard.objects.get_or_create(
+        pool=pool, gpu_model=gpu_model, effective_from=effective_from,
+        defaults={"rate_per_device_hour": rate})
+    if not created:
+        raise FleetError("A rate for this pool starts at that moment already.")
+    when = "the beginning" if effective_from == BEGINNING else \
+        f"{effective_from:%Y-%m-%d %H:%M} UTC"
+    audit_record(actor=by, subject=card, action="rate.created",
                  reason=f"{pool.name}: {rate} per device-hour from {when}.")
+    return card
 
 
 @transaction.atomic
@@ -34,7 +62,7 @@ def pool_create(*, form, by) -> Pool:
     """A new pool from an admin's form, with its first rate card; audited."""
     require_platform_admin(by)
     pool = form.save()
-    pool_set_rate(pool=pool, rate=form.cleaned_data["rate"], by=by)
+    rate_card_create(pool=pool, rate=form.cleaned_data["rate"], by=by)
     audit_record(actor=by, subject=pool, action="pool.created",
                  reason=f"{pool.name}: {pool.get_route_display()}, {pool.gpu_model}, "
                         f"{pool.capacity_devices} device(s) configured"

@@ -23,7 +23,7 @@ from django.utils import timezone
 from billing.domain import floor_hour
 from billing.models import UsageHour, UsageMonth
 from billing.services import rollup_usage
-from fleet.inventory.services import pool_set_rate
+from fleet.inventory.services import rate_card_create
 from fleet.models import Allocation, Pool, Route
 from tenants.models import Tenant
 from tests.harness.prometheus import PrometheusServer, write_openmetrics
@@ -63,7 +63,7 @@ def test_benchmark_rollup_of_a_day_and_a_month(tmp_path):
     try:
         pool = Pool.objects.create(slug="bench", name="Bench", route=Route.SHARED_POOL,
                                    gpu_model="H100", capacity_devices=100_000)
-        pool_set_rate(pool=pool, rate=Decimal("2.50"))
+        rate_card_create(pool=pool, rate=Decimal("2.50"))
         tenants = Tenant.objects.bulk_create([Tenant(slug=f"b{i:03d}", name=f"B {i:03d}")
                                               for i in range(TENANTS)])
         month_start = DAY_END - dt.timedelta(days=30)

@@ -106,3 +106,31 @@ def test_the_pool_rate_has_one_owner_the_rate_card(client, admin_user, pools):
                                            "effective_from": "2020-01-01T00:00"})
     assert pool_rate(shared.pk) == Decimal("3.30")
     assert "3.30" in client.get(url).content.decode()
+
+
+def test_one_writer_of_rate_cards_for_a_new_pool_and_a_new_price(admin_user, pools):
+    """A pool's first price and a later one go through the same writer and its checks."""
+    from billing.services import BillingError, ratecard_create
+    from fleet.domain import FleetError
+    from fleet.inventory.pricing import BEGINNING
+    from fleet.inventory.services import rate_card_create
+
+    shared = pools[Route.SHARED_POOL]
+    with pytest.raises(FleetError, match="has a price already"):
+        rate_card_create(pool=shared, rate=Decimal("9"), by=admin_user)  # a second "first"
+    later = timezone.now() + dt.timedelta(days=3)
+    for bad, words in [("-1", "cannot be negative"), ("1.23456", "4 decimal places"),
+                       ("abc", "The rate")]:
+        with pytest.raises(FleetError, match=words):
+            rate_card_create(pool=shared, rate=bad, by=admin_user, effective_from=later)
+        with pytest.raises(BillingError, match=words):  # the rate page: the same checks
+            ratecard_create(pool=shared, rate=bad, by=admin_user, effective_from=later)
+    with pytest.raises(BillingError, match="within ten years"):
+        ratecard_create(pool=shared, rate="3", by=admin_user,
+                        effective_from=timezone.now() + dt.timedelta(days=4000))
+    fresh = Pool.objects.create(slug="fresh", name="Fresh", route=Route.SHARED_POOL,
+                                gpu_model=shared.gpu_model)
+    card = rate_card_create(pool=fresh, rate="1.10", by=admin_user)
+    assert card.effective_from == BEGINNING and pool_rate(fresh.pk) == Decimal("1.10")
+    assert AuditEvent.objects.filter(action="rate.created").latest("pk").reason == \
+        "Fresh: 1.1000 per device-hour from the beginning."

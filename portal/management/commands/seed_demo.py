@@ -29,7 +29,7 @@ from billing.models import Statement
 from billing.services import ratecard_create, rollup_usage, statement_adjust, statement_close
 from fleet.allocations.provisioning import allocation_provision
 from fleet.allocations.tasks import expire_allocations
-from fleet.inventory.services import pool_set_rate
+from fleet.inventory.services import rate_card_create
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend, using_backend
 from fleet.models import Pool, Route
@@ -103,7 +103,7 @@ class Command(BaseCommand):
                 rate = fields.pop("rate_per_device_hour")
                 pool, _ = Pool.objects.update_or_create(slug=fields["slug"], defaults=fields)
                 if not pool.rate_cards.exists():
-                    pool_set_rate(pool=pool, rate=rate)
+                    rate_card_create(pool=pool, rate=rate)
             self._fleet()
         users = {}
         User = get_user_model()
