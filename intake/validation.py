@@ -19,9 +19,18 @@ from .domain import IntakeAnswers, validate_answers, validate_request_fields
 from .models import CapacityRequest
 from .selectors import answers_for, offered_mig_profiles
 
-# Longest text a person would write in each field (the database's own limit where it has one).
-TEXT_LIMITS = {"title": 120, "isolation_reference": 200, "justification": 5000,
-               "gpu_model": 60, "workload_kind": 40}
+# The longest text kept in each field: the column's own length, read from the model (a
+# second copy of the numbers got one wrong), and for the one text column a limit of its own.
+JUSTIFICATION_LIMIT = 5000
+
+
+def text_limits() -> dict[str, int]:
+    limits = {f.name: f.max_length for f in CapacityRequest._meta.fields
+              if f.name in ("title", "isolation_reference", "gpu_model", "workload_kind")}
+    return {**limits, "justification": JUSTIFICATION_LIMIT}
+
+
+TEXT_LIMITS = text_limits()
 
 
 def request_field_errors(fields: dict[str, Any], *, new: bool,

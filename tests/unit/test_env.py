@@ -1,3 +1,10 @@
+"""Settings from the environment: the readers refuse nonsense, and every variable the
+settings read is in the README's table (and nothing else is)."""
+
+import ast
+import re
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
@@ -38,3 +45,35 @@ def test_timeline_action_labels():
     assert action_label("request.request_changes") == "Request changes"
     assert action_label("allocation.nodes_reserved") == "Allocation: nodes reserved"
     assert action_label("node.changed") == "Node: changed"
+
+
+def _settings_read() -> set[str]:
+    """Every environment variable portal/settings.py reads (through portal.env or os)."""
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "portal/settings.py").read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = ast.unparse(node.func)
+            if (isinstance(node.func, ast.Name) and func.startswith("env_")) or \
+                    func in ("os.environ.get", "os.getenv"):
+                names.add(node.args[0].value)
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ" and \
+                isinstance(node.slice, ast.Constant):
+            names.add(node.slice.value)
+    return names
+
+
+def _readme_table() -> set[str]:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Configuration"):readme.index("\n## ", readme.index(
+        "## Configuration") + 1)]
+    return {name for line in section.splitlines() if line.startswith("|")
+            for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])}
+
+
+def test_every_setting_read_from_the_environment_is_in_the_readme_table():
+    read, documented = _settings_read(), _readme_table()
+    assert len(read) > 50  # the reader sees the settings' reads
+    assert sorted(read - documented) == []
+    assert sorted(documented - read) == []  # and the table names nothing that is not read
