@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from fleet.allocations import lifecycle
-from fleet.domain import FleetError, devices_text, mig_share
+from fleet.domain import FleetError, devices_text, in_devices
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
 from fleet.inventory.services import rate_card_create
@@ -105,8 +105,8 @@ def borrowed_device_seconds(allocations, start: dt.datetime, end: dt.datetime
     fleet integrates from Kueue's admissions (MIG slices as device-equivalents)."""
     weights = mig_weights()
     profile = {a.pk: a.mig_profile for a in allocations}
-    return {(q.allocation_id, q.hour): q.borrowed_s * (
-        mig_share(profile[q.allocation_id], weights) if profile.get(q.allocation_id) else 1)
+    return {(q.allocation_id, q.hour): in_devices(q.borrowed_s, profile[q.allocation_id],
+                                                  weights)
         for q in QueueUsageHour.objects.filter(allocation_id__in=list(profile),
                                                 hour__gte=start, hour__lt=end,
                                                 borrowed_s__gt=0)}

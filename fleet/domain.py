@@ -45,6 +45,13 @@ def mig_device_equivalents(profile: str, count: int,
     return (mig_share(profile, weights) * count).quantize(DEVICE_PLACES, rounding=ROUND_HALF_UP)
 
 
+def in_devices(amount, profile: str, weights: Mapping[str, Decimal | str] | None = None
+               ) -> Decimal:
+    """An amount in a queue's own unit (whole devices, or slices of its MIG profile) as
+    device-equivalents: what billing charges for borrowing and the queue page prices."""
+    return Decimal(amount) * mig_share(profile, weights)
+
+
 class FleetError(DomainError, ValueError):
     """A refusal of the fleet (a ValueError too, for callers that catch it so)."""
 

@@ -65,3 +65,6 @@ MIG_RESOURCE_PREFIX = "mig.aifactory.io/"  # what Kueue counts a MIG profile's c
 # API groups and versions
 KUEUE = "kueue.x-k8s.io/v1beta2"
 KUEUE_VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{}/pendingworkloads"
+# The labels a tenant's job carries for Kueue: its LocalQueue, and its run-time limit.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_MAX_EXEC_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"

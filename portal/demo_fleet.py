@@ -6,6 +6,8 @@ fleet page shows what a synced cluster would: validated, unhealthy, cordoned nod
 
 from __future__ import annotations
 
+from fleet.vocabulary import WHOLE_GPU
+
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
 BALANCED = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]  # 7 compute slices per GPU
@@ -31,7 +33,7 @@ def demo_node(name: str, pool: str, product: str, *, validated: bool = True,
             "aifactory.io/pool": pool, "aifactory.io/validated": str(validated).lower(),
             "aifactory.io/bios-profile": bios}, "annotations": annotations},
         "spec": {"unschedulable": True} if cordoned else {},
-        "status": {"capacity": {"nvidia.com/gpu": "8"}, "conditions": conditions},
+        "status": {"capacity": {WHOLE_GPU: "8"}, "conditions": conditions},
     }
 
 

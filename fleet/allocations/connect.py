@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 
 from ..domain import Route
+from ..vocabulary import KUEUE_MAX_EXEC_LABEL, KUEUE_QUEUE_LABEL
 from .manifests import (
     DEDICATED_LABEL,
     DEDICATED_TAINT,
@@ -24,7 +25,7 @@ from .manifests import (
 )
 
 EXAMPLE_NAME = "gpu-example"
-TIME_LIMIT_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+TIME_LIMIT_LABEL = KUEUE_MAX_EXEC_LABEL
 VCLUSTER_NAME = "vcluster"
 
 
@@ -59,7 +60,7 @@ def example_workload(spec: AllocationSpec, *, image: str, time_limit_seconds: in
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": EXAMPLE_NAME, "namespace": spec.namespace,
-                     "labels": {"kueue.x-k8s.io/queue-name": LOCAL_QUEUE,
+                     "labels": {KUEUE_QUEUE_LABEL: LOCAL_QUEUE,
                                 TIME_LIMIT_LABEL: str(time_limit_seconds)}},
         "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
                  "template": {"spec": pod}},
@@ -105,7 +106,7 @@ def how_to_connect(spec: AllocationSpec) -> list[str]:
             f"inside it are synced to the host namespace `{spec.namespace}`, where its quota "
             "and queue apply.")
     steps.append(f"Submit batch Jobs to the LocalQueue `{LOCAL_QUEUE}` (label "
-                 f"`kueue.x-k8s.io/queue-name: {LOCAL_QUEUE}`): `kubectl apply -f "
+                 f"`{KUEUE_QUEUE_LABEL}: {LOCAL_QUEUE}`): `kubectl apply -f "
                  "example.yaml`, then watch the Queue section of this page.")
     if spec.route == Route.CONFIDENTIAL_POOL:
         steps.append(f"Every pod here must use the `{spec.confidential_runtime_class}` "

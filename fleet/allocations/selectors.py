@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from ..models import Allocation
+from ..vocabulary import KUEUE_QUEUE_LABEL
 from .connect import example_workload, how_to_connect, tenant_kubeconfig
 from .desired import allocation_spec
 from .manifests import LOCAL_QUEUE
@@ -34,7 +35,8 @@ def connect_info(allocation) -> dict:
         client_id=settings.PORTAL_KUBECTL_CLIENT_ID)
     example = example_workload(spec, image=settings.PORTAL_EXAMPLE_IMAGE)
     return {"server": server, "ca_configured": bool(ca), "namespace": spec.namespace,
-            "local_queue": LOCAL_QUEUE, "route": spec.route, "steps": how_to_connect(spec),
+            "local_queue": LOCAL_QUEUE, "queue_label": KUEUE_QUEUE_LABEL, "route": spec.route,
+            "steps": how_to_connect(spec),
             "kubeconfig": yaml.safe_dump(kubeconfig, sort_keys=False),
             "example": yaml.safe_dump(example, sort_keys=False)}
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
-from ..domain import mig_share
+from ..domain import in_devices
 from ..inventory.pricing import borrowing_is_billed, money, pool_rate
 from ..inventory.selectors import mig_weights
 from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
@@ -148,9 +148,9 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
     view.stops = list(QueueEvent.objects.filter(
         allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
         .order_by("-at", "-id")[:20])
-    share = mig_share(alloc.mig_profile, mig_weights()) if alloc.mig_profile else Decimal(1)
     # Priced only where billing charges borrowing, at the rate billing will use.
-    view.borrowed_price_per_hour = money(state.borrowed * share * pool_rate(alloc.pool_id, now)) \
+    borrowed = in_devices(state.borrowed, alloc.mig_profile, mig_weights())
+    view.borrowed_price_per_hour = money(borrowed * pool_rate(alloc.pool_id, now)) \
         if borrowing_is_billed(alloc.route) else Decimal(0)
     errors = [abs((r.admitted_at - r.first_estimate_at).total_seconds())
               for r in QueueWorkload.objects.filter(
@@ -273,8 +273,7 @@ def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HI
                                ).values_list("at", "wait_seconds")
     preemptions = events.filter(kind=QueueEvent.Kind.PREEMPTED).values_list("at", flat=True)
     weights = mig_weights()
-    borrowed = [(h.hour, h.borrowed_s * (mig_share(h.allocation.mig_profile, weights)
-                                         if h.allocation.mig_profile else 1))
+    borrowed = [(h.hour, in_devices(h.borrowed_s, h.allocation.mig_profile, weights))
                 for h in QueueUsageHour.objects.filter(
                     allocation__in=allocations, hour__gte=start, borrowed_s__gt=0)
                 .select_related("allocation")] if not narrowed else []

@@ -256,6 +256,11 @@ class QueueFacts:
         return max(Decimal(0), self.nominal - self.usage)
 
     @property
+    def in_whole_devices(self) -> bool:
+        """Counted in whole devices (else in slices of a MIG profile)."""
+        return self.resource == WHOLE_GPU
+
+    @property
     def ceiling(self) -> Decimal:
         if not self.cohort:
             return self.nominal

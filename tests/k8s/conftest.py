@@ -83,7 +83,8 @@ def kube(portal_kube):
 
 @pytest.fixture
 def fleet(admin_kube, kube, pools):
-    """Two validated nodes for the dedicated pool, so a block can reserve one; no guard
+    """Validated nodes for every pool (two for the dedicated pool, so a block can reserve
+    one, and each other pool's ceiling); no guard
     policy left by an earlier test (the database is rolled back between tests and its ids
     restart after a flush, so a leftover policy could bind a namespace name used again)."""
     from fleet.inventory.sync import fleet_sync
@@ -106,6 +107,16 @@ def fleet(admin_kube, kube, pools):
     for i in range(2):
         create_gpu_node(admin_kube, f"blk-{i}", labels={"aifactory.io/validated": "true",
                                                     "aifactory.io/pool": "dedicated"})
+    # Every other pool's validated nodes too, as many as its ceiling: a pool promises only
+    # what its synced nodes hold (the cluster's Node objects, read by the real sync).
+    for route, prefix, extra in [
+            (Route.SHARED_POOL, "shr", {}),
+            (Route.CONFIDENTIAL_POOL, "cc", {"aifactory.io/bios-profile": "confidential"}),
+            (Route.MIG_VCLUSTER, "mig", {})]:
+        pool = Pool.objects.get(pk=pools[route].pk)
+        for i in range(-(-pool.capacity_devices // 8)):
+            create_gpu_node(admin_kube, f"{prefix}-{i}", product=pool.gpu_model, labels={
+                "aifactory.io/validated": "true", "aifactory.io/pool": pool.slug, **extra})
     fleet_sync(backend=kube)
     return admin_kube
 

@@ -62,14 +62,23 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
     from portal.celery import app
 
     set_backend(portal_kube)
-    Pool.objects.filter(pk__in=[pools[r].pk for r in (Route.SHARED_POOL, Route.MIG_VCLUSTER,
-                                                       Route.CONFIDENTIAL_POOL)]).update(
-        capacity_devices=10_000)
+    shared_routes = (Route.SHARED_POOL, Route.MIG_VCLUSTER, Route.CONFIDENTIAL_POOL)
+    # No ceiling: the nodes made below are the capacity.
+    Pool.objects.filter(pk__in=[p.pk for p in pools.values()]).update(capacity_devices=0)
     for node in admin_kube.list("v1", "Node"):
         admin_kube.delete("v1", "Node", node["metadata"]["name"])
     for i in range(PER_ROUTE):  # one whole node per dedicated block
         create_gpu_node(admin_kube, f"bench-blk-{i:03d}",
                         labels={**VALID, "aifactory.io/pool": "dedicated"})
+    # The other pools promise only what validated nodes hold: a node each per allocation
+    # (every request here fits one node of 8).
+    for route in shared_routes:
+        pool = pools[route]
+        for i in range(PER_ROUTE):
+            create_gpu_node(admin_kube, f"bench-{pool.slug}-{i:03d}", product=pool.gpu_model,
+                            labels={**VALID, "aifactory.io/pool": pool.slug,
+                                    "aifactory.io/bios-profile": "confidential"
+                                    if route == Route.CONFIDENTIAL_POOL else "performance"})
     fleet_sync(backend=portal_kube)
     requests = [make_request(tenant, lead, submit=True, **ROUTE_REQUESTS[route])
                 for route in ROUTE_REQUESTS for _ in range(PER_ROUTE)]
