@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import urllib3
+import yaml
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -27,6 +28,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError, ResourceNotFoundError
 
 from .vocabulary import (  # noqa: F401 - re-read by callers of the adapter
+    HOME_CLUSTER,
     LABEL_ALLOCATION,
     LABEL_ROUTE,
     LABEL_TENANT,
@@ -431,43 +433,101 @@ def prune(backend: KubeBackend, *, label_selector: str, kinds: Iterable[tuple[st
     return deleted
 
 
-_backend: KubeBackend | None = None
+@dataclass(frozen=True)
+class ClusterConnection:
+    """How to reach one cluster, as plain data (fleet.inventory.clusters builds it from the
+    registry): the portal's own setting, a kubeconfig (a file, or a Secret's text the caller
+    reads), or a dry run. Never the credential itself."""
+
+    cluster: str  # the cluster's slug: one backend per cluster and process
+    kind: str  # configured | kubeconfig | dry-run
+    kubeconfig_file: str = ""
+    kubeconfig_secret: str = ""  # namespace/name#key, read through `load_kubeconfig`
+    api_server: str = ""  # what the kubeconfig must point at; blank: whatever it says
+
+
+_backends: dict[str, tuple[ClusterConnection | None, KubeBackend]] = {}
 _backend_lock = threading.Lock()
 
 
-def get_backend() -> KubeBackend:
-    """The configured backend, built once per process."""
-    global _backend
-    with _backend_lock:
-        if _backend is None:
-            kind = settings.PORTAL_KUBE_BACKEND
-            if kind == "kubeconfig":
-                _backend = KubernetesBackend.from_kubeconfig(
-                    settings.PORTAL_KUBECONFIG, field_manager=settings.PORTAL_FIELD_MANAGER)
-            elif kind == "in-cluster":
-                _backend = KubernetesBackend.in_cluster(
-                    field_manager=settings.PORTAL_FIELD_MANAGER)
-            else:
-                _backend = DryRunBackend(field_manager=settings.PORTAL_FIELD_MANAGER)
-        return _backend
+def _configured_backend() -> KubeBackend:
+    kind = settings.PORTAL_KUBE_BACKEND
+    if kind == "kubeconfig":
+        return KubernetesBackend.from_kubeconfig(settings.PORTAL_KUBECONFIG,
+                                                 field_manager=settings.PORTAL_FIELD_MANAGER)
+    if kind == "in-cluster":
+        return KubernetesBackend.in_cluster(field_manager=settings.PORTAL_FIELD_MANAGER)
+    return DryRunBackend(field_manager=settings.PORTAL_FIELD_MANAGER)
 
 
-def set_backend(backend: KubeBackend | None) -> None:
-    """Replace the process-wide backend (tests point it at their API server)."""
-    global _backend
+def _connect(conn: ClusterConnection, load_kubeconfig) -> KubeBackend:
+    manager = settings.PORTAL_FIELD_MANAGER
+    if conn.kind == "configured":
+        return _configured_backend()
+    if conn.kind == "dry-run":
+        return DryRunBackend(field_manager=manager)
+    try:
+        if conn.kubeconfig_file:
+            api_client = config.new_client_from_config(config_file=conn.kubeconfig_file)
+        else:
+            text = load_kubeconfig() if load_kubeconfig else ""
+            api_client = config.new_client_from_config_dict(yaml.safe_load(text or "") or {})
+    except KubeError:
+        raise
+    except Exception as exc:  # a missing file, a Secret without the key, a broken kubeconfig
+        raise KubeError(f"Cluster {conn.cluster}: its kubeconfig cannot be used: {exc}",
+                        retriable=False) from exc
+    host = api_client.configuration.host.rstrip("/")
+    if conn.api_server and host != conn.api_server.rstrip("/"):
+        raise KubeError(f"Cluster {conn.cluster}: its kubeconfig points at {host}, not at the "
+                        f"registered API server {conn.api_server}.", retriable=False)
+    return KubernetesBackend(api_client, field_manager=manager)
+
+
+def backend_for(conn: ClusterConnection, *, load_kubeconfig=None) -> KubeBackend:
+    """The backend of one cluster, built once per process and again when its connection
+    changes (an admin pointed the cluster at another credential)."""
     with _backend_lock:
-        _backend = backend
+        found = _backends.get(conn.cluster)
+        if found is not None and (found[0] is None or found[0] == conn):
+            return found[1]  # None: set by set_backend, whatever the registry says
+    backend = _connect(conn, load_kubeconfig)
+    with _backend_lock:
+        found = _backends.get(conn.cluster)
+        if found is not None and (found[0] is None or found[0] == conn):
+            return found[1]
+        _backends[conn.cluster] = (conn, backend)
+        return backend
+
+
+def set_backend(backend: KubeBackend | None, *, cluster: str = HOME_CLUSTER) -> None:
+    """Pin one cluster's backend (tests point it at their API server); None forgets it."""
+    with _backend_lock:
+        if backend is None:
+            _backends.pop(cluster, None)
+        else:
+            _backends[cluster] = (None, backend)
+
+
+def forget_backends() -> None:
+    """Every cluster connects afresh on next use (tests, after changing settings)."""
+    with _backend_lock:
+        _backends.clear()
 
 
 @contextmanager
-def using_backend(backend: KubeBackend) -> Iterator[KubeBackend]:
-    """The process-wide backend is `backend` inside the block, the previous one after (the
-    demo seeding provisions its history on its own dry run, whatever is configured)."""
-    global _backend
+def using_backend(backend: KubeBackend, *, cluster: str = HOME_CLUSTER
+                  ) -> Iterator[KubeBackend]:
+    """One cluster's backend is `backend` inside the block, the previous one after (the demo
+    seeding provisions its history on its own dry run, whatever is configured)."""
     with _backend_lock:
-        previous, _backend = _backend, backend
+        previous = _backends.get(cluster)
+        _backends[cluster] = (None, backend)
     try:
         yield backend
     finally:
         with _backend_lock:
-            _backend = previous
+            if previous is None:
+                _backends.pop(cluster, None)
+            else:
+                _backends[cluster] = previous

@@ -1,6 +1,10 @@
-"""What runs where: pools, GPU nodes and their outages, and the allocations placed on them.
+"""What runs where: clusters, pools, GPU nodes and their outages, and the allocations placed
+on them.
 
-These tables were created by the tenants app; they keep their names (see migrations)."""
+These tables were created by the tenants app; they keep their names (see migrations).
+Long on purpose: the fleet's tables in one module, so what points at what (cluster ← pool ←
+node, allocation, ledger) reads in one place.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .allocations import lifecycle
 from .domain import Route
-from .vocabulary import LedgerEvent, NodeState, WorkloadState
+from .vocabulary import HOME_CLUSTER, LedgerEvent, NodeState, WorkloadState
 
-__all__ = ["Allocation", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
+__all__ = ["Allocation", "Cluster", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
 
 
 # Names Kubernetes accepts, checked where they are typed (Kueue refuses others later).
@@ -29,6 +33,76 @@ PRODUCT_NAME = RegexValidator(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z",
                               "The GPU product as GPU Feature Discovery labels it (letters, "
                               "digits, '-', '_', '.'), e.g. NVIDIA-H100-80GB-HBM3.")
 MAX_DEVICES = 100_000
+
+class Cluster(models.Model):
+    """A Kubernetes cluster the portal provisions into and reads from.
+
+    The portal's credential for it is a reference (a mounted kubeconfig file, or a Secret in
+    the portal's own cluster), never the credential itself: the database holds where to find
+    it, the platform's secret store holds it. The health fields are what the last check read.
+    """
+
+    class Role(models.TextChoices):
+        STANDALONE = "standalone", "Stand-alone"
+        MANAGER = "manager", "MultiKueue manager"
+        WORKER = "worker", "MultiKueue worker"
+
+    class Connection(models.TextChoices):
+        CONFIGURED = "configured", "The portal's own setting (PORTAL_KUBE_BACKEND)"
+        KUBECONFIG = "kubeconfig", "A kubeconfig: a mounted file or a Secret"
+        DRY_RUN = "dry-run", "Dry run (records what it would apply, talks to nothing)"
+
+    slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=120)
+    role = models.CharField(max_length=12, choices=Role.choices, default=Role.STANDALONE)
+    region = models.CharField(max_length=63, blank=True, validators=[DNS_SUBDOMAIN],
+                              help_text="e.g. eu-west-1 or on-prem-ams")
+    provider = models.CharField(max_length=63, blank=True, validators=[DNS_SUBDOMAIN],
+                                help_text="e.g. on-prem, aws, gcp")
+    connection = models.CharField(max_length=12, choices=Connection.choices,
+                                  default=Connection.KUBECONFIG)
+    # file:/path/to/kubeconfig or secret:<namespace>/<name>[#key]: where the credential is.
+    credential_ref = models.CharField(max_length=300, blank=True)
+    # What the kubeconfig must point at; blank: whatever it says (read at the check).
+    api_server = models.URLField(max_length=300, blank=True)
+    # The name of this worker's MultiKueueCluster on the manager (blank: the slug).
+    multikueue_name = models.CharField(max_length=63, blank=True, validators=[DNS_LABEL])
+    created_at = models.DateTimeField(auto_now_add=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    retired_reason = models.TextField(blank=True)
+    # As the last check found it.
+    checked_at = models.DateTimeField(null=True, blank=True)
+    answers = models.BooleanField(null=True)  # None: never checked, or a dry run
+    health_message = models.TextField(blank=True)
+    server_seen = models.CharField(max_length=300, blank=True)
+    kubernetes_version = models.CharField(max_length=40, blank=True)
+    kueue_version = models.CharField(max_length=60, blank=True)
+    multikueue_active = models.BooleanField(null=True)  # workers only: the manager's view
+    multikueue_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["retired_at", "name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def live(self) -> bool:
+        return self.retired_at is None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {k: v for k, v in (("region", self.region), ("provider", self.provider)) if v}
+
+    @property
+    def multikueue_cluster(self) -> str:
+        return self.multikueue_name or self.slug
+
+
+def home_cluster_id() -> int:
+    """The cluster a pool or node is in when nobody said: the portal's own (zero config)."""
+    return Cluster.objects.get_or_create(slug=HOME_CLUSTER, defaults={
+        "name": "Local cluster", "connection": Cluster.Connection.CONFIGURED})[0].pk
 
 
 class Pool(models.Model):
@@ -59,6 +133,9 @@ class Pool(models.Model):
     # Kueue cohort for pools that lend and borrow (shared, MIG); blank elsewhere.
     cohort = models.CharField(max_length=63, blank=True, validators=[DNS_LABEL])
     active = models.BooleanField(default=True)
+    # The cluster its nodes are in: a pool lives in one cluster.
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools",
+                                default=home_cluster_id)
 
     class Meta:
         db_table = "tenants_pool"  # kept from when tenants/ owned it
@@ -188,7 +265,9 @@ class Allocation(models.Model):
 class GpuNode(models.Model):
     """A GPU node as last read from the Kubernetes API (see fleet/capacity.py)."""
 
-    name = models.CharField(max_length=253, unique=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="nodes",
+                                default=home_cluster_id)
+    name = models.CharField(max_length=253)
     pool = models.ForeignKey(Pool, null=True, blank=True, on_delete=models.SET_NULL,
                              related_name="nodes")
     pool_label = models.CharField(max_length=63, blank=True)
@@ -222,6 +301,9 @@ class GpuNode(models.Model):
         db_table = "tenants_gpunode"  # kept from when tenants/ owned it
         ordering = ["name"]
         indexes = [models.Index(fields=["pool", "state"])]
+        # A node is known by its cluster and its name: two clusters may both have "gpu-01".
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"],
+                                               name="gpunode_cluster_name")]
 
     def __str__(self) -> str:
         return self.name

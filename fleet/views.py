@@ -25,7 +25,7 @@ from .inventory.capacity import fleet_counts
 from .inventory.pricing import pool_rate, pool_rates
 from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
 from .inventory.services import node_set_retiring, pool_create, pool_update
-from .inventory.sync import fleet_sync
+from .inventory.sync import fleet_sync_all
 from .kube import KubeError
 from .models import Allocation, ClusterQueueState, GpuNode, Pool, Route
 from .queues.explain import (
@@ -105,7 +105,8 @@ def fleet_sync_now(request):
 
     try:
         if settings.CELERY_TASK_ALWAYS_EAGER:  # no worker: sync here and say what it found
-            messages.success(request, fleet_sync(by=request.user).summary())
+            for cluster, said in fleet_sync_all(by=request.user):
+                messages.success(request, f"{cluster.name}: {said}")
         else:
             sync_fleet.delay()
             messages.info(request, "Fleet sync queued; the counts refresh when it finishes.")

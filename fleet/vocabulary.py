@@ -11,6 +11,8 @@ LABEL_TENANT = "aifactory.io/tenant"
 LABEL_ALLOCATION = "aifactory.io/allocation"
 LABEL_ROUTE = "aifactory.io/route"
 LABEL_POOL = "aifactory.io/pool"
+# The cluster the portal was configured with (PORTAL_KUBE_BACKEND): always registered.
+HOME_CLUSTER = "local"
 
 # Nodes: GPU feature discovery's labels, and our burn-in pipeline's
 GFD_PRODUCT = "nvidia.com/gpu.product"

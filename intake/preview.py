@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fleet.allocations.desired import PreviewRow, preview
 from fleet.allocations.manifests import render_manifests
+from fleet.inventory.connections import backend_of
 from fleet.kube import KubeError
 
 from .models import CapacityRequest
@@ -20,8 +21,11 @@ def request_manifests(request: CapacityRequest) -> list[dict]:
 
 def request_preview(request: CapacityRequest) -> list[PreviewRow]:
     """Dry-run each object. A server that cannot be reached is one row saying so."""
-    manifests = request_manifests(request)
-    try:
-        return preview(manifests)
+    plan = approval_plan(request)
+    if not plan.ok:
+        return []
+    manifests = render_manifests(plan.spec(request.tenant))
+    try:  # dry-run where approval would apply: the pool's cluster
+        return preview(manifests, backend=backend_of(plan.pool.cluster))
     except KubeError as exc:
         return [PreviewRow(key=None, accepted=False, message=exc.message, manifest={})]

@@ -37,18 +37,26 @@ def _discover() -> None:
     # Not at the top: this module is imported with the settings (portal/__init__), before
     # the app registry, and a web process never runs this.
     from fleet.allocations.manifests import OWNED_KINDS
-    from fleet.kube import KubernetesBackend, get_backend
+    from fleet.inventory.connections import backend_of, live_clusters
+    from fleet.kube import KubernetesBackend
 
     log = logging.getLogger("portal.celery")
-    started = time.monotonic()
     try:
-        backend = get_backend()
-        if not isinstance(backend, KubernetesBackend):
-            return  # the dry-run record discovers nothing
-        missing = backend.warm([("v1", "Node"), *OWNED_KINDS])
-    except Exception as exc:  # the API server away: the first task reports it properly
-        log.warning("Kubernetes API discovery at worker start failed: %s", exc)
+        clusters = live_clusters()
+    except Exception as exc:  # no database yet: the first task reports it properly
+        log.warning("Kubernetes API discovery at worker start skipped: %s", exc)
         return
-    log.info("Kubernetes API discovered at worker start in %.2f s%s",
-             time.monotonic() - started,
-             f" (not served: {', '.join(missing)})" if missing else "")
+    for cluster in clusters:
+        started = time.monotonic()
+        try:
+            backend = backend_of(cluster)
+            if not isinstance(backend, KubernetesBackend):
+                continue  # the dry-run record discovers nothing
+            missing = backend.warm([("v1", "Node"), *OWNED_KINDS])
+        except Exception as exc:  # the API server away: the first task reports it properly
+            log.warning("Kubernetes API discovery of %s at worker start failed: %s",
+                        cluster.slug, exc)
+            continue
+        log.info("Kubernetes API of %s discovered at worker start in %.2f s%s", cluster.slug,
+                 time.monotonic() - started,
+                 f" (not served: {', '.join(missing)})" if missing else "")

@@ -134,9 +134,9 @@ def _configured_kube_backend():
     then other files, and a backend a test left pointed at the cluster must not answer for
     the next test (seen: the provisioning benchmark's)."""
     yield
-    from fleet.kube import set_backend
+    from fleet.kube import forget_backends
 
-    set_backend(None)
+    forget_backends()
 
 
 @pytest.fixture

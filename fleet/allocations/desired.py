@@ -9,7 +9,7 @@ from django.conf import settings
 
 from tenants.models import Tenant
 
-from ..kube import DryRunBackend, KubeBackend, KubeError, ObjectKey, get_backend
+from ..kube import DryRunBackend, KubeBackend, KubeError, ObjectKey
 from ..models import Allocation, Pool
 from .manifests import AllocationSpec, render_manifests
 
@@ -52,10 +52,9 @@ class PreviewRow:
     manifest: dict
 
 
-def preview(manifests: list[dict], *, backend: KubeBackend | None = None) -> list[PreviewRow]:
+def preview(manifests: list[dict], *, backend: KubeBackend) -> list[PreviewRow]:
     """Dry-run every object (`dryRun=All`). Objects for a namespace that does not exist yet
     are dry-run in the portal's own namespace, so schema, CEL and admission still run."""
-    backend = backend or get_backend()
     rows = []
     namespaces = {m["metadata"]["name"] for m in manifests if m["kind"] == "Namespace"}
     existing: dict[str, bool] = {}

@@ -10,7 +10,8 @@ from django.db import transaction
 from tenants.audit import audit_record
 from tenants.models import AuditEvent
 
-from ..kube import KubeBackend, KubeError, ObjectKey, get_backend
+from ..inventory.connections import backend_of
+from ..kube import KubeBackend, KubeError, ObjectKey
 from ..models import Allocation
 from . import gitops
 from .desired import allocation_manifests
@@ -107,8 +108,8 @@ def _unpublish(alloc: Allocation) -> list[str]:
 def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -> Allocation:
     """How much of a committed allocation the cluster has: active once every object is
     there (as Argo CD or Flux applied it)."""
-    backend = backend or get_backend()
-    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    alloc = Allocation.objects.select_related("tenant", "pool__cluster").get(pk=allocation_id)
+    backend = backend or backend_of(alloc.pool.cluster)
     if alloc.status != S.PROVISIONING:
         return alloc
     manifests = allocation_manifests(alloc)

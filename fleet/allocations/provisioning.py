@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from django.db.models import F
 
-from ..kube import KubeBackend, get_backend
+from ..inventory.connections import backend_of
+from ..kube import KubeBackend
 from ..models import Allocation
 from . import lifecycle
 from .desired import allocation_manifests
@@ -25,8 +26,8 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
                          resume: GuardsPending | dict | None = None) -> Allocation:
     """Apply the allocation's desired state. Raises KubeError for the task to retry or fail.
     With `resume`, go on where an earlier call deferred to let the guards compile."""
-    backend = backend or get_backend()
-    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    alloc = Allocation.objects.select_related("tenant", "pool__cluster").get(pk=allocation_id)
+    backend = backend or backend_of(alloc.pool.cluster)  # provisioned where its pool is
     if alloc.status in lifecycle.PROVISIONED:
         return alloc  # done already: a duplicate task changes nothing
     if resume is not None:

@@ -3,7 +3,8 @@ change the portal made carried out), and what retired allocations left pruned.""
 
 from __future__ import annotations
 
-from ..kube import KubeBackend, ObjectKey, get_backend
+from ..inventory.connections import backend_of
+from ..kube import KubeBackend, ObjectKey
 from ..models import Allocation
 from . import lifecycle
 from .desired import allocation_manifests
@@ -17,14 +18,14 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
     carried out, not drift, and are recorded as such.
     In GitOps mode the repository is the desired state: the directory is re-published
     (a commit only if it differs) and the GitOps tool repairs the cluster."""
-    backend = backend or get_backend()
-    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    alloc = Allocation.objects.select_related("tenant", "pool__cluster").get(pk=allocation_id)
+    backend = backend or backend_of(alloc.pool.cluster)
     if alloc.status not in lifecycle.RECONCILED:
         return []
     return provisioning_sink().repair(alloc, allocation_manifests(alloc), backend, cause=cause)
 
 
-def prune_leftovers(*, backend: KubeBackend | None = None) -> list[ObjectKey]:
-    """Objects the portal manages whose allocation is retired or unknown (the GitOps tool
-    prunes for itself what Git no longer holds)."""
-    return provisioning_sink().prune_leftovers(backend or get_backend())
+def prune_leftovers(*, backend: KubeBackend) -> list[ObjectKey]:
+    """Objects the portal manages in one cluster whose allocation is retired or unknown (the
+    GitOps tool prunes for itself what Git no longer holds)."""
+    return provisioning_sink().prune_leftovers(backend)

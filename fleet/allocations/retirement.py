@@ -9,7 +9,8 @@ from django.db import transaction
 
 from tenants.audit import audit_record
 
-from ..kube import KubeBackend, get_backend
+from ..inventory.connections import backend_of
+from ..kube import KubeBackend
 from ..models import Allocation
 from . import lifecycle
 from .manifests import node_release
@@ -48,8 +49,8 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
     The Kubernetes calls come first and outside any transaction (they are idempotent: a
     second run finds nothing left); the status change, the release of the nodes and their
     audit rows are then written together."""
-    backend = backend or get_backend()
-    alloc = Allocation.objects.select_related("tenant", "pool").get(pk=allocation_id)
+    alloc = Allocation.objects.select_related("tenant", "pool__cluster").get(pk=allocation_id)
+    backend = backend or backend_of(alloc.pool.cluster)
     if alloc.status == S.RETIRED:
         return alloc
     deleted = provisioning_sink().withdraw(alloc, backend)

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from tenants.audit import audit_record
 
-from ..kube import DryRunBackend, KubeError, get_backend
+from ..inventory.connections import backend_of, live_clusters
+from ..kube import DryRunBackend, KubeError
 from ..models import Allocation
 from .git_sink import gitops_mode, gitops_progress
 from .lifecycle import RECONCILED
@@ -93,24 +94,41 @@ def expire_allocations() -> str:
 @shared_task(name="fleet.tasks.reconcile_allocations", autoretry_for=(KubeError,),
              retry_backoff=True, max_retries=3)
 def reconcile_allocations() -> str:
-    if isinstance(get_backend(), DryRunBackend):
-        # The dry run's record lives in one process: a fresh one would report every object
-        # "deleted" and write a drift repair into each allocation's trail.
-        return "reconcile skipped: the dry-run backend has no cluster to drift from"
-    drifted, failed = 0, []
-
-    for pk in Allocation.objects.filter(status__in=RECONCILED).values_list(
-            "pk", flat=True):
+    """Every cluster that answers: its allocations re-applied, its leftovers pruned. A dry
+    run's record lives in one process: a fresh one would report every object "deleted" and
+    write a drift repair into each allocation's trail, so dry-run clusters are left alone; a
+    cluster that does not answer is retried next time while the others go on."""
+    drifted, failed, removed, skipped = 0, [], [], []
+    for cluster in live_clusters():
         try:
-            drifted += bool(allocation_reconcile(pk))
+            backend = backend_of(cluster)
+        except KubeError as exc:
+            log.warning("reconcile of cluster %s: %s", cluster.slug, exc)
+            skipped.append(f"{cluster.slug} (not reachable: {exc.message})")
+            continue
+        if isinstance(backend, DryRunBackend):
+            skipped.append(f"{cluster.slug} (a dry run: no cluster to drift from)")
+            continue
+        d, f, r = _reconcile_cluster(cluster, backend)
+        drifted, failed, removed = drifted + d, failed + f, removed + r
+    return (f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
+            + (f", {len(failed)} not reconciled (tried again next time): {failed}"
+               if failed else "")
+            + (f"; reconcile skipped for {', '.join(skipped)}" if skipped else ""))
+
+
+def _reconcile_cluster(cluster, backend) -> tuple[int, list[int], list]:
+    drifted, failed = 0, []
+    for pk in Allocation.objects.filter(status__in=RECONCILED, pool__cluster=cluster
+                                        ).values_list("pk", flat=True):
+        try:
+            drifted += bool(allocation_reconcile(pk, backend=backend))
         except KubeError as exc:  # one allocation's trouble (its guards not in force yet,
             # a refused apply) does not hold up the others; the next pass tries it again
             log.warning("reconcile of allocation %s: %s", pk, exc)
             failed.append(pk)
-    removed = prune_leftovers()  # nothing in GitOps mode: its tool prunes what Git lost
-    return (f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
-            + (f", {len(failed)} not reconciled (tried again next time): {failed}"
-               if failed else ""))
+    # Nothing in GitOps mode: its tool prunes what Git lost.
+    return drifted, failed, prune_leftovers(backend=backend)
 
 
 @shared_task(name="fleet.tasks.follow_gitops", autoretry_for=(KubeError,), retry_backoff=True,

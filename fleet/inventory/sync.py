@@ -15,10 +15,11 @@ from tenants.audit import audit_bulk, audit_record
 from tenants.bulk import update_rows
 from tenants.notifications import Kind, notify, tenant_leads
 
-from ..kube import DryRunBackend, KubeBackend, KubeError, get_backend
-from ..models import Allocation, GpuNode, NodeOutage, Pool
+from ..kube import DryRunBackend, KubeBackend, KubeError
+from ..models import Allocation, Cluster, GpuNode, NodeOutage, Pool
 from ..vocabulary import NodeState
 from .capacity import NodeFacts, node_changes, parse_node
+from .connections import backend_of, home_cluster
 from .selectors import node_facts
 
 NODE_FIELDS = (
@@ -124,14 +125,17 @@ def facts_digest(facts: NodeFacts, pool_id: int | None) -> str:
     return hashlib.sha1(repr((facts, pool_id)).encode(), usedforsecurity=False).hexdigest()
 
 
-def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
-    """Read every GPU node (and ResourceSlices) and bring the fleet table up to date.
+def fleet_sync(cluster: Cluster | None = None, *, backend: KubeBackend | None = None,
+               by=None) -> SyncReport:
+    """Read every GPU node (and ResourceSlices) of one cluster (the home cluster unless
+    named) and bring that cluster's part of the fleet table up to date.
 
     The API is read first, with no transaction open; the rows are then written in one.
     Safe to run twice: unchanged nodes write nothing but their sync time.
     """
     started = time.monotonic()
-    backend = backend or get_backend()
+    cluster = cluster or home_cluster()
+    backend = backend or backend_of(cluster)
     report = SyncReport()
     if isinstance(backend, DryRunBackend):
         nodes = backend.list("v1", "Node", label_selector=GPU_NODES)
@@ -153,21 +157,34 @@ def fleet_sync(*, backend: KubeBackend | None = None, by=None) -> SyncReport:
     except KubeError as exc:
         if exc.retriable:
             raise
-    _record_fleet(nodes, slices_by_node, report=report, by=by)
+    _record_fleet(cluster, nodes, slices_by_node, report=report, by=by)
     report.seconds = time.monotonic() - started
     return report
 
 
+def fleet_sync_all(*, by=None) -> list[tuple[Cluster, str]]:
+    """Every live cluster synced in turn; one that fails does not stop the others."""
+    out = []
+    for cluster in Cluster.objects.filter(retired_at__isnull=True).order_by("name"):
+        try:
+            out.append((cluster, fleet_sync(cluster, by=by).summary()))
+        except KubeError as exc:
+            out.append((cluster, f"not read: {exc.message}"))
+    return out
+
+
 @transaction.atomic
-def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
-                  report: SyncReport, by, gone: list[str] | None = None) -> None:
-    """Bring the table up to date with `nodes`. A full read (gone=None) also marks every
-    known node it lacks as gone; a partial one (a watch's events) marks only `gone`."""
+def _record_fleet(cluster: Cluster, nodes: list[dict], slices_by_node: dict[str, list[dict]],
+                  *, report: SyncReport, by, gone: list[str] | None = None) -> None:
+    """Bring the cluster's rows up to date with `nodes`. A full read (gone=None) also marks
+    every known node it lacks as gone; a partial one (a watch's events) marks only `gone`.
+    Nothing of another cluster is read or touched: a node label names a pool of this one."""
     now = timezone.now()
-    pools = {p.slug: p for p in Pool.objects.all()}
+    pools = {p.slug: p for p in Pool.objects.filter(cluster=cluster)}
+    in_cluster = GpuNode.objects.filter(cluster=cluster)
     # (digest, retiring, present) of every known node: a few bytes each, no model objects.
     known = {name: (digest, retiring, present) for name, digest, retiring, present in
-             GpuNode.objects.values_list("name", "facts_digest", "retiring", "present")}
+             in_cluster.values_list("name", "facts_digest", "retiring", "present")}
     conditions = settings.PORTAL_GPU_CONDITION_TYPES
     live, digests, seen = [], {}, set()
     for node in nodes:
@@ -185,14 +202,14 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
     gone_names = [n for n, (_, _, present) in known.items() if present and (
         n not in seen if gone is None else n in gone)]
     # Only what changed is loaded and locked.
-    existing = {n.name: n for n in GpuNode.objects.select_for_update().filter(
+    existing = {n.name: n for n in in_cluster.select_for_update().filter(
         name__in=[f.name for f in live] + gone_names)}
     diffs, gone = diff_fleet({name: node_facts(row) for name, row in existing.items()}, live)
     to_create, to_update, lost = [], [], []
     for diff in diffs:
         facts = diff.facts
         if diff.new:
-            row = GpuNode(name=facts.name, facts_digest=digests[facts.name])
+            row = GpuNode(cluster=cluster, name=facts.name, facts_digest=digests[facts.name])
             _apply_facts(row, facts, pools, now)
             to_create.append(row)
             continue
@@ -226,7 +243,7 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
                      reason=f"{row.name} discovered: {row.reason}") for row in to_create])
     update_rows(GpuNode, to_update, (*NODE_FIELDS, "facts_digest"))
     # Unchanged nodes only record that they were seen: one UPDATE, not a row each.
-    unchanged = GpuNode.objects.filter(present=True).exclude(
+    unchanged = in_cluster.filter(present=True).exclude(
         name__in=[f.name for f in live] + gone_names)
     (unchanged if gone is None else unchanged.filter(name__in=seen)).update(last_synced_at=now)
     report.created = len(to_create)
@@ -236,7 +253,7 @@ def _record_fleet(nodes: list[dict], slices_by_node: dict[str, list[dict]], *,
 
 
 def record_node_events(nodes: list[dict], *, gone: list[str] = (), backend: KubeBackend,
-                       by=None) -> SyncReport:
+                       by=None, cluster: Cluster | None = None) -> SyncReport:
     """A watch's events: these nodes as they are now (their ResourceSlices read for them
     alone) and these names deleted; every other node is left as it is."""
     started = time.monotonic()
@@ -251,7 +268,8 @@ def record_node_events(nodes: list[dict], *, gone: list[str] = (), backend: Kube
         except KubeError as exc:
             if exc.retriable:
                 raise
-    _record_fleet(nodes, slices_by_node, report=report, by=by, gone=list(gone))
+    _record_fleet(cluster or home_cluster(), nodes, slices_by_node, report=report, by=by,
+                  gone=list(gone))
     report.seconds = time.monotonic() - started
     return report
 

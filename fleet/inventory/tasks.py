@@ -2,12 +2,11 @@
 
 from celery import shared_task
 
-from ..kube import KubeError
-from .sync import fleet_sync
+from .sync import fleet_sync_all
 
 
-@shared_task(name="fleet.tasks.sync_fleet", autoretry_for=(KubeError,), retry_backoff=True,
-             max_retries=5)
+@shared_task(name="fleet.tasks.sync_fleet")
 def sync_fleet() -> str:
-    """Periodic fleet sync (beat) and the admin's "sync now" button."""
-    return fleet_sync().summary()
+    """Periodic fleet sync of every live cluster (beat). A cluster that does not answer is
+    said so and read again next time; the others are synced meanwhile."""
+    return " ".join(f"{cluster.slug}: {said}" for cluster, said in fleet_sync_all())

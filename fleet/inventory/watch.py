@@ -17,19 +17,21 @@ log = logging.getLogger(__name__)
 
 
 def watch_fleet(backend: KubeBackend, *, stop: threading.Event | None = None,
-                timeout_seconds: int = 300, on_change=None) -> None:
-    """Full sync, then apply the node events from that read's resourceVersion on; back to a
-    full sync when the server says the version is too old (410) or the connection fails."""
+                timeout_seconds: int = 300, on_change=None, cluster=None) -> None:
+    """Full sync of one cluster (the home cluster unless named), then apply its node events
+    from that read's resourceVersion on; back to a full sync when the server says the
+    version is too old (410) or the connection fails."""
     if isinstance(backend, DryRunBackend):
         raise KubeError("The dry-run backend has no cluster to watch.", retriable=False)
     stop = stop or threading.Event()
     failures = 0
     while not stop.is_set():
         try:
-            version = fleet_sync(backend=backend).resource_version
+            version = fleet_sync(cluster, backend=backend).resource_version
             failures = 0
             while not stop.is_set():
-                version = _follow(backend, version, stop, timeout_seconds, on_change)
+                version = _follow(backend, version, stop, timeout_seconds, on_change,
+                                  cluster)
                 if not version:
                     break  # expired: read everything again
         except KubeError as exc:
@@ -40,7 +42,7 @@ def watch_fleet(backend: KubeBackend, *, stop: threading.Event | None = None,
 
 
 def _follow(backend, version: str, stop: threading.Event, timeout_seconds: int,
-            on_change) -> str:
+            on_change, cluster) -> str:
     """One watch request; the version to resume from, or '' to start over."""
     for event in backend.watch_path("/api/v1/nodes", resource_version=version,
                                     label_selector=GPU_NODES,
@@ -55,9 +57,9 @@ def _follow(backend, version: str, stop: threading.Event, timeout_seconds: int,
         started = time.monotonic()
         name = obj["metadata"]["name"]
         if kind == "DELETED":
-            report = record_node_events([], gone=[name], backend=backend)
+            report = record_node_events([], gone=[name], backend=backend, cluster=cluster)
         else:
-            report = record_node_events([obj], backend=backend)
+            report = record_node_events([obj], backend=backend, cluster=cluster)
         if on_change is not None:
             on_change(kind, name, report, time.monotonic() - started)
         if stop.is_set():

@@ -3,7 +3,7 @@
 from celery import shared_task
 
 from ..kube import KubeError
-from .sync import queue_sync
+from .sync import queue_sync_all
 from .utilisation import measure_utilisation
 
 
@@ -11,7 +11,7 @@ from .utilisation import measure_utilisation
              max_retries=2)
 def sync_queues() -> str:
     """Read Kueue's Workloads and queues back (beat, every PORTAL_QUEUE_SYNC_SECONDS)."""
-    return queue_sync().summary()
+    return " ".join(f"{cluster.slug}: {said}" for cluster, said in queue_sync_all())
 
 
 @shared_task(name="fleet.tasks.measure_workload_utilisation", ignore_result=True)

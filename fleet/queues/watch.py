@@ -161,11 +161,11 @@ class QueueFollower:
     thread (so a test can follow inside its own transaction)."""
 
     def __init__(self, backend: KubeBackend, *, timeout_seconds: int = 300,
-                 batch_seconds: float = 0.05):
+                 batch_seconds: float = 0.05, cluster=None):
         if isinstance(backend, DryRunBackend):
             raise KubeError("The dry-run backend has no cluster to watch.", retriable=False)
         self.backend, self.timeout_seconds = backend, timeout_seconds
-        self.batch_seconds = batch_seconds
+        self.batch_seconds, self.cluster = batch_seconds, cluster
         self.mirror: Mirror | None = None
         self.events: queue.Queue = queue.Queue()
         self._round = threading.Event()
@@ -174,7 +174,7 @@ class QueueFollower:
         self.close()
         self._round, self.events = threading.Event(), queue.Queue()
         self.mirror = Mirror.read(self.backend)
-        report = record_view(self.backend, self.mirror.view())
+        report = record_view(self.backend, self.mirror.view(), cluster=self.cluster)
         for kind in self.mirror.objects:
             threading.Thread(target=_follow_kind, daemon=True, name=f"watch-{kind}",
                              args=(self.backend, kind, self.mirror.versions[kind],
@@ -226,18 +226,18 @@ class QueueFollower:
     def _record(self, touched: Touched) -> QueueSyncReport:
         touched.only.discard("")
         report = record_view(self.backend, self.mirror.view(), only=touched.only,
-                             gone=touched.gone)
+                             gone=touched.gone, cluster=self.cluster)
         report.timings["events"] = touched.events
         return report
 
 
 def watch_queues(backend: KubeBackend, *, stop: threading.Event | None = None,
                  timeout_seconds: int = 300, batch_seconds: float = 0.05,
-                 resync_seconds: float | None = None, on_change=None) -> None:
+                 resync_seconds: float | None = None, on_change=None, cluster=None) -> None:
     """List and record, then follow by watch until `stop`; `on_change(what, report)` after
     each record ("listed" for a full one, "events" for a burst)."""
     follower = QueueFollower(backend, timeout_seconds=timeout_seconds,
-                             batch_seconds=batch_seconds)
+                             batch_seconds=batch_seconds, cluster=cluster)
     stop = stop or threading.Event()
     resync = resync_seconds or settings.PORTAL_QUEUE_RESYNC_SECONDS
     failures = 0

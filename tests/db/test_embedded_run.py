@@ -69,5 +69,7 @@ def test_reconcile_does_not_invent_drift_on_the_dry_run(tenant, lead, admin_user
     request = make_request(tenant, lead, submit=True)
     intake.request_approve(request=request, by=admin_user, reason="Fits.")
     set_backend(None)  # as after a restart
-    assert reconcile_allocations().startswith("reconcile skipped")
+    said = reconcile_allocations()
+    assert said.startswith("0 allocation(s) drifted")
+    assert "reconcile skipped for local (a dry run: no cluster to drift from)" in said
     assert not AuditEvent.objects.filter(action="allocation.drift").exists()

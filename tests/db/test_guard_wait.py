@@ -147,9 +147,9 @@ def test_one_allocations_trouble_does_not_hold_up_the_reconcile_of_the_others(
         return []
 
     monkeypatch.setattr(tasks, "allocation_reconcile", reconcile)
-    monkeypatch.setattr(tasks, "prune_leftovers", lambda: [])
+    monkeypatch.setattr(tasks, "prune_leftovers", lambda **kw: [])
     # the task skips the dry-run record; any real-cluster backend object will do (not called)
-    monkeypatch.setattr(tasks, "get_backend", lambda: KubernetesBackend.__new__(
+    monkeypatch.setattr(tasks, "backend_of", lambda cluster: KubernetesBackend.__new__(
         KubernetesBackend))
     summary = tasks.reconcile_allocations()
     assert sorted(seen) == sorted([alloc.pk, second.pk])

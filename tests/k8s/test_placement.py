@@ -16,7 +16,7 @@ import pytest
 
 from fleet.allocations.connect import example_workload
 from fleet.allocations.desired import allocation_spec
-from fleet.kube import get_backend
+from fleet.inventory.connections import backend_of, home_cluster
 from fleet.models import Route
 from fleet.queues.watch import QueueFollower
 from tests.harness.collector import CollectorServer
@@ -145,7 +145,7 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
     name = job["metadata"]["name"]
     # The portal follows by watch from before the submission (as `manage.py watch_queues`
     # does), and the test keeps every container start the API server ever showed.
-    follower = QueueFollower(get_backend(), timeout_seconds=60)
+    follower = QueueFollower(backend_of(home_cluster()), timeout_seconds=60)
     follower.start()
     starts = _VersionsSeen(admin, alloc.namespace)
     started = time.monotonic()
@@ -514,7 +514,7 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     a, b, c = allocs["a"], allocs["b"], allocs["c"]
     b_pods, b_workloads = _VersionsSeen(admin, b.namespace), _VersionsSeen(admin, b.namespace,
                                                                        "workloads")
-    follower = QueueFollower(get_backend(), timeout_seconds=120)
+    follower = QueueFollower(backend_of(home_cluster()), timeout_seconds=120)
     follower.start()
 
     def submit(letter: str, name: str, devices: int, run_ms: int) -> None:
