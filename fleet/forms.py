@@ -9,7 +9,9 @@ from django import forms
 
 from tenants.fields import AsciiIntegerField, decimal_for_column
 
-from .models import Pool
+from .inventory.clusters import REFERENCE_HELP, parse_credential_ref
+from .models import Cluster, Pool, home_cluster_id
+from .vocabulary import HOME_CLUSTER
 
 # Kubernetes label syntax: optional DNS-subdomain prefix, a name of at most 63 characters.
 _NAME = r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)"
@@ -114,8 +116,22 @@ class PoolCreateForm(PoolForm):
                                      "changes are new cards. E.g. 2.45")
 
     class Meta(PoolForm.Meta):
-        fields = ["slug", "name", "route", *PoolForm.Meta.fields[1:]]
+        fields = ["slug", "name", "route", "cluster", *PoolForm.Meta.fields[1:]]
         labels = {**PoolForm.Meta.labels, "slug": "Short name (in URLs and labels)"}
+        help_texts = {**PoolForm.Meta.help_texts,
+                      "cluster": "Where its nodes are; fixed afterwards (its allocations are "
+                                 "provisioned there)."}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["cluster"].queryset = Cluster.objects.filter(retired_at__isnull=True)
+        self.fields["cluster"].empty_label = None
+        self.fields["cluster"].required = False  # one cluster, or none chosen: the home one
+        if not self.is_bound:
+            self.initial.setdefault("cluster", home_or_none())
+
+    def clean_cluster(self):
+        return self.cleaned_data.get("cluster") or Cluster.objects.get(pk=home_cluster_id())
 
     def clean_rate(self):
         try:
@@ -126,3 +142,55 @@ class PoolCreateForm(PoolForm):
         if rate < 0:
             raise forms.ValidationError("A rate cannot be negative.")
         return rate
+
+
+def home_or_none() -> int | None:
+    return Cluster.objects.filter(slug=HOME_CLUSTER).values_list("pk", flat=True).first()
+
+
+class ClusterForm(forms.ModelForm):
+    """A cluster's registration as admins edit it: how to reach it, never the credential."""
+
+    class Meta:
+        model = Cluster
+        fields = ["name", "role", "region", "provider", "connection", "credential_ref",
+                  "api_server", "multikueue_name"]
+        labels = {"credential_ref": "Credential reference", "api_server": "API server",
+                  "multikueue_name": "MultiKueueCluster name (workers; blank: the short name)"}
+        help_texts = {"credential_ref": f"Where the portal's kubeconfig for it is: "
+                                        f"{REFERENCE_HELP}. Never the credential itself.",
+                      "api_server": "e.g. https://gpu-eu.example.net:6443. Given: the "
+                                    "kubeconfig must point there."}
+
+    def clean_credential_ref(self):
+        text = self.cleaned_data["credential_ref"].strip()
+        if not text:
+            return ""
+        try:
+            return str(parse_credential_ref(text))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean(self):
+        data = super().clean()
+        connection = data.get("connection")
+        home = (self.instance.slug or data.get("slug")) == HOME_CLUSTER
+        if connection == Cluster.Connection.CONFIGURED and not home:
+            self.add_error("connection", "Only the home cluster uses the portal's own setting; "
+                                         "give this one a kubeconfig, or a dry run.")
+        if connection == Cluster.Connection.KUBECONFIG and not data.get("credential_ref") \
+                and "credential_ref" not in self.errors:
+            self.add_error("credential_ref", "A kubeconfig connection needs its reference.")
+        if data.get("role") == Cluster.Role.MANAGER:
+            other = Cluster.objects.filter(role=Cluster.Role.MANAGER, retired_at__isnull=True
+                                           ).exclude(pk=self.instance.pk).first()
+            if other is not None:
+                self.add_error("role", f"{other.name} is the MultiKueue manager already: one "
+                                       "manager dispatches to every worker.")
+        return data
+
+
+class ClusterCreateForm(ClusterForm):
+    class Meta(ClusterForm.Meta):
+        fields = ["slug", *ClusterForm.Meta.fields]
+        labels = {**ClusterForm.Meta.labels, "slug": "Short name (in URLs and labels)"}

@@ -8,5 +8,5 @@ from .allocations.tasks import (  # noqa: F401 - registered with Celery by impor
     reconcile_allocations,
     requeue_stalled,
 )
-from .inventory.tasks import sync_fleet  # noqa: F401
+from .inventory.tasks import check_clusters, sync_fleet  # noqa: F401
 from .queues.tasks import measure_workload_utilisation, sync_queues  # noqa: F401

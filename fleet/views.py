@@ -20,14 +20,30 @@ from tenants.audit import audit_for
 from .allocations.lifecycle import USABLE
 from .allocations.moves import allocation_move_off, retirement_plan
 from .allocations.selectors import connect_info
-from .forms import PoolCreateForm, PoolForm, QueueNarrowForm
+from .domain import FleetError
+from .forms import ClusterCreateForm, ClusterForm, PoolCreateForm, PoolForm, QueueNarrowForm
 from .inventory.capacity import fleet_counts
 from .inventory.pricing import pool_rate, pool_rates
-from .inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
-from .inventory.services import node_set_retiring, pool_create, pool_update
+from .inventory.selectors import (
+    cluster_view,
+    clusters_overview,
+    facts_by_pool,
+    node_facts,
+    pool_capacity,
+    pools_capacity,
+)
+from .inventory.services import (
+    cluster_check,
+    cluster_register,
+    cluster_retire,
+    cluster_update,
+    node_set_retiring,
+    pool_create,
+    pool_update,
+)
 from .inventory.sync import fleet_sync_all
 from .kube import KubeError
-from .models import Allocation, ClusterQueueState, GpuNode, Pool, Route
+from .models import Allocation, Cluster, ClusterQueueState, GpuNode, Pool, Route
 from .queues.explain import (
     allocation_queue,
     cohort_views,
@@ -51,7 +67,7 @@ AFFECTED_SHOWN = 8
 def _pool_rows(nodes_by_pool: dict):
     """Per pool: fleet counts, what is allocated, and who is affected if it is overcommitted."""
     rows = []
-    pools = list(Pool.objects.filter(active=True))
+    pools = list(Pool.objects.filter(active=True).select_related("cluster"))
     capacities = pools_capacity(pools, node_facts=nodes_by_pool)
     for pool in pools:
         counts = fleet_counts(nodes_by_pool.get(pool.pk, []))
@@ -77,7 +93,8 @@ def fleet_overview(request):
     require_platform_admin(request.user)
     nodes_by_pool = facts_by_pool(GpuNode.objects.all())  # every node, once, as plain rows
     rows, unpooled = _pool_rows(nodes_by_pool)
-    nodes = (GpuNode.objects.select_related("pool").annotate(n_alloc=Count("allocations"))
+    nodes = (GpuNode.objects.select_related("pool", "cluster")
+             .annotate(n_alloc=Count("allocations"))
              .order_by("name"))
     state = request.GET.get("state", "")
     if state in NODE_STATES:
@@ -89,7 +106,10 @@ def fleet_overview(request):
     flagged = (Allocation.objects.exclude(flagged_reason="")
                .filter(status__in=Allocation.HOLDING).select_related("tenant", "pool"))
     template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
+    clusters = [] if request.htmx else clusters_overview(
+        Cluster.objects.filter(retired_at__isnull=True))
     return render(request, template, {
+        "clusters": clusters, "many_clusters": len(clusters) > 1 or request.htmx,
         "rows": rows, "unpooled": unpooled, "page": page, "state": state, "pool": pool,
         "states": NODE_STATES, "pools": Pool.objects.all(), "flagged": flagged,
         "total": fleet_counts(f for facts in nodes_by_pool.values() for f in facts),
@@ -116,9 +136,10 @@ def fleet_sync_now(request):
 
 
 @login_required
-def node_detail(request, name: str):
+def node_detail(request, cluster: str, name: str):
     require_platform_admin(request.user)
-    node = get_object_or_404(GpuNode.objects.select_related("pool"), name=name)
+    node = get_object_or_404(GpuNode.objects.select_related("pool", "cluster"),
+                             cluster__slug=cluster, name=name)
     allocations = node.allocations.select_related("tenant", "pool").filter(
         status__in=Allocation.HOLDING)
     pool_allocations, plan = [], []
@@ -138,16 +159,17 @@ def node_detail(request, name: str):
 
 @login_required
 @require_POST
-def node_move_off(request, name: str):
+def node_move_off(request, cluster: str, name: str):
     """Move the chosen dedicated blocks off a retiring node, each onto a free validated node
     of its own pool, in one action (each move audited, its tenant's leads told)."""
     require_platform_admin(request.user)
-    node = get_object_or_404(GpuNode, name=name)
+    node = get_object_or_404(GpuNode.objects.select_related("cluster"), cluster__slug=cluster,
+                             name=name)
     reason = request.POST.get("reason", "")
     chosen = [int(v) for v in request.POST.getlist("allocation") if v.isdigit()]
     if not chosen:
         messages.error(request, "Choose at least one allocation to move.")
-        return redirect("fleet:node", name=node.name)
+        return redirect("fleet:node", cluster=node.cluster.slug, name=node.name)
     for pk in chosen:
         try:
             to = allocation_move_off(allocation_id=pk, node_name=node.name, by=request.user,
@@ -159,14 +181,15 @@ def node_move_off(request, name: str):
             messages.error(request, f"No allocation {pk}.")
         except ValueError as exc:  # FleetError: the reason, the route, no free node
             messages.error(request, str(exc))
-    return redirect("fleet:node", name=node.name)
+    return redirect("fleet:node", cluster=node.cluster.slug, name=node.name)
 
 
 @login_required
 @require_POST
-def node_retire(request, name: str):
+def node_retire(request, cluster: str, name: str):
     require_platform_admin(request.user)
-    node = get_object_or_404(GpuNode, name=name)
+    node = get_object_or_404(GpuNode.objects.select_related("cluster"), cluster__slug=cluster,
+                             name=name)
     retiring = request.POST.get("retiring") == "true"
     reason = request.POST.get("reason", "")
     try:
@@ -175,7 +198,7 @@ def node_retire(request, name: str):
         messages.success(request, f"{node.name} is {state}.")
     except ValueError as exc:
         messages.error(request, str(exc))
-    return redirect("fleet:node", name=node.name)
+    return redirect("fleet:node", cluster=node.cluster.slug, name=node.name)
 
 
 @login_required
@@ -183,7 +206,7 @@ def pool_list(request):
     require_platform_admin(request.user)
 
 
-    all_pools = list(Pool.objects.all())
+    all_pools = list(Pool.objects.select_related("cluster"))
     capacities = pools_capacity(all_pools)
     rates = pool_rates([p.pk for p in all_pools], timezone.now())
     for p in all_pools:
@@ -287,3 +310,64 @@ def allocation_connect_file(request, pk: int, what: str):
     response = HttpResponse(info[what], content_type="application/yaml; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{alloc.namespace}-{what}.yaml"'
     return response
+
+
+# -- clusters: registered, inspected, retired by platform admins
+
+
+@login_required
+def cluster_list(request):
+    require_platform_admin(request.user)
+    return render(request, "fleet/clusters.html", {"clusters": clusters_overview()})
+
+
+@login_required
+def cluster_new(request):
+    require_platform_admin(request.user)
+    form = ClusterCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        cluster = cluster_register(form=form, by=request.user)
+        messages.success(request, f"{cluster.name} registered. Check it to see whether it "
+                                  "answers; pools placed in it sync its nodes.")
+        return redirect("fleet:cluster", slug=cluster.slug)
+    return render(request, "fleet/cluster_new.html", {"form": form})
+
+
+@login_required
+def cluster_detail(request, slug: str):
+    require_platform_admin(request.user)
+    cluster = get_object_or_404(Cluster, slug=slug)
+    form = ClusterForm(request.POST or None, instance=cluster)
+    if request.method == "POST" and form.is_valid():
+        try:
+            cluster_update(form=form, by=request.user)
+            messages.success(request, f"{cluster.name} saved.")
+            return redirect("fleet:cluster", slug=cluster.slug)
+        except FleetError as exc:
+            messages.error(request, str(exc))
+    return render(request, "fleet/cluster_detail.html", {
+        "cluster": cluster, "form": form, "view": cluster_view(cluster),
+        "events": audit_for(cluster).order_by("-at")[:20]})
+
+
+@login_required
+@require_POST
+def cluster_check_now(request, slug: str):
+    require_platform_admin(request.user)
+    cluster = cluster_check(cluster=get_object_or_404(Cluster, slug=slug), by=request.user)
+    (messages.success if cluster.answers is not False else messages.error)(
+        request, f"{cluster.name}: {cluster.health_message}")
+    return redirect("fleet:cluster", slug=cluster.slug)
+
+
+@login_required
+@require_POST
+def cluster_retire_now(request, slug: str):
+    require_platform_admin(request.user)
+    cluster = get_object_or_404(Cluster, slug=slug)
+    try:
+        cluster_retire(cluster=cluster, by=request.user, reason=request.POST.get("reason", ""))
+        messages.success(request, f"{cluster.name} retired.")
+    except FleetError as exc:
+        messages.error(request, str(exc))
+    return redirect("fleet:cluster", slug=cluster.slug)

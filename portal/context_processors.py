@@ -16,7 +16,8 @@ from django_htmx.jinja import htmx_script
 NAV = {  # context name → URL name
     "home": "home", "requests": "intake:list", "new_request": "intake:new",
     "review": "intake:review_queue", "fleet": "fleet:fleet", "cohorts": "fleet:cohorts",
-    "pools": "fleet:pools", "billing": "billing:overview", "api_docs": "api-docs",
+    "pools": "fleet:pools", "clusters": "fleet:clusters", "billing": "billing:overview",
+    "api_docs": "api-docs",
     "notifications": "tenants:notifications", "login": "account_login",
     "logout": "account_logout",
 }

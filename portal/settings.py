@@ -317,6 +317,10 @@ PORTAL_GPU_CONDITION_TYPES = env_list(
 PORTAL_FLEET_SYNC_SECONDS = env_int("PORTAL_FLEET_SYNC_SECONDS", 120, minimum=10)
 CELERY_BEAT_SCHEDULE["fleet-sync"] = {"task": "fleet.tasks.sync_fleet",
                                       "schedule": float(PORTAL_FLEET_SYNC_SECONDS)}
+# How often each registered cluster is asked whether it answers (versions, MultiKueue).
+PORTAL_CLUSTER_CHECK_SECONDS = env_int("PORTAL_CLUSTER_CHECK_SECONDS", 60, minimum=10)
+CELERY_BEAT_SCHEDULE["check-clusters"] = {"task": "fleet.tasks.check_clusters",
+                                          "schedule": float(PORTAL_CLUSTER_CHECK_SECONDS)}
 # How tenants reach the cluster (shown on active allocations; no secrets): the API server
 # URL and CA, the OIDC client kubectl signs in with, and the example workload's image.
 PORTAL_CLUSTER_API_URL = env_str("PORTAL_CLUSTER_API_URL")

@@ -83,7 +83,7 @@ def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
         if not free:
             raise FleetError(f"{alloc.pool.name} has no free validated node to move "
                              f"{alloc.namespace} onto: add one, or cancel the retirement.")
-        new = GpuNode.objects.get(name=free[0])
+        new = GpuNode.objects.get(pool=alloc.pool, name=free[0])
         alloc.nodes.remove(old)
         alloc.nodes.add(new)
         why = f" ({old.retiring_reason})" if old.retiring_reason else ""

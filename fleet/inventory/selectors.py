@@ -1,18 +1,21 @@
-"""Reads of the fleet: pool capacity and what allocations hold of it."""
+"""Reads of the fleet: clusters, pool capacity and what allocations hold of it."""
 
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import F, Sum
+from django.db.models import Count, F, Sum
 
-from ..models import Allocation, GpuNode, Pool
+from ..models import Allocation, Cluster, GpuNode, Pool
 from .capacity import (
+    FleetCounts,
     NodeFacts,
     PromisableCapacity,
     choose_dedicated_nodes,
+    fleet_counts,
     promisable_capacity,
 )
 
@@ -110,3 +113,45 @@ def node_facts(node) -> NodeFacts:
         dra_whole_gpus=node.dra_whole_gpus,
         mig_devices=tuple(sorted((k, int(v)) for k, v in node.mig_devices.items())),
     )
+
+
+@dataclass
+class ClusterView:
+    """One cluster as the admin pages show it: its fleet counts, what its pools can promise
+    and hold, and how many allocations live there."""
+
+    cluster: Cluster
+    counts: FleetCounts
+    pools: list[tuple[Pool, PromisableCapacity]]
+    allocations: int
+
+    @property
+    def promisable_devices(self) -> Decimal:
+        return sum((cap.capacity_devices for _p, cap in self.pools), Decimal(0))
+
+    @property
+    def allocated_devices(self) -> Decimal:
+        return sum((cap.allocated_devices for _p, cap in self.pools), Decimal(0))
+
+
+def clusters_overview(clusters=None) -> list[ClusterView]:
+    """Every cluster (live first) with its figures: a node read per cluster (a handful),
+    the pools' capacity and the allocations held in three queries more."""
+    clusters = list(clusters if clusters is not None else Cluster.objects.all())
+    ids = [c.pk for c in clusters]
+    pools = list(Pool.objects.filter(cluster_id__in=ids))
+    facts = {c.pk: facts_by_pool(GpuNode.objects.filter(cluster_id=c.pk)) for c in clusters}
+    capacity = pools_capacity(pools, node_facts={
+        pool_id: found for per in facts.values() for pool_id, found in per.items()
+        if pool_id is not None})
+    held = dict(Allocation.objects.filter(pool__cluster_id__in=ids,
+                                          status__in=Allocation.HOLDING)
+                .values("pool__cluster_id").annotate(n=Count("pk"))
+                .values_list("pool__cluster_id", "n"))
+    return [ClusterView(c, fleet_counts([f for found in facts[c.pk].values() for f in found]),
+                        [(p, capacity[p.pk]) for p in pools if p.cluster_id == c.pk],
+                        held.get(c.pk, 0)) for c in clusters]
+
+
+def cluster_view(cluster: Cluster) -> ClusterView:
+    return clusters_overview([cluster])[0]

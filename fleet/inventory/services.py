@@ -1,5 +1,5 @@
-"""Writes of the inventory: pools, their rates, and nodes marked for retirement. Each audits
-in the same transaction."""
+"""Writes of the inventory: clusters, pools, their rates, and nodes marked for retirement.
+Each audits in the same transaction."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from tenants.fields import decimal_for_column
 
 from ..domain import FleetError
 from ..inventory.pricing import BEGINNING
-from ..models import GpuNode, Pool, RateCard
+from ..models import Allocation, Cluster, GpuNode, Pool, RateCard
+from ..vocabulary import HOME_CLUSTER
+from .connections import read_health
 from .selectors import node_facts
 from .sync import clear_recovered_flags, flag_allocations_on
 
@@ -106,3 +108,94 @@ def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuN
     else:
         clear_recovered_flags(by=by)
     return node
+
+
+def _cluster_words(c: Cluster) -> str:
+    where = ", ".join(f"{k} {v}" for k, v in c.labels.items())
+    how = (c.get_connection_display() if c.connection != Cluster.Connection.KUBECONFIG
+           else f"kubeconfig at {c.credential_ref}")
+    return f"{c.name} ({c.get_role_display()}{', ' + where if where else ''}): {how}"
+
+
+@transaction.atomic
+def cluster_register(*, form, by) -> Cluster:
+    """A cluster added by an admin: where it is and how to reach it (a reference only)."""
+    require_platform_admin(by)
+    cluster = form.save()
+    audit_record(actor=by, subject=cluster, action="cluster.registered",
+                 reason=f"Registered {_cluster_words(cluster)}.")
+    return cluster
+
+
+@transaction.atomic
+def cluster_update(*, form, by) -> Cluster:
+    require_platform_admin(by)
+    if form.instance.retired_at is not None:
+        raise FleetError(f"{form.instance.name} is retired; register a new cluster instead.")
+    changed = sorted(form.changed_data)
+    cluster = form.save()
+    if changed:
+        audit_record(actor=by, subject=cluster, action="cluster.updated",
+                     reason=f"{cluster.name}: changed {', '.join(changed)}.",
+                     data={name: str(form.cleaned_data.get(name)) for name in changed})
+    return cluster
+
+
+@transaction.atomic
+def cluster_retire(*, cluster: Cluster, by, reason: str) -> Cluster:
+    """Take a cluster out of the portal. Refused while anything still lives there: its
+    pools' allocations must be retired (or moved) first, so nothing is orphaned unseen."""
+    require_platform_admin(by)
+    if not reason.strip():
+        raise FleetError("Give a reason: it is kept in the cluster's history.",
+                         fields={"reason": "Required."})
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    if cluster.retired_at is not None:
+        return cluster
+    if cluster.slug == HOME_CLUSTER:
+        raise FleetError("The home cluster is the portal's own; it cannot be retired.")
+    live = Allocation.objects.filter(pool__cluster=cluster,
+                                     status__in=Allocation.HOLDING).count()
+    if live:
+        raise FleetError(f"{cluster.name} still holds {live} allocation(s); retire or move "
+                         "them first.")
+    cluster.retired_at, cluster.retired_reason = timezone.now(), reason.strip()
+    cluster.save(update_fields=["retired_at", "retired_reason"])
+    Pool.objects.filter(cluster=cluster).update(active=False)
+    audit_record(actor=by, subject=cluster, action="cluster.retired",
+                 reason=f"{cluster.name} retired: {reason.strip()}")
+    return cluster
+
+
+def cluster_check(*, cluster: Cluster, by=None) -> Cluster:
+    """Ask the cluster what it is now (outside any transaction), then record it; a change of
+    verdict (answers or not, MultiKueue active or not) goes into its history."""
+    manager = (Cluster.objects.filter(role=Cluster.Role.MANAGER, retired_at__isnull=True)
+               .exclude(pk=cluster.pk).first() if cluster.role == Cluster.Role.WORKER
+               else None)
+    health = read_health(cluster, manager=manager)
+    with transaction.atomic():
+        row = Cluster.objects.select_for_update().get(pk=cluster.pk)
+        before = (row.answers, row.multikueue_active)
+        row.checked_at = timezone.now()
+        row.answers, row.health_message = health.answers, health.message
+        row.server_seen = health.server or row.server_seen
+        if health.answers:
+            row.kubernetes_version = health.kubernetes_version
+            row.kueue_version = health.kueue_version
+        row.multikueue_active = health.multikueue_active
+        row.multikueue_reason = health.multikueue_reason
+        row.save(update_fields=["checked_at", "answers", "health_message", "server_seen",
+                                "kubernetes_version", "kueue_version", "multikueue_active",
+                                "multikueue_reason"])
+        if before != (row.answers, row.multikueue_active) or by is not None:
+            audit_record(actor=by, subject=row, action="cluster.checked",
+                         reason=f"{row.name}: {health.message}",
+                         data={"answers": row.answers, "multikueue": row.multikueue_active})
+    return row
+
+
+def clusters_check() -> list[Cluster]:
+    """Every live cluster checked in turn (beat)."""
+    return [cluster_check(cluster=c) for c in
+            Cluster.objects.filter(retired_at__isnull=True).order_by("name")]

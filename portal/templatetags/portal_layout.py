@@ -26,6 +26,7 @@ LINKS = (
     ("fleet", "Fleet", lambda r: r["admin"], lambda name, app: name in ("fleet", "node")),
     ("cohorts", "Cohorts", lambda r: r["admin"], lambda name, app: name == "cohorts"),
     ("pools", "Pools", lambda r: r["admin"], lambda name, app: "pool" in name),
+    ("clusters", "Clusters", lambda r: r["admin"], lambda name, app: "cluster" in name),
     ("billing", None, lambda r: r["billing"], lambda name, app: app == "billing"),
     ("api_docs", "API", lambda r: True, lambda name, app: False),
 )

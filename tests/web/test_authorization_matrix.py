@@ -84,6 +84,11 @@ MATRIX: dict[str, Row] = {
     "fleet:pool_edit": Row("get", "pool", page(admin=200, **ADMIN_ONLY)),
     "fleet:pool_new": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:fleet": Row("get", "", page(admin=200, **ADMIN_ONLY)),
+    "fleet:clusters": Row("get", "", page(admin=200, **ADMIN_ONLY)),
+    "fleet:cluster_new": Row("get", "", page(admin=200, **ADMIN_ONLY)),
+    "fleet:cluster": Row("get", "cluster", page(admin=200, **ADMIN_ONLY)),
+    "fleet:cluster_check": Row("post", "cluster", page(admin=302, **ADMIN_ONLY)),
+    "fleet:cluster_retire": Row("post", "cluster", page(admin=302, **ADMIN_ONLY)),
     "fleet:fleet_sync": Row("post", "", page(admin=302, **ADMIN_ONLY)),
     "fleet:cohorts": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:node": Row("get", "node", page(admin=200, **ADMIN_ONLY)),
@@ -252,7 +257,8 @@ def _args(kind: str, world) -> list:
     month = f"{LAST_MONTH:%Y-%m}"
     return {
         "": [], "request": [world["request"].pk], "allocation": [world["allocation"].pk],
-        "node": [world["node"].name], "pool": [world["pool"].slug],
+        "node": [world["node"].cluster.slug, world["node"].name],
+        "pool": [world["pool"].slug], "cluster": [world["pool"].cluster.slug],
         "month": ["acme", month], "hours": ["acme", month, world["allocation"].pk],
         "preview": [], "statement": [f"acme:{month}"],
     }[kind]

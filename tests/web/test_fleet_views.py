@@ -55,7 +55,7 @@ def test_fleet_filter_by_state_returns_rows_only_for_htmx(client, admin_user, fl
 @pytest.mark.parametrize(("who", "status"), [("lead", 403), ("finance", 403), ("admin", 200)])
 def test_node_page_is_for_admins(client, users, fleet, who, status):
     client.force_login(users[who])
-    response = client.get(reverse("fleet:node", args=["h100-shared-07"]))
+    response = client.get(reverse("fleet:node", args=["local", "h100-shared-07"]))
     assert response.status_code == status
     if status == 200:
         assert b"NCCL all-reduce 14%" in response.content
@@ -64,16 +64,16 @@ def test_node_page_is_for_admins(client, users, fleet, who, status):
 
 def test_retire_and_cancel_from_the_node_page(client, admin_user, lead, fleet):
     client.force_login(lead)
-    assert client.post(reverse("fleet:node_retire", args=["h100-cc-01"]),
+    assert client.post(reverse("fleet:node_retire", args=["local", "h100-cc-01"]),
                        {"retiring": "true", "reason": "x"}).status_code == 403
     client.force_login(admin_user)
-    url = reverse("fleet:node_retire", args=["h100-cc-01"])
+    url = reverse("fleet:node_retire", args=["local", "h100-cc-01"])
     client.post(url, {"retiring": "true", "reason": ""})
     assert not GpuNode.objects.get(name="h100-cc-01").retiring  # a reason is required
     client.post(url, {"retiring": "true", "reason": "End of warranty"})
     node = GpuNode.objects.get(name="h100-cc-01")
     assert node.retiring and node.state == "retiring"
-    page = client.get(reverse("fleet:node", args=["h100-cc-01"])).content.decode()
+    page = client.get(reverse("fleet:node", args=["local", "h100-cc-01"])).content.decode()
     assert "Before it can go" in page and "End of warranty" in page
     client.post(url, {"retiring": "false", "reason": "Warranty extended"})
     assert GpuNode.objects.get(name="h100-cc-01").state == "schedulable"
@@ -118,7 +118,7 @@ def test_a_flag_is_lifted_when_its_cause_is_undone(client, admin_user, tenant, p
         starts_at=timezone.now() - dt.timedelta(days=1))
     alloc.nodes.add(node)
     client.force_login(admin_user)
-    url = reverse("fleet:node_retire", args=[node.name])
+    url = reverse("fleet:node_retire", args=["local", node.name])
     client.post(url, {"retiring": "true", "reason": "End of warranty"})
     alloc.refresh_from_db()
     assert "h100-cc-01" in alloc.flagged_reason
@@ -157,21 +157,21 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
             backend.apply(manifest)
         assert backend.get("v1", "Node", first.name)["metadata"]["labels"]
         client.force_login(admin_user)
-        client.post(reverse("fleet:node_retire", args=[first.name]),
+        client.post(reverse("fleet:node_retire", args=["local", first.name]),
                     {"retiring": "true", "reason": "End of warranty"})
-        page = client.get(reverse("fleet:node", args=[first.name])).content.decode()
+        page = client.get(reverse("fleet:node", args=["local", first.name])).content.decode()
         assert "Move the checked blocks" in page and "acme-block" in page
         proposed = next(n for n in page.split("→ <strong>")[1:]).split("<")[0]
         assert proposed != first.name
         assert GpuNode.objects.get(name=proposed).pool_id == pool.pk
 
         # A reason is required; nothing moves without one.
-        client.post(reverse("fleet:node_move_off", args=[first.name]),
+        client.post(reverse("fleet:node_move_off", args=["local", first.name]),
                     {"allocation": [alloc.pk], "reason": ""})
         assert list(alloc.nodes.values_list("name", flat=True)) == [first.name]
 
         with django_capture_on_commit_callbacks(execute=True):
-            response = client.post(reverse("fleet:node_move_off", args=[first.name]),
+            response = client.post(reverse("fleet:node_move_off", args=["local", first.name]),
                                    {"allocation": [alloc.pk], "reason": "End of warranty"},
                                    follow=True)
     assert f"moved to {proposed}" in response.content.decode()
@@ -194,7 +194,7 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
     assert first.name in moved.reason and proposed in moved.reason
     assert any(proposed in m.body and lead.email in m.to for m in mailoutbox)
     # The retiring node's page now says nothing depends on it.
-    page = client.get(reverse("fleet:node", args=[first.name])).content.decode()
+    page = client.get(reverse("fleet:node", args=["local", first.name])).content.decode()
     assert "Nothing depends on it" in page
 
 
