@@ -1,4 +1,5 @@
-"""Read-only API over allocations and their queues, tenant-scoped like every other endpoint."""
+"""Read-only API over allocations and their queues, tenant-scoped like every other endpoint
+(the cluster registry's is in cluster_api)."""
 
 from __future__ import annotations
 

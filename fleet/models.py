@@ -95,6 +95,12 @@ class Cluster(models.Model):
         return {k: v for k, v in (("region", self.region), ("provider", self.provider)) if v}
 
     @property
+    def described(self) -> str:
+        """The cluster in words, as pages and messages name it: "GPU EU (eu-west-1, aws)"."""
+        where = ", ".join(self.labels.values())
+        return f"{self.name} ({where})" if where else self.name
+
+    @property
     def multikueue_cluster(self) -> str:
         return self.multikueue_name or self.slug
 

@@ -345,6 +345,7 @@ class PoolFacts:
     pool_id: int | None = None
     free_whole_nodes: int | None = None  # None: not counted (a plan over plain numbers)
     free_mig_slices: dict[str, int] | None = None  # per profile, from DRA ResourceSlices
+    cluster: str = ""  # the cluster the pool lives in, in words; blank: one cluster only
 
     @property
     def free_devices(self) -> Decimal:
@@ -392,6 +393,9 @@ def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisati
         errors.append(("mig_profile", f"{pool.name} offers {', '.join(pool.mig_profiles)}; "
                        f"not {decision.mig_profile}."))
 
+    if pool.cluster:
+        notes.append(f"Lands in {pool.cluster}: {pool.name} lives there, so its objects, "
+                     "guards and queues are made in that cluster.")
     requested = decision.device_equivalents
     per_node = max(1, pool.devices_per_node)
     if decision.route is Route.DEDICATED_BLOCK:

@@ -24,7 +24,7 @@ from fleet.inventory.selectors import (
     pools_capacity,
     pools_for_route,
 )
-from fleet.models import Pool, Route
+from fleet.models import Cluster, Pool, Route
 from tenants.models import AuditEvent
 
 from .domain import (
@@ -43,9 +43,13 @@ from .domain import (
 from .models import CapacityRequest
 
 
-def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None) -> PoolFacts:
-    """`rate`: the pool's rate now (fleet.inventory.pricing), read with others."""
+def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None, *,
+               clusters: int | None = None) -> PoolFacts:
+    """`rate`: the pool's rate now (fleet.inventory.pricing), read with others; `clusters`:
+    how many live clusters there are (with one, where a request lands goes without saying)."""
     cap = cap or pool_capacity(pool)
+    if clusters is None:
+        clusters = Cluster.objects.filter(retired_at__isnull=True).count()
     return PoolFacts(
         name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
         devices_per_node=pool.devices_per_node, capacity_devices=cap.capacity_devices,
@@ -54,15 +58,18 @@ def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None) -> PoolFacts:
         mig_profiles=tuple(pool.mig_profiles or ()), capacity_source=cap.source,
         pool_id=pool.pk, free_whole_nodes=cap.free_whole_nodes,
         free_mig_slices=cap.free_mig_slices,
+        cluster=pool.cluster.described if clusters > 1 else "",
     )
 
 
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     """Every active pool with its facts, in a fixed number of queries (overview, review)."""
-    pools = list(Pool.objects.filter(active=True))
+    pools = list(Pool.objects.filter(active=True).select_related("cluster"))
     capacities = pools_capacity(pools)
     rates = pool_rates([p.pk for p in pools], timezone.now())
-    return [(p, pool_facts(p, capacities[p.pk], rates[p.pk])) for p in pools]
+    clusters = Cluster.objects.filter(retired_at__isnull=True).count()
+    return [(p, pool_facts(p, capacities[p.pk], rates[p.pk], clusters=clusters))
+            for p in pools]
 
 
 def window_hours(starts_on: dt.date | None, ends_on: dt.date | None) -> Decimal | None:

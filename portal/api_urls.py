@@ -5,10 +5,12 @@ from rest_framework.routers import DefaultRouter
 
 from billing.api import BillingViewSet
 from fleet.api import AllocationViewSet
+from fleet.cluster_api import ClusterViewSet
 from intake.api import CapacityRequestViewSet
 
 router = DefaultRouter()
 router.register("requests", CapacityRequestViewSet, basename="request")
 router.register("allocations", AllocationViewSet, basename="allocation")
 router.register("billing", BillingViewSet, basename="billing")
+router.register("clusters", ClusterViewSet, basename="cluster")
 urlpatterns = router.urls

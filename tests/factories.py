@@ -9,7 +9,7 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from fleet.models import Pool, Route
+from fleet.models import Cluster, Pool, Route
 from tenants.models import Membership, PlatformRole, Tenant
 
 
@@ -33,6 +33,18 @@ class TenantFactory(factory.django.DjangoModelFactory):
     slug = factory.Sequence(lambda n: f"tenant-{n}")
     name = factory.LazyAttribute(lambda o: o.slug.title())
     cost_centre = "CC-1"
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    """A registered cluster, a dry run unless told otherwise (nothing to reach here)."""
+
+    class Meta:
+        model = Cluster
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"cluster-{n}")
+    name = factory.LazyAttribute(lambda o: f"Cluster {o.slug}")
+    connection = Cluster.Connection.DRY_RUN
 
 
 class PoolFactory(factory.django.DjangoModelFactory):
@@ -72,7 +84,7 @@ def sync_nodes(pool: Pool, devices: int | None = None, *, prefix: str = "",
     wanted = pool.capacity_devices if devices is None else devices
     names = [f"{prefix or pool.slug}-node-{i:02d}" for i in range(-(-wanted // per_node))]
     nodes = [demo_node(name, pool.slug, pool.gpu_model, **node_options) for name in names]
-    record_node_events(nodes, backend=DryRunBackend())
+    record_node_events(nodes, backend=DryRunBackend(), cluster=pool.cluster)
     return names
 
 

@@ -38,7 +38,8 @@ def parse_credential_ref(text: str) -> CredentialRef:
     text = (text or "").strip()
     if m := _FILE.match(text):
         if "/../" in m.group(1) + "/":
-            raise ValueError("A file reference is an absolute path without '..'.")
+            raise ValueError("A file reference is an absolute path without '..': "
+                             + REFERENCE_HELP + ".")
         return CredentialRef("file", path=m.group(1))
     if m := _SECRET.match(text):
         return CredentialRef("secret", namespace=m.group(1), name=m.group(3),

@@ -158,6 +158,14 @@ MATRIX: dict[str, Row] = {
     # The world's allocation is no dedicated block on that node: refused (400) to admins.
     "allocation-move": Row("post", "allocation", {"anonymous": API_ANON, "admin": 400,
                                                   **ADMIN_ONLY}),
+    "cluster-list": Row("get", "", {"anonymous": API_ANON, "admin": 200, **ADMIN_ONLY}),
+    "cluster-detail": Row("get", "cluster", {"anonymous": API_ANON, "admin": 200,
+                                             **ADMIN_ONLY}),
+    # The home cluster cannot be retired: the admin passes the role check and is told why.
+    "cluster-check": Row("post", "cluster", {"anonymous": API_ANON, "admin": 200,
+                                             **ADMIN_ONLY}),
+    "cluster-retire": Row("post", "cluster", {"anonymous": API_ANON, "admin": 400,
+                                              **ADMIN_ONLY}),
     "allocation-cohorts": Row("get", "", {"anonymous": API_ANON, "admin": 200,
                                           **ADMIN_ONLY}),
 }
