@@ -32,7 +32,8 @@ from fleet.allocations.tasks import expire_allocations
 from fleet.inventory.services import rate_card_create
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend, using_backend
-from fleet.models import Pool, Route
+from fleet.models import Cluster, Pool, Route
+from fleet.vocabulary import HOME_CLUSTER, LABEL_POOL
 from intake import services
 from intake.models import CapacityRequest
 from portal.demo_clock import clock_at
@@ -48,6 +49,14 @@ TENANTS = [
     {"slug": "globex-ml", "name": "Globex ML", "cost_centre": "CC-7730",
      "contact_email": "ml-platform@globex.example"},
 ]
+# Two clusters, so a newcomer sees the idea: the portal's own (on-prem H100s and A100s) and
+# a confidential-compute cluster of its own, reached by a dry run like everything here.
+CLUSTERS = [
+    {"slug": HOME_CLUSTER, "name": "On-prem Amsterdam", "region": "ams", "provider": "on-prem"},
+    {"slug": "cc-frankfurt", "name": "Confidential Frankfurt", "region": "eu-central-1",
+     "provider": "on-prem", "connection": Cluster.Connection.DRY_RUN},
+]
+CONFIDENTIAL_CLUSTER = "cc-frankfurt"
 POOLS = [
     {"slug": "shared-h100", "name": "Shared H100", "route": Route.SHARED_POOL,
      "gpu_model": "NVIDIA-H100-80GB-HBM3", "capacity_devices": 64,
@@ -98,13 +107,17 @@ class Command(BaseCommand):
                    for t in TENANTS}
 
         with clock_at(self.origin):
+            clusters = {c["slug"]: Cluster.objects.update_or_create(
+                slug=c["slug"], defaults=c)[0] for c in CLUSTERS}
             for p in POOLS:
                 fields = dict(p)
+                fields["cluster"] = clusters[CONFIDENTIAL_CLUSTER if fields["route"] ==
+                                             Route.CONFIDENTIAL_POOL else HOME_CLUSTER]
                 rate = fields.pop("rate_per_device_hour")
                 pool, _ = Pool.objects.update_or_create(slug=fields["slug"], defaults=fields)
                 if not pool.rate_cards.exists():
                     rate_card_create(pool=pool, rate=rate)
-            self._fleet()
+            self._fleet(clusters)
         users = {}
         User = get_user_model()
         for username, first, last, platform, memberships in USERS:
@@ -135,12 +148,21 @@ class Command(BaseCommand):
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
             f"with password '{DEMO_PASSWORD}'."))
 
-    def _fleet(self):
-        """Sync a demo fleet through the real sync code, from a dry-run backend."""
+    def _fleet(self, clusters):
+        """Sync a demo fleet through the real sync code, from a dry-run backend per cluster
+        (the confidential pool's nodes are in a cluster of their own)."""
         backend = self.backend = DryRunBackend()
-        for obj in demo_fleet():
-            backend.apply(obj)
-        self.stdout.write(fleet_sync(backend=backend).summary())
+        elsewhere = DryRunBackend()
+        confidential = {p["slug"] for p in POOLS if p["route"] == Route.CONFIDENTIAL_POOL}
+        objects = demo_fleet()
+        pool_of = {o["metadata"]["name"]: o["metadata"]["labels"].get(LABEL_POOL, "")
+                   for o in objects if o["kind"] == "Node"}
+        for obj in objects:
+            node = obj["metadata"]["name"] if obj["kind"] == "Node" else obj["spec"]["nodeName"]
+            (elsewhere if pool_of.get(node) in confidential else backend).apply(obj)
+        self.stdout.write(fleet_sync(clusters[HOME_CLUSTER], backend=backend).summary())
+        self.stdout.write(fleet_sync(clusters[CONFIDENTIAL_CLUSTER],
+                                     backend=elsewhere).summary())
 
     def _history(self, tenants, users, now):
         """Day by day from the origin to now, each step at its own moment."""
