@@ -25,9 +25,15 @@ from tenants.models import Tenant
 from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
-from .domain import month_bounds, month_start, parse_month, utilisation
+from .domain import month_bounds, month_start, parse_month
 from .exports import statement_document, statement_response
-from .figures import apply_to_overview, month_figures, month_totals, tenant_month
+from .figures import (
+    apply_to_overview,
+    grand_total,
+    month_figures,
+    month_totals,
+    tenant_month,
+)
 from .figures import hours as to_hours
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import OverviewFilters
@@ -93,12 +99,6 @@ def finance_overview(request):
     apply_to_overview(rows, totals, month_figures(
         tenant_ids=[r.tenant_id for r in rows], months=months, route=f["route"]),
         month_totals(tenant_ids=filtered, months=months, route=f["route"]))
-    grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
-             "used_h": sum(t["used_h"] for t in totals),
-             "amount": sum(t["amount"] for t in totals)}
-    grand["idle_h"] = grand["allocated_h"] - grand["used_h"]
-
-    grand["utilisation"] = utilisation(grand["used_h"], grand["allocated_h"])
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)
@@ -112,7 +112,7 @@ def finance_overview(request):
                            else n, " ".join(e)) for n, e in filters.errors.items()],
         "rows": rows, "table": table, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
-        "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
+        "q": f["q"], "n_months": len(months), "grand": grand_total(totals), "budget": budget,
         "this_month": this_month(filtered, timezone.now())
         if roles_for(request.user).sees_all_tenants and not f["route"] else None,
         "route_label": dict(Route.choices).get(f["route"], ""),
