@@ -22,6 +22,7 @@ from tenants.models import Tenant
 
 from . import budgets
 from .domain import POLICIES, SECONDS_PER_HOUR, hours_text, month_bounds, month_start, utilisation
+from .figures import hours as to_hours
 from .focus import AdjustmentCharge, ChargeDay, cents_by_day
 from .models import Adjustment, StatementLine, UsageHour, UsageMonth
 
@@ -184,6 +185,35 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
     offset = (number - 1) * per_page
     current = Paginator(_OnePage(rows, count, offset), per_page).get_page(number)
     return current, rows
+
+
+def allocation_month_hours(allocation, month: dt.date):
+    """One allocation's usage hours in a month, in time order (the drill-down pages them)."""
+    start, end = month_bounds(month)
+    return UsageHour.objects.filter(allocation=allocation, hour__gte=start,
+                                    hour__lt=end).order_by("hour")
+
+
+def hour_rows(hours) -> list[dict]:
+    """Usage hours as the drill-down shows them: device-seconds as hours to 4 places
+    (billing.figures.hours); used and idle (allocated − used) only once use is measured."""
+    return [{"hour": h.hour, "pending": h.pending, "allocated_h": to_hours(h.allocated_s),
+             "used_h": None if h.used_s is None else to_hours(h.used_s),
+             "idle_h": None if h.used_s is None else to_hours(h.allocated_s) - to_hours(
+                 h.used_s),
+             "borrowed_h": to_hours(h.borrowed_s), "credit_h": to_hours(h.credit_s),
+             "charged_h": to_hours(h.charged_s), "rate": h.rate, "amount": h.amount}
+            for h in hours]
+
+
+def hour_sums(hours) -> dict:
+    """The sums of these usage hours (one aggregate), as hours to 4 places and money."""
+    sums = hours.order_by().aggregate(allocated=Sum("allocated_s"), used=Sum("used_s"),
+                                      borrowed=Sum("borrowed_s"), charged=Sum("charged_s"),
+                                      amount=Sum("amount"))
+    return {"allocated_h": to_hours(sums["allocated"]), "used_h": to_hours(sums["used"]),
+            "borrowed_h": to_hours(sums["borrowed"]), "charged_h": to_hours(sums["charged"]),
+            "amount": sums["amount"] or 0}
 
 
 def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",

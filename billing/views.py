@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,7 +24,7 @@ from tenants.models import Tenant
 from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
-from .domain import month_bounds, month_start, parse_month
+from .domain import month_start, parse_month
 from .exports import statement_document, statement_response
 from .figures import (
     apply_to_overview,
@@ -34,15 +33,17 @@ from .figures import (
     month_totals,
     tenant_month,
 )
-from .figures import hours as to_hours
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import OverviewFilters
-from .models import RateCard, UsageHour
+from .models import RateCard
 from .selectors import (
     adjustment_charges,
+    allocation_month_hours,
     budget_view,
     charge_days,
     filtered_tenant_ids,
+    hour_rows,
+    hour_sums,
     last_months,
     month_chart,
     overview,
@@ -255,27 +256,12 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
     tenant = _tenant_for(request.user, slug)
     alloc = get_object_or_404(Allocation.objects.select_related("pool"), pk=allocation_id,
                               tenant=tenant)
-    start, end = month_bounds(_month(month))
-
-
-    rows = UsageHour.objects.filter(allocation=alloc, hour__gte=start, hour__lt=end)
-    page = Paginator(rows.order_by("hour"), 7 * 24).get_page(request.GET.get("page"))
-    shown = [{"hour": h.hour, "pending": h.pending, "allocated_h": to_hours(h.allocated_s),
-              "used_h": None if h.used_s is None else to_hours(h.used_s),
-              "idle_h": None if h.used_s is None else to_hours(h.allocated_s) - to_hours(
-                  h.used_s),
-              "borrowed_h": to_hours(h.borrowed_s), "credit_h": to_hours(h.credit_s),
-              "charged_h": to_hours(h.charged_s), "rate": h.rate, "amount": h.amount}
-             for h in page]
-    sums = rows.aggregate(allocated=Sum("allocated_s"), used=Sum("used_s"),
-                          borrowed=Sum("borrowed_s"), charged=Sum("charged_s"),
-                          amount=Sum("amount"))
+    hours = allocation_month_hours(alloc, _month(month))
+    page = Paginator(hours, 7 * 24).get_page(request.GET.get("page"))
     figures = tenant_month(tenant.pk, _month(month))
     return render(request, "billing/hours.html", {
-        "tenant": tenant, "month": _month(month), "alloc": alloc, "hours": shown, "page": page,
-        "total": {"allocated_h": to_hours(sums["allocated"]), "used_h": to_hours(sums["used"]),
-                  "borrowed_h": to_hours(sums["borrowed"]),
-                  "charged_h": to_hours(sums["charged"]), "amount": sums["amount"] or 0},
+        "tenant": tenant, "month": _month(month), "alloc": alloc, "hours": hour_rows(page),
+        "page": page, "total": hour_sums(hours),
         "closed": figures.closed, "currency": settings.PORTAL_CURRENCY})
 
 
