@@ -21,7 +21,7 @@ from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
 from fleet.inventory.pricing import money
 from tenants.models import Tenant
 
-from .domain import SECONDS_PER_HOUR
+from .domain import SECONDS_PER_HOUR, utilisation
 from .models import Adjustment, Statement, StatementLine, UsageMonth
 
 ZERO = Decimal(0)
@@ -251,6 +251,21 @@ def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.dat
     overview's month totals."""
     sums = figure_sums(("month",), tenant_ids=tenant_ids, months=months, route=route)
     return {m: sums.get((m,)) or _zero() for m in months}
+
+
+def grand_total(totals: Iterable[Sums]) -> dict[str, Decimal | None]:
+    """Month totals (month_totals, or sum_figures by month) summed over the months:
+    allocated, used and charged; idle = allocated − used (exact: both are sums of hours to 4
+    places) and utilisation (billing.domain.utilisation) of those sums. The finance
+    overview's cards and footer; the one place they are added up."""
+    totals = list(totals)
+    grand: dict[str, Decimal | None] = {
+        "allocated_h": sum(t["allocated_h"] for t in totals),
+        "used_h": sum(t["used_h"] for t in totals),
+        "amount": sum(t["amount"] for t in totals)}
+    grand["idle_h"] = grand["allocated_h"] - grand["used_h"]
+    grand["utilisation"] = utilisation(grand["used_h"], grand["allocated_h"])
+    return grand
 
 
 def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures],

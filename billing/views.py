@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Sum
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -25,18 +24,26 @@ from tenants.models import Tenant
 from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
-from .domain import month_bounds, month_start, parse_month, utilisation
+from .domain import month_start, parse_month
 from .exports import statement_document, statement_response
-from .figures import apply_to_overview, month_figures, month_totals, tenant_month
-from .figures import hours as to_hours
+from .figures import (
+    apply_to_overview,
+    grand_total,
+    month_figures,
+    month_totals,
+    tenant_month,
+)
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import OverviewFilters
-from .models import RateCard, UsageHour
+from .models import RateCard
 from .selectors import (
     adjustment_charges,
+    allocation_month_hours,
     budget_view,
     charge_days,
     filtered_tenant_ids,
+    hour_rows,
+    hour_sums,
     last_months,
     month_chart,
     overview,
@@ -93,12 +100,6 @@ def finance_overview(request):
     apply_to_overview(rows, totals, month_figures(
         tenant_ids=[r.tenant_id for r in rows], months=months, route=f["route"]),
         month_totals(tenant_ids=filtered, months=months, route=f["route"]))
-    grand = {"allocated_h": sum(t["allocated_h"] for t in totals),
-             "used_h": sum(t["used_h"] for t in totals),
-             "amount": sum(t["amount"] for t in totals)}
-    grand["idle_h"] = grand["allocated_h"] - grand["used_h"]
-
-    grand["utilisation"] = utilisation(grand["used_h"], grand["allocated_h"])
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)
@@ -112,7 +113,7 @@ def finance_overview(request):
                            else n, " ".join(e)) for n, e in filters.errors.items()],
         "rows": rows, "table": table, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
-        "q": f["q"], "n_months": len(months), "grand": grand, "budget": budget,
+        "q": f["q"], "n_months": len(months), "grand": grand_total(totals), "budget": budget,
         "this_month": this_month(filtered, timezone.now())
         if roles_for(request.user).sees_all_tenants and not f["route"] else None,
         "route_label": dict(Route.choices).get(f["route"], ""),
@@ -255,27 +256,12 @@ def allocation_hours(request, slug: str, month: str, allocation_id: int):
     tenant = _tenant_for(request.user, slug)
     alloc = get_object_or_404(Allocation.objects.select_related("pool"), pk=allocation_id,
                               tenant=tenant)
-    start, end = month_bounds(_month(month))
-
-
-    rows = UsageHour.objects.filter(allocation=alloc, hour__gte=start, hour__lt=end)
-    page = Paginator(rows.order_by("hour"), 7 * 24).get_page(request.GET.get("page"))
-    shown = [{"hour": h.hour, "pending": h.pending, "allocated_h": to_hours(h.allocated_s),
-              "used_h": None if h.used_s is None else to_hours(h.used_s),
-              "idle_h": None if h.used_s is None else to_hours(h.allocated_s) - to_hours(
-                  h.used_s),
-              "borrowed_h": to_hours(h.borrowed_s), "credit_h": to_hours(h.credit_s),
-              "charged_h": to_hours(h.charged_s), "rate": h.rate, "amount": h.amount}
-             for h in page]
-    sums = rows.aggregate(allocated=Sum("allocated_s"), used=Sum("used_s"),
-                          borrowed=Sum("borrowed_s"), charged=Sum("charged_s"),
-                          amount=Sum("amount"))
+    hours = allocation_month_hours(alloc, _month(month))
+    page = Paginator(hours, 7 * 24).get_page(request.GET.get("page"))
     figures = tenant_month(tenant.pk, _month(month))
     return render(request, "billing/hours.html", {
-        "tenant": tenant, "month": _month(month), "alloc": alloc, "hours": shown, "page": page,
-        "total": {"allocated_h": to_hours(sums["allocated"]), "used_h": to_hours(sums["used"]),
-                  "borrowed_h": to_hours(sums["borrowed"]),
-                  "charged_h": to_hours(sums["charged"]), "amount": sums["amount"] or 0},
+        "tenant": tenant, "month": _month(month), "alloc": alloc, "hours": hour_rows(page),
+        "page": page, "total": hour_sums(hours),
         "closed": figures.closed, "currency": settings.PORTAL_CURRENCY})
 
 

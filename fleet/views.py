@@ -6,11 +6,9 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Count
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
@@ -19,18 +17,22 @@ from tenants.audit import audit_for
 
 from .allocations.lifecycle import USABLE
 from .allocations.moves import allocation_move_off, retirement_plan
-from .allocations.selectors import connect_info
+from .allocations.selectors import (
+    affected_by_retiring,
+    allocations_on,
+    connect_info,
+    flagged_allocations,
+)
 from .domain import FleetError
 from .forms import ClusterCreateForm, ClusterForm, PoolCreateForm, PoolForm, QueueNarrowForm
-from .inventory.capacity import fleet_counts
-from .inventory.pricing import pool_rate, pool_rates
+from .inventory.pricing import pool_rate
 from .inventory.selectors import (
     cluster_view,
     clusters_overview,
-    facts_by_pool,
+    fleet_picture,
     node_facts,
-    pool_capacity,
-    pools_capacity,
+    node_list,
+    pools_with_capacity,
 )
 from .inventory.services import (
     cluster_check,
@@ -43,77 +45,40 @@ from .inventory.services import (
 )
 from .inventory.sync import fleet_sync_all
 from .kube import KubeError
-from .models import Allocation, Cluster, ClusterQueueState, GpuNode, Pool, Route
+from .models import Allocation, Cluster, GpuNode, Pool
 from .queues.explain import (
     allocation_queue,
-    cohort_views,
+    cohort_groups,
+    followed_allocations,
     history_chart,
-    oldest_wait_text,
     queue_history,
     queue_stamp,
     seam_chart,
     seam_figures,
 )
-from .queues.truth import amount
 from .tasks import sync_fleet
 from .vocabulary import LABEL_POOL, NodeState
 
 NODE_STATES = list(NodeState.ALL)
 
 
-AFFECTED_SHOWN = 8
-
-
-def _pool_rows(nodes_by_pool: dict):
-    """Per pool: fleet counts, what is allocated, and who is affected if it is overcommitted."""
-    rows = []
-    pools = list(Pool.objects.filter(active=True).select_related("cluster"))
-    capacities = pools_capacity(pools, node_facts=nodes_by_pool)
-    for pool in pools:
-        counts = fleet_counts(nodes_by_pool.get(pool.pk, []))
-        cap = capacities[pool.pk]
-        over = cap.allocated_devices > cap.capacity_devices
-        tenants, more = [], 0
-        if over:  # the first few by name and how many more: a pool may hold thousands
-            holding = (Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING)
-                       .values_list("tenant__name", flat=True).distinct().order_by(
-                           "tenant__name"))
-            tenants = list(holding[:AFFECTED_SHOWN])
-            if len(tenants) == AFFECTED_SHOWN:
-                more = holding.count() - AFFECTED_SHOWN
-        rows.append({"pool": pool, "counts": counts, "cap": cap, "overcommitted": over,
-                     "affected": tenants, "affected_more": more,
-                     "synced": pool.pk in nodes_by_pool})
-    unpooled = nodes_by_pool.get(None, [])
-    return rows, fleet_counts(unpooled) if unpooled else None
-
-
 @login_required
 def fleet_overview(request):
     require_platform_admin(request.user)
-    nodes_by_pool = facts_by_pool(GpuNode.objects.all())  # every node, once, as plain rows
-    rows, unpooled = _pool_rows(nodes_by_pool)
-    nodes = (GpuNode.objects.select_related("pool", "cluster")
-             .annotate(n_alloc=Count("allocations"))
-             .order_by("name"))
+    picture = fleet_picture()  # every node once, as plain rows; every active pool's row
     state = request.GET.get("state", "")
-    if state in NODE_STATES:
-        nodes = nodes.filter(state=state)
     pool = request.GET.get("pool", "")
-    if pool:
-        nodes = nodes.filter(pool__slug=pool)
+    nodes = node_list(state=state if state in NODE_STATES else "", pool=pool)
     page = Paginator(nodes, 50).get_page(request.GET.get("page"))
-    flagged = (Allocation.objects.exclude(flagged_reason="")
-               .filter(status__in=Allocation.HOLDING).select_related("tenant", "pool"))
     template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
-    clusters = [] if request.htmx else clusters_overview(
-        Cluster.objects.filter(retired_at__isnull=True))
+    live = Cluster.objects.filter(retired_at__isnull=True)
+    clusters = [] if request.htmx else clusters_overview(live)
+    many_clusters = len(clusters) > 1 if clusters else live.count() > 1
     return render(request, template, {
-        "clusters": clusters, "many_clusters": len(clusters) > 1 or request.htmx,
-        "rows": rows, "unpooled": unpooled, "page": page, "state": state, "pool": pool,
-        "states": NODE_STATES, "pools": Pool.objects.all(), "flagged": flagged,
-        "total": fleet_counts(f for facts in nodes_by_pool.values() for f in facts),
-        "pool_label": LABEL_POOL,
+        "clusters": clusters, "many_clusters": many_clusters,
+        "rows": picture.pools, "unpooled": picture.unpooled, "page": page, "state": state,
+        "pool": pool, "states": NODE_STATES, "pools": Pool.objects.all(),
+        "flagged": flagged_allocations(), "total": picture.total, "pool_label": LABEL_POOL,
     })
 
 
@@ -140,20 +105,11 @@ def node_detail(request, cluster: str, name: str):
     require_platform_admin(request.user)
     node = get_object_or_404(GpuNode.objects.select_related("pool", "cluster"),
                              cluster__slug=cluster, name=name)
-    allocations = node.allocations.select_related("tenant", "pool").filter(
-        status__in=Allocation.HOLDING)
-    pool_allocations, plan = [], []
-    if node.retiring:
-        plan = retirement_plan(node)
-    if node.retiring and node.pool:
-        cap = pool_capacity(node.pool)
-        if cap.allocated_devices > cap.capacity_devices:
-            pool_allocations = Allocation.objects.filter(
-                pool=node.pool, status__in=Allocation.HOLDING).exclude(
-                route=Route.DEDICATED_BLOCK).select_related("tenant")
+    plan = retirement_plan(node) if node.retiring else []
     return render(request, "fleet/node_detail.html", {
         "node": node, "facts": node_facts(node), "events": audit_for(node).order_by("-at")[:100],
-        "allocations": allocations, "pool_allocations": pool_allocations, "plan": plan,
+        "allocations": allocations_on(node), "pool_allocations": affected_by_retiring(node),
+        "plan": plan,
     })
 
 
@@ -206,13 +162,8 @@ def pool_list(request):
     require_platform_admin(request.user)
 
 
-    all_pools = list(Pool.objects.select_related("cluster"))
-    capacities = pools_capacity(all_pools)
-    rates = pool_rates([p.pk for p in all_pools], timezone.now())
-    for p in all_pools:
-        p.rate_now = rates[p.pk]  # the rate card in force (fleet.inventory.pricing)
-    pools = [(p, capacities[p.pk]) for p in all_pools]
-    return render(request, "fleet/pools.html", {"pools": pools, "pool_label": LABEL_POOL})
+    return render(request, "fleet/pools.html", {"pools": pools_with_capacity(),
+                                                "pool_label": LABEL_POOL})
 
 
 @login_required
@@ -267,22 +218,10 @@ def allocation_queue_panel(request, pk: int):
 def cohorts(request):
     """Platform admins: every cohort at a glance, and who is blocked by whom."""
     require_platform_admin(request.user)
-    followed = Allocation.objects.filter(pk__in=ClusterQueueState.objects.filter(
-        allocation__isnull=False).values("allocation_id"))
-
-    chart = history_chart(queue_history(followed))
+    followed = followed_allocations()
     seams = seam_figures(followed)  # every tenant's ledger: admins see all
-
-    # Quotas in their own unit (devices, or slices of one MIG profile), worded as everywhere.
-    resources = dict(ClusterQueueState.objects.values_list("name", "resource"))
-    groups = [{"name": g.name, "rows": [
-        {"r": r, "tenant": g.tenants.get(r.queue, ""),
-         "quota": amount(r.nominal, resources.get(r.queue, "")),
-         "oldest": oldest_wait_text(r.oldest_wait_seconds),
-         "blocked_by": [f"{g.tenants.get(b, '?')} ({b})" for b in r.blocked_by]}
-        for r in g.rows]} for g in cohort_views()]
     return render(request, "fleet/cohorts.html", {
-        "groups": groups, "chart": chart,
+        "groups": cohort_groups(), "chart": history_chart(queue_history(followed)),
         "seams": seams, "seam_chart": seam_chart(seams)})
 
 

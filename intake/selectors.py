@@ -396,6 +396,16 @@ def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
     return waiting.filter(later).first() or waiting.first()
 
 
+def comes_round(f: ReviewQueueFilter, current, following) -> bool:
+    """Whether `following` (next_in_queue after `current`) lies before it in the queue's
+    order: "next" came round past the end to the queue's start. Positions as in the queue,
+    (updated_at, id)."""
+    if following is None:
+        return False
+    there, here = (following.updated_at, following.pk), (current.updated_at, current.pk)
+    return there > here if f.newest_first else there < here
+
+
 def page_with_count(queryset, per_page: int, number, count: int):
     """A page of `queryset` whose number of rows is already known (no COUNT over them)."""
     paginator = Paginator(queryset, per_page)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import yaml
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -10,14 +9,12 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods, require_POST
 
-from fleet.allocations.desired import allocation_manifests
 from fleet.allocations.lifecycle import IN_PROGRESS
-from fleet.allocations.manifests import tenant_may_see
 from fleet.allocations.services import allocation_release as release
 from fleet.allocations.services import allocation_retry as retry
 from fleet.domain import FleetError
@@ -31,7 +28,7 @@ from tenants.access import (
 from tenants.models import Tenant
 from tenants.widgets import tenant_filter_html
 
-from . import preview, services
+from . import services
 from .domain import (
     FILL_LABELS,
     ISOLATION_LABELS,
@@ -43,11 +40,12 @@ from .domain import (
 )
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
-from .preview import request_manifests as preview_manifests
+from .preview import request_objects
 from .selectors import (
     REVIEW_PAGE_SIZE,
     ReviewQueueFilter,
     active_pools_facts,
+    comes_round,
     facts_of_active_pools,
     next_in_queue,
     override_options,
@@ -326,14 +324,13 @@ def review_queue(request):
 def _after_decision(request, obj: CapacityRequest, action: str, queue: ReviewQueueFilter,
                     query: str, was_at) -> HttpResponseRedirect:
     """Next in queue: the next request waiting in the same filtered queue, or the queue."""
-    done = format_html('Request <a href="{}">#{}</a>: {} recorded.',
-                       _with_query(reverse("intake:review_detail", args=[obj.pk]), query),
-                       obj.pk, action.replace("_", " "))
     following = next_in_queue(queue, after_pk=obj.pk, after_at=was_at, now=timezone.now())
+    messages.success(request, render_to_string("intake/decision_recorded.html", {
+        "url": _with_query(reverse("intake:review_detail", args=[obj.pk]), query),
+        "pk": obj.pk, "action": action.replace("_", " "),
+        "next_pk": following.pk if following else None}))
     if following is None:
-        messages.success(request, format_html("{} Nothing else waits in this queue.", done))
         return redirect(_with_query(reverse("intake:review_queue"), query))
-    messages.success(request, format_html("{} Next in queue: #{}.", done, following.pk))
     return redirect(_with_query(reverse("intake:review_detail", args=[following.pk]), query))
 
 
@@ -381,10 +378,7 @@ def review_detail(request, pk: int):
         "overrides": override_options(obj, facts) if obj.status == Status.SUBMITTED else [],
         "next_req": following,
         # Past the end of the queue, "next" comes round to its start: say so.
-        "next_wraps": following is not None and (
-            (following.updated_at, following.pk) > (obj.updated_at, obj.pk)
-            if queue.newest_first else
-            (following.updated_at, following.pk) < (obj.updated_at, obj.pk)),
+        "next_wraps": comes_round(queue, obj, following),
         "next_url": following and _with_query(
             reverse("intake:review_detail", args=[following.pk]), query),
         **matrix_context(decision.cell),
@@ -410,27 +404,9 @@ def request_allocation(request, pk: int):
 def request_manifests(request, pk: int):
     """The Kubernetes objects of a request: what approval would create, or what it did."""
     obj = get_request_for(request.user, pk)
-    roles = roles_for(request.user)
-    rows = None
-    if obj.allocation_id:
-        manifests = allocation_manifests(obj.allocation)
-    elif roles.platform_admin and obj.status == Status.SUBMITTED:
-        rows = preview.request_preview(obj)  # the real API server's dry-run answer, per object
-        manifests = [r.manifest for r in rows]
-    else:
-        manifests = preview_manifests(obj)
-    if not roles.platform_admin:
-        keep = [i for i, m in enumerate(manifests) if tenant_may_see(m)]
-        manifests = [manifests[i] for i in keep]
-        rows = [rows[i] for i in keep] if rows else rows
-    docs = [{"kind": m.get("kind", "?"), "name": m.get("metadata", {}).get("name", ""),
-             "namespace": m.get("metadata", {}).get("namespace", ""),
-             "yaml": yaml.safe_dump(m, sort_keys=False),
-             "row": rows[i] if rows else None} for i, m in enumerate(manifests)]
+    objects = request_objects(obj, platform_admin=roles_for(request.user).platform_admin)
     template = "intake/manifests.html" + ("#objects" if request.htmx else "")
-    return render(request, template, {
-        "req": obj, "docs": docs, "checked": rows is not None,
-        "rejected": sum(1 for r in rows or [] if not r.accepted)})
+    return render(request, template, {"req": obj, **objects})
 
 
 @login_required

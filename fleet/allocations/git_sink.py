@@ -175,8 +175,9 @@ def _explain_waiting(alloc: Allocation, present: int, total: int,
                    f"{present} of {total} object(s) are in the cluster; the portal keeps "
                    "waiting and checks again.")
     if alloc.status_message != message:
-        Allocation.objects.filter(pk=alloc.pk, status=S.PROVISIONING).update(
-            status_message=message[:2000])
-        if status.state == "failed":
-            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
-                         action="allocation.gitops_error", reason=message[:2000])
+        with transaction.atomic(savepoint=False):  # the message with its audit row
+            Allocation.objects.filter(pk=alloc.pk, status=S.PROVISIONING).update(
+                status_message=message[:2000])
+            if status.state == "failed":
+                audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                             action="allocation.gitops_error", reason=message[:2000])

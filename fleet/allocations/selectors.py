@@ -9,6 +9,8 @@ import yaml
 from django.conf import settings
 from django.db.models import Q
 
+from ..domain import Route
+from ..inventory.selectors import pool_capacity
 from ..models import Allocation
 from ..vocabulary import KUEUE_QUEUE_LABEL
 from .connect import example_workload, how_to_connect, tenant_kubeconfig
@@ -51,3 +53,25 @@ def stalled_provisioning(now: dt.datetime, stall: dt.timedelta) -> list[int]:
         Q(progress_at__lt=now - stall) | Q(progress_at__isnull=True, created_at__lt=now - stall))
     return sorted(set(waiting.values_list("pk", flat=True)) |
                   set(silent.values_list("pk", flat=True)))
+
+
+def flagged_allocations():
+    """Holding allocations with a flag (capacity lost under them), with tenant and pool."""
+    return (Allocation.objects.exclude(flagged_reason="").filter(status__in=Allocation.HOLDING)
+            .select_related("tenant", "pool"))
+
+
+def allocations_on(node):
+    """The allocations holding the node, with tenant and pool."""
+    return node.allocations.select_related("tenant", "pool").filter(
+        status__in=Allocation.HOLDING)
+
+
+def affected_by_retiring(node):
+    """When a retiring node leaves its pool holding more than it can promise: the pool's
+    holding allocations other than dedicated blocks (a block moves off node by node:
+    moves.retirement_plan). Otherwise none."""
+    if not (node.retiring and node.pool) or not pool_capacity(node.pool).overcommitted:
+        return []
+    return (Allocation.objects.filter(pool=node.pool, status__in=Allocation.HOLDING)
+            .exclude(route=Route.DEDICATED_BLOCK).select_related("tenant"))

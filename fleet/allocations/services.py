@@ -70,6 +70,7 @@ def allocation_create(*, tenant: Tenant, pool: Pool, route: str, whole_devices: 
     return allocation
 
 
+@transaction.atomic(savepoint=False)  # the reservation with its audit row
 def allocation_reserve_nodes(*, allocation: Allocation, names: tuple[str, ...],
                              count: int, by) -> list[str]:
     """Reserve the whole validated nodes the plan chose for a dedicated block (the caller

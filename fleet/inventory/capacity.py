@@ -229,6 +229,11 @@ class PromisableCapacity:
     def free_devices(self) -> Decimal:
         return max(Decimal(0), self.capacity_devices - self.allocated_devices)
 
+    @property
+    def overcommitted(self) -> bool:
+        """More is allocated than the pool can promise now (nodes lost, retiring or failed)."""
+        return self.allocated_devices > self.capacity_devices
+
 
 NO_FLEET = "no nodes synced into the pool yet, so it promises nothing"
 

@@ -1,4 +1,5 @@
-"""Reads of the fleet: clusters, pool capacity and what allocations hold of it."""
+"""Reads of the fleet: clusters, pool capacity and what allocations hold of it, and the fleet
+page's picture of every pool (counts, capacity, who an overcommitted pool affects)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Count, F, Sum
+from django.utils import timezone
 
 from ..models import Allocation, Cluster, GpuNode, Pool
 from .capacity import (
@@ -18,6 +20,7 @@ from .capacity import (
     fleet_counts,
     promisable_capacity,
 )
+from .pricing import pool_rates
 
 
 def mig_weights() -> dict[str, Decimal]:
@@ -155,3 +158,81 @@ def clusters_overview(clusters=None) -> list[ClusterView]:
 
 def cluster_view(cluster: Cluster) -> ClusterView:
     return clusters_overview([cluster])[0]
+
+
+# -- the fleet page and the pool list ------------------------------------------------------
+
+AFFECTED_SHOWN = 8  # tenants named beside an overcommitted pool; the rest are counted
+
+
+def tenants_holding(pool: Pool, shown: int = AFFECTED_SHOWN) -> tuple[list[str], int]:
+    """The first `shown` tenants by name that hold capacity in the pool, and how many more
+    (a pool may hold thousands: the page stays the same size)."""
+    holding = (Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING)
+               .values_list("tenant__name", flat=True).distinct().order_by("tenant__name"))
+    names = list(holding[:shown])
+    return names, holding.count() - shown if len(names) == shown else 0
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One active pool on the fleet page: its fleet counts, what it promises and holds, and
+    who is affected when it holds more than it can promise."""
+
+    pool: Pool
+    counts: FleetCounts
+    cap: PromisableCapacity
+    affected: list[str]  # the first few tenants by name (tenants_holding), when overcommitted
+    affected_more: int
+    synced: bool  # any node of the pool was read from the cluster
+
+    @property
+    def overcommitted(self) -> bool:
+        return self.cap.overcommitted
+
+
+@dataclass(frozen=True)
+class FleetPicture:
+    pools: list[PoolRow]
+    unpooled: FleetCounts | None  # nodes with no known pool label (None: there are none)
+    total: FleetCounts  # every node
+
+
+def fleet_picture() -> FleetPicture:
+    """Every active pool's row and the fleet's counts, from every node read once as plain
+    rows (facts_by_pool) and pools_capacity's few queries, plus two per overcommitted pool."""
+    nodes_by_pool = facts_by_pool(GpuNode.objects.all())
+    pools = list(Pool.objects.filter(active=True).select_related("cluster"))
+    capacities = pools_capacity(pools, node_facts=nodes_by_pool)
+    rows = []
+    for pool in pools:
+        cap = capacities[pool.pk]
+        affected, more = tenants_holding(pool) if cap.overcommitted else ([], 0)
+        rows.append(PoolRow(pool, fleet_counts(nodes_by_pool.get(pool.pk, [])), cap,
+                            affected, more, pool.pk in nodes_by_pool))
+    unpooled = nodes_by_pool.get(None, [])
+    return FleetPicture(rows, fleet_counts(unpooled) if unpooled else None,
+                        fleet_counts(f for facts in nodes_by_pool.values() for f in facts))
+
+
+def node_list(*, state: str = "", pool: str = ""):
+    """The GPU nodes by name, each with its number of allocations; of one state and one pool
+    (slug) when given."""
+    nodes = (GpuNode.objects.select_related("pool", "cluster")
+             .annotate(n_alloc=Count("allocations")).order_by("name"))
+    if state:
+        nodes = nodes.filter(state=state)
+    if pool:
+        nodes = nodes.filter(pool__slug=pool)
+    return nodes
+
+
+def pools_with_capacity() -> list[tuple[Pool, PromisableCapacity]]:
+    """Every pool with its capacity, and the rate card in force now as `rate_now`
+    (fleet.inventory.pricing): the pool list."""
+    pools = list(Pool.objects.select_related("cluster"))
+    capacities = pools_capacity(pools)
+    rates = pool_rates([p.pk for p in pools], timezone.now())
+    for p in pools:
+        p.rate_now = rates[p.pk]
+    return [(p, capacities[p.pk]) for p in pools]

@@ -274,6 +274,7 @@ def record_node_events(nodes: list[dict], *, gone: list[str] = (), backend: Kube
     return report
 
 
+@transaction.atomic(savepoint=False)  # each change with its audit row, as one
 def clear_recovered_flags(*, by=None) -> list[int]:
     """Lift the flag of allocations whose reserved nodes are all promisable again: a flag
     that outlives its cause tells the tenant and the admins something untrue."""
@@ -300,6 +301,7 @@ def _tell_leads(alloc: Allocation) -> None:
            "allocation's page shows its state.")
 
 
+@transaction.atomic(savepoint=False)  # each change with its audit row, as one
 def flag_allocations_on(nodes: list[GpuNode], *, by=None) -> list[int]:
     """Flag holding allocations whose reserved nodes can no longer be promised."""
     flagged = []

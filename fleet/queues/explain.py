@@ -285,6 +285,13 @@ class CohortView:
     name: str
     rows: list[CohortRow]
     tenants: dict[str, str]  # queue → tenant slug (admins see who)
+    resources: dict[str, str] = field(default_factory=dict)  # queue → its quota's unit
+
+
+def followed_allocations():
+    """The allocations whose queue the portal follows (a ClusterQueue read back)."""
+    return Allocation.objects.filter(pk__in=ClusterQueueState.objects.filter(
+        allocation__isnull=False).values("allocation_id"))
 
 
 def cohort_views(*, now: dt.datetime | None = None) -> list[CohortView]:
@@ -304,12 +311,29 @@ def cohort_views(*, now: dt.datetime | None = None) -> list[CohortView]:
         rows = cohort_board([queue_facts_of(s) for s in members],
                             [w for w in pending if w.cluster_queue in names], now)
         out.append(CohortView(cohort or "(stand-alone queues)", rows,
-                              {s.name: s.allocation.tenant.slug for s in members}))
+                              {s.name: s.allocation.tenant.slug for s in members},
+                              {s.name: s.resource for s in members}))
     return out
 
 
 def oldest_wait_text(seconds: float | None) -> str:
     return "—" if seconds is None else duration(seconds)
+
+
+def cohort_lines(view: CohortView) -> list[dict]:
+    """A cohort's rows as the cohorts page words them: each queue's tenant, its quota in its
+    own unit (devices, or slices of one MIG profile: `amount`, as everywhere), the oldest
+    wait, and the queues holding it back as "tenant (queue)"."""
+    return [{"r": r, "tenant": view.tenants.get(r.queue, ""),
+             "quota": amount(r.nominal, view.resources.get(r.queue, "")),
+             "oldest": oldest_wait_text(r.oldest_wait_seconds),
+             "blocked_by": [f"{view.tenants.get(b, '?')} ({b})" for b in r.blocked_by]}
+            for r in view.rows]
+
+
+def cohort_groups(*, now: dt.datetime | None = None) -> list[dict]:
+    """Every cohort (cohort_views) with its rows worded (cohort_lines): the cohorts page."""
+    return [{"name": g.name, "rows": cohort_lines(g)} for g in cohort_views(now=now)]
 
 
 def history_chart(days: list[DayFigures]) -> dict:

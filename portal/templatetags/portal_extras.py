@@ -6,6 +6,7 @@ from django.utils.html import conditional_escape
 from django.utils.safestring import mark_safe
 
 from billing.domain import hours_text
+from billing.renderers import month_cells as render_month_cells
 from fleet.domain import devices_text, percent_of
 from fleet.inventory.pricing import money_text
 from fleet.queues.truth import duration as words
@@ -78,6 +79,13 @@ def backticks(text, autoescape=True):
     parts = str(conditional_escape(text) if autoescape else text).split("`")
     return mark_safe("".join(f"<code>{p}</code>" if i % 2 else p  # noqa: S308 - escaped
                              for i, p in enumerate(parts)))
+
+
+@register.filter
+def month_cells(cells):
+    """A tenant's month cells on the finance overview, from billing.selectors.tenant_table's
+    plain data (billing.renderers: one escaped string per row, for speed)."""
+    return render_month_cells(cells)
 
 
 @register.filter

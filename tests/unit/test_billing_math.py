@@ -14,6 +14,7 @@ from billing.domain import (
     month_bounds,
     utilisation,
 )
+from billing.figures import grand_total
 from fleet.domain import mig_share as mig_weight
 from fleet.inventory.pricing import Rate, rate_at
 
@@ -137,6 +138,20 @@ def test_amount_and_utilisation():
     assert amount(Decimal(1), Decimal("3600")) == Decimal("1.0000")
     assert utilisation(Decimal(25), Decimal(100)) == Decimal("25.0")
     assert utilisation(Decimal(0), Decimal(0)) is None
+
+
+def test_the_grand_total_sums_the_months_and_derives_idle_and_utilisation():
+    months = [{"month": dt.date(2026, 10, 1), "allocated_h": Decimal("10.0001"),
+               "used_h": Decimal("2.5000"), "amount": Decimal("12.34")},
+              {"month": dt.date(2026, 11, 1), "allocated_h": Decimal("5.0000"),
+               "used_h": Decimal("5.0000"), "amount": Decimal("-1.00")}]
+    assert grand_total(months) == {
+        "allocated_h": Decimal("15.0001"), "used_h": Decimal("7.5000"),
+        "amount": Decimal("11.34"), "idle_h": Decimal("7.5001"),
+        "utilisation": utilisation(Decimal("7.5000"), Decimal("15.0001"))}
+    nothing = grand_total([{"allocated_h": Decimal(0), "used_h": Decimal(0),
+                            "amount": Decimal(0)}])
+    assert nothing["idle_h"] == 0 and nothing["utilisation"] is None
 
 
 def test_right_sizing_speaks_up_only_for_low_use():

@@ -114,6 +114,17 @@ def test_promisable_capacity_subtracts_allocations_and_reserved_nodes():
     assert "16 schedulable of 24 devices on 3 node(s)" in cap.source
 
 
+@pytest.mark.parametrize(("allocated", "over"), [(0, False), (16, False), (Decimal("16.5"), True)])
+def test_a_pool_is_overcommitted_only_past_what_it_can_promise(allocated, over):
+    cap = promisable_capacity([facts("a"), facts("b")], allocated_devices=Decimal(allocated))
+    assert cap.capacity_devices == 16 and cap.overcommitted is over
+
+
+def test_a_pool_that_lost_every_node_is_overcommitted_while_anything_is_held():
+    assert promisable_capacity([], allocated_devices=Decimal(1)).overcommitted
+    assert not promisable_capacity([], allocated_devices=Decimal(0)).overcommitted
+
+
 @pytest.mark.parametrize("nodes", [[], [facts("gone", present=False)]])
 @pytest.mark.parametrize("ceiling", [0, 16, 64])
 def test_a_pool_without_nodes_promises_nothing_whatever_its_configured_size(nodes, ceiling):

@@ -11,11 +11,13 @@ from decimal import Decimal
 
 import pytest
 
+from fleet.queues.explain import CohortView, cohort_lines
 from fleet.queues.ledger import transition_events
 from fleet.queues.truth import (
     ADMITTED,
     FINISHED,
     PENDING,
+    CohortRow,
     QueueFacts,
     Stop,
     WorkloadFacts,
@@ -293,6 +295,21 @@ def test_cohort_board_says_who_borrows_lends_and_blocks():
     assert (rows["b"].lent, rows["c"].lent) == (Decimal("4.00"), Decimal("2.00"))
     assert rows["c"].pending == 1 and rows["c"].blocked_by == ("a",)
     assert rows["c"].oldest_wait_seconds == 3 * 3600
+
+
+def test_cohort_lines_word_quota_waits_and_who_blocks_whom():
+    rows = [CohortRow("cq-a", Decimal(8), Decimal(10), Decimal(2), Decimal(0), 0, None, ()),
+            CohortRow("cq-m", Decimal(1), Decimal(0), Decimal(0), Decimal("0.50"), 2, 3000.0,
+                      ("cq-a", "cq-gone"))]
+    view = CohortView("research", rows, {"cq-a": "acme", "cq-m": "beta"},
+                      {"cq-a": "nvidia.com/gpu", "cq-m": "mig.aifactory.io/1g.10gb"})
+    a, m = cohort_lines(view)
+    assert a["r"] is rows[0] and (a["tenant"], a["quota"], a["oldest"], a["blocked_by"]) == (
+        "acme", "8 devices", "—", [])
+    assert (m["tenant"], m["quota"], m["oldest"]) == ("beta", "1 × 1g.10gb slice", "50 min")
+    assert m["blocked_by"] == ["acme (cq-a)", "? (cq-gone)"]  # a queue no longer followed
+    # A queue whose unit is unknown counts devices.
+    assert cohort_lines(CohortView("x", rows[:1], {}))[0]["quota"] == "8 devices"
 
 
 def test_kueue_order_is_priority_then_time():

@@ -40,6 +40,28 @@ def billed(tenant, other_tenant, pools):
     return out
 
 
+def test_a_tenants_name_and_slug_are_escaped_in_the_overviews_cells(client, finance_user,
+                                                                      pools):
+    """The month cells are built in Python (billing.renderers), the name by the template:
+    markup in either comes out as text."""
+    from tenants.models import Tenant
+
+    evil = Tenant.objects.create(slug='ev"><script>s()</script>',
+                                 name="<script>alert(1)</script>")
+    hour = dt.datetime.combine(LAST_MONTH, dt.time(5), tzinfo=dt.UTC)
+    alloc = Allocation.objects.create(
+        tenant=evil, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL, whole_devices=1,
+        device_equivalents=Decimal(1), namespace="evil-r1", status="active", starts_at=hour)
+    usage(alloc, hour, Decimal(3600), Decimal(900), Decimal("2.5"))
+    refresh_months({(alloc.pk, LAST_MONTH)})
+    client.force_login(finance_user)
+    body = client.get(reverse("billing:overview")).content.decode()
+    assert "<script>alert(1)</script>" not in body and "<script>s()</script>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert (f'<td><a href="/billing/ev&quot;&gt;&lt;script&gt;s()&lt;/script&gt;/'
+            f'{LAST_MONTH:%Y-%m}/">EUR\u00a02.50</a></td>') in body
+
+
 @pytest.fixture
 def users(lead, other_lead, member, admin_user, finance_user):
     return {"lead": lead, "other_lead": other_lead, "member": member, "admin": admin_user,

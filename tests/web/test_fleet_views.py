@@ -230,8 +230,8 @@ def test_an_overcommitted_pool_names_a_few_tenants_and_counts_the_rest(client, a
 
     from django.utils import timezone
 
+    from fleet.inventory.selectors import AFFECTED_SHOWN
     from fleet.models import Allocation
-    from fleet.views import AFFECTED_SHOWN
     from tenants.models import Tenant
 
     pool = pools[Route.SHARED_POOL]
