@@ -16,7 +16,7 @@ from tenants.idempotency import IdempotentWritesMixin
 from .forms import ClusterCreateForm, ClusterForm
 from .inventory.selectors import clusters_overview
 from .inventory.services import cluster_check, cluster_register, cluster_retire, cluster_update
-from .models import Cluster
+from .models import Cluster, home_cluster_id
 
 # Device-equivalents as the rest of the API gives them: a decimal string, four places.
 DEVICES = serializers.DecimalField(max_digits=12, decimal_places=4)
@@ -101,6 +101,7 @@ class ClusterViewSet(IdempotentWritesMixin, viewsets.GenericViewSet):
     pagination_class = None
 
     def get_queryset(self):
+        home_cluster_id()  # the home cluster is there before anything names it
         return Cluster.objects.all()
 
     def initial(self, request, *args, **kwargs):

@@ -6,6 +6,7 @@ import json
 import re
 
 from django import forms
+from django.conf import settings
 
 from tenants.fields import AsciiIntegerField, decimal_for_column
 
@@ -167,9 +168,15 @@ class ClusterForm(forms.ModelForm):
         if not text:
             return ""
         try:
-            return str(parse_credential_ref(text))
+            ref = parse_credential_ref(text)
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
+        if ref.kind == "secret" and ref.namespace != settings.PORTAL_NAMESPACE:
+            # The portal may read Secrets of its own namespace only (deploy/rbac.yaml).
+            raise forms.ValidationError(
+                f"The portal reads cluster credentials from its own namespace only: "
+                f"secret:{settings.PORTAL_NAMESPACE}/<name>.")
+        return str(ref)
 
     def clean(self):
         data = super().clean()

@@ -45,7 +45,7 @@ from .inventory.services import (
 )
 from .inventory.sync import fleet_sync_all
 from .kube import KubeError
-from .models import Allocation, Cluster, GpuNode, Pool
+from .models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
 from .queues.explain import (
     allocation_queue,
     cohort_groups,
@@ -254,6 +254,11 @@ def allocation_connect_file(request, pk: int, what: str):
 # -- clusters: registered, inspected, retired by platform admins
 
 
+def _cluster_or_404(slug: str) -> Cluster:
+    home_cluster_id()  # the home cluster is there before anything names it
+    return get_object_or_404(Cluster, slug=slug)
+
+
 @login_required
 def cluster_list(request):
     require_platform_admin(request.user)
@@ -275,7 +280,7 @@ def cluster_new(request):
 @login_required
 def cluster_detail(request, slug: str):
     require_platform_admin(request.user)
-    cluster = get_object_or_404(Cluster, slug=slug)
+    cluster = _cluster_or_404(slug)
     form = ClusterForm(request.POST or None, instance=cluster)
     if request.method == "POST" and form.is_valid():
         try:
@@ -293,7 +298,7 @@ def cluster_detail(request, slug: str):
 @require_POST
 def cluster_check_now(request, slug: str):
     require_platform_admin(request.user)
-    cluster = cluster_check(cluster=get_object_or_404(Cluster, slug=slug), by=request.user)
+    cluster = cluster_check(cluster=_cluster_or_404(slug), by=request.user)
     (messages.success if cluster.answers is not False else messages.error)(
         request, f"{cluster.name}: {cluster.health_message}")
     return redirect("fleet:cluster", slug=cluster.slug)
@@ -303,7 +308,7 @@ def cluster_check_now(request, slug: str):
 @require_POST
 def cluster_retire_now(request, slug: str):
     require_platform_admin(request.user)
-    cluster = get_object_or_404(Cluster, slug=slug)
+    cluster = _cluster_or_404(slug)
     try:
         cluster_retire(cluster=cluster, by=request.user, reason=request.POST.get("reason", ""))
         messages.success(request, f"{cluster.name} retired.")

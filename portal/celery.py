@@ -57,6 +57,6 @@ def _discover() -> None:
             log.warning("Kubernetes API discovery of %s at worker start failed: %s",
                         cluster.slug, exc)
             continue
-        log.info("Kubernetes API of %s discovered at worker start in %.2f s%s", cluster.slug,
-                 time.monotonic() - started,
+        log.info("Kubernetes API discovered at worker start in %.2f s (cluster %s)%s",
+                 time.monotonic() - started, cluster.slug,
                  f" (not served: {', '.join(missing)})" if missing else "")

@@ -109,15 +109,17 @@ def reconcile_allocations() -> str:
         if isinstance(backend, DryRunBackend):
             skipped.append(f"{cluster.slug} (a dry run: no cluster to drift from)")
             continue
-        d, f, r = _reconcile_cluster(cluster, backend)
+        d, f, r, problem = _reconcile_cluster(cluster, backend)
         drifted, failed, removed = drifted + d, failed + f, removed + r
+        if problem:
+            skipped.append(f"{cluster.slug}'s leftovers (not reachable: {problem})")
     return (f"{drifted} allocation(s) drifted, {len(removed)} leftover object(s) pruned"
             + (f", {len(failed)} not reconciled (tried again next time): {failed}"
                if failed else "")
             + (f"; reconcile skipped for {', '.join(skipped)}" if skipped else ""))
 
 
-def _reconcile_cluster(cluster, backend) -> tuple[int, list[int], list]:
+def _reconcile_cluster(cluster, backend) -> tuple[int, list[int], list, str]:
     drifted, failed = 0, []
     for pk in Allocation.objects.filter(status__in=RECONCILED, pool__cluster=cluster
                                         ).values_list("pk", flat=True):
@@ -127,8 +129,11 @@ def _reconcile_cluster(cluster, backend) -> tuple[int, list[int], list]:
             # a refused apply) does not hold up the others; the next pass tries it again
             log.warning("reconcile of allocation %s: %s", pk, exc)
             failed.append(pk)
-    # Nothing in GitOps mode: its tool prunes what Git lost.
-    return drifted, failed, prune_leftovers(backend=backend)
+    try:  # nothing in GitOps mode: its tool prunes what Git lost
+        return drifted, failed, prune_leftovers(backend=backend), ""
+    except KubeError as exc:  # its leftovers could not be listed: the next pass tries
+        log.warning("pruning in cluster %s: %s", cluster.slug, exc)
+        return drifted, failed, [], exc.message
 
 
 @shared_task(name="fleet.tasks.follow_gitops", autoretry_for=(KubeError,), retry_backoff=True,

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Count, F, Sum
 from django.utils import timezone
 
-from ..models import Allocation, Cluster, GpuNode, Pool
+from ..models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
 from .capacity import (
     FleetCounts,
     NodeFacts,
@@ -140,7 +140,10 @@ class ClusterView:
 def clusters_overview(clusters=None) -> list[ClusterView]:
     """Every cluster (live first) with its figures: a node read per cluster (a handful),
     the pools' capacity and the allocations held in three queries more."""
-    clusters = list(clusters if clusters is not None else Cluster.objects.all())
+    if clusters is None:
+        home_cluster_id()  # registered before it is listed, even before any pool names it
+        clusters = Cluster.objects.all()
+    clusters = list(clusters)
     ids = [c.pk for c in clusters]
     pools = list(Pool.objects.filter(cluster_id__in=ids))
     facts = {c.pk: facts_by_pool(GpuNode.objects.filter(cluster_id=c.pk)) for c in clusters}

@@ -182,11 +182,14 @@ def test_chart_rbac_is_deploy_rbac(helm, tmp_path):
     """One source of truth for the portal's permissions: the plain manifest's ClusterRoles and
     the chart's must not drift apart."""
     def roles(docs):
-        return {d["metadata"]["name"]: d["rules"] for d in docs if d["kind"] == "ClusterRole"}
+        return {(d["kind"], d["metadata"]["name"]): d["rules"] for d in docs
+                if d["kind"] in ("ClusterRole", "Role")}
 
     plain = roles(load_all(ROOT / "deploy" / "rbac.yaml"))
     charted = roles(docs_of(render(helm, tmp_path, None)))
-    assert plain.keys() == charted.keys() == {"aifactory-portal", "aifactory-tenant-member"}
+    assert plain.keys() == charted.keys() == {
+        ("ClusterRole", "aifactory-portal"), ("ClusterRole", "aifactory-tenant-member"),
+        ("Role", "aifactory-portal-cluster-credentials")}
     assert charted == plain
 
 

@@ -57,6 +57,7 @@ def test_an_admin_registers_a_cluster_by_reference(client, admin_user, lead):
     ("credential_ref", "apiVersion: v1\nkind: Config", "looks like a credential itself"),
     ("credential_ref", "kubeconfig.yaml", "file:/path/to/kubeconfig"),
     ("credential_ref", "", "needs its reference"),
+    ("credential_ref", "secret:kube-system/admin", "from its own namespace only"),
     ("connection", "configured", "Only the home cluster"),
     ("slug", "GPU EU", "lowercase letters"),
     ("region", "EU West", "Lowercase letters"),

@@ -52,7 +52,8 @@ TENANTS = [
 # Two clusters, so a newcomer sees the idea: the portal's own (on-prem H100s and A100s) and
 # a confidential-compute cluster of its own, reached by a dry run like everything here.
 CLUSTERS = [
-    {"slug": HOME_CLUSTER, "name": "On-prem Amsterdam", "region": "ams", "provider": "on-prem"},
+    {"slug": HOME_CLUSTER, "name": "On-prem Amsterdam", "region": "ams", "provider": "on-prem",
+     "connection": Cluster.Connection.CONFIGURED},
     {"slug": "cc-frankfurt", "name": "Confidential Frankfurt", "region": "eu-central-1",
      "provider": "on-prem", "connection": Cluster.Connection.DRY_RUN},
 ]
