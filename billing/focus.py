@@ -67,6 +67,10 @@ class ChargeDay:
     rate: Decimal
     amount: Decimal  # exact (the hours' sum)
     billed: Decimal | None = None  # to the cent, the days summing to the statement line
+    # Where it ran: FOCUS's region columns (the tenant is the sub-account already).
+    cluster_slug: str = ""
+    cluster_name: str = ""
+    cluster_region: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,11 @@ def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
         "ServiceName": f"GPU capacity: {c.pool_name}",
         "SkuId": f"{c.pool_slug}:{c.gpu_model}",
         "SkuPriceId": f"{c.pool_slug}:{c.gpu_model}@{rate}",
-        "Tags": json.dumps({"tenant": c.tenant_slug, "route": c.route, "pool": c.pool_slug},
+        # The cluster is where the resource is provisioned: FOCUS's region (its id the
+        # cluster's region label, or its slug when it has none; its name the cluster's).
+        "RegionId": c.cluster_region or c.cluster_slug, "RegionName": c.cluster_name,
+        "Tags": json.dumps({"tenant": c.tenant_slug, "route": c.route, "pool": c.pool_slug,
+                            **({"cluster": c.cluster_slug} if c.cluster_slug else {})},
                            sort_keys=True),
     })
     return row

@@ -235,7 +235,7 @@ def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
             .annotate(used=Sum("used_s"), charged=Sum("charged_s"), amount=Sum("amount"))
             .order_by("allocation_id", "day", "rate"))
     allocations = {a.pk: a for a in Allocation.objects.filter(
-        pk__in={d["allocation_id"] for d in days}).select_related("tenant", "pool")}
+        pk__in={d["allocation_id"] for d in days}).select_related("tenant", "pool__cluster")}
     out = []
     for d in days:
         a = allocations[d["allocation_id"]]
@@ -249,7 +249,8 @@ def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
             period_end=d["day"] + dt.timedelta(days=1), billing_start=billing_start,
             billing_end=billing_end, used_seconds=d["used"] or Decimal(0),
             charged_seconds=d["charged"] or Decimal(0), rate=d["rate"],
-            amount=d["amount"] or Decimal(0)))
+            amount=d["amount"] or Decimal(0), cluster_slug=a.pool.cluster.slug,
+            cluster_name=a.pool.cluster.name, cluster_region=a.pool.cluster.region))
     return _in_cents(out)
 
 

@@ -211,6 +211,10 @@ def test_focus_export_has_the_specifications_columns_and_types(client, users, bi
         assert row["ChargePeriodStart"] < row["ChargePeriodEnd"]
         assert row["BillingPeriodStart"] <= row["ChargePeriodStart"]
         assert row["ChargePeriodEnd"] <= row["BillingPeriodEnd"]
+    # The cluster the allocation ran in is FOCUS's region (the home cluster has no region
+    # label, so its slug); the tags name it too.
+    assert {(r["RegionId"], r["RegionName"]) for r in rows} == {("local", "Local cluster")}
+    assert {json.loads(r["Tags"])["cluster"] for r in rows} == {"local"}
     acme = sum(Decimal(r["BilledCost"]) for r in rows if r["SubAccountId"] == "acme")
     assert acme == Decimal("10.00")  # the hour billed in the fixture: 4 devices × 2.50
     hours = sum(Decimal(r["PricingQuantity"]) for r in rows if r["SubAccountId"] == "acme")
