@@ -27,6 +27,7 @@ from .domain import FleetError
 from .forms import ClusterCreateForm, ClusterForm, PoolCreateForm, PoolForm, QueueNarrowForm
 from .inventory.pricing import pool_rate
 from .inventory.selectors import (
+    across_clusters,
     cluster_view,
     clusters_overview,
     fleet_picture,
@@ -76,6 +77,7 @@ def fleet_overview(request):
     many_clusters = len(clusters) > 1 if clusters else live.count() > 1
     return render(request, template, {
         "clusters": clusters, "many_clusters": many_clusters,
+        "across": across_clusters(clusters),
         "rows": picture.pools, "unpooled": picture.unpooled, "page": page, "state": state,
         "pool": pool, "states": NODE_STATES, "pools": Pool.objects.all(),
         "flagged": flagged_allocations(), "total": picture.total, "pool_label": LABEL_POOL,

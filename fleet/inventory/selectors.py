@@ -159,6 +159,12 @@ def clusters_overview(clusters=None) -> list[ClusterView]:
                         held.get(c.pk, 0)) for c in clusters]
 
 
+def across_clusters(views: list[ClusterView]) -> dict[str, Decimal]:
+    """What the clusters promise and hold together: the sum over clusters is the fleet's."""
+    return {"promisable": sum((v.promisable_devices for v in views), Decimal(0)),
+            "allocated": sum((v.allocated_devices for v in views), Decimal(0))}
+
+
 def cluster_view(cluster: Cluster) -> ClusterView:
     return clusters_overview([cluster])[0]
 

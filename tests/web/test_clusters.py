@@ -102,8 +102,14 @@ def test_same_node_name_in_two_clusters_is_two_nodes(client, admin_user, db):
     page = client.get(reverse("fleet:node", args=["gpu-eu", "gpu-01"])).content.decode()
     assert "<dt>Cluster</dt><dd><a href=\"/clusters/gpu-eu/\">Cluster gpu-eu</a>" in page
     assert client.get(reverse("fleet:node", args=["nowhere", "gpu-01"])).status_code == 404
-    fleet = client.get(reverse("fleet:fleet")).content.decode()
+    response = client.get(reverse("fleet:fleet"))
+    # The sum over clusters is the fleet's: 8 devices at home, eu's node gone.
+    views = {v.cluster.slug: v.promisable_devices for v in response.context["clusters"]}
+    assert views == {"local": 8, "gpu-eu": 0}
+    assert response.context["across"]["promisable"] == 8
+    fleet = response.content.decode()
     assert "Per cluster" in fleet and "Cluster gpu-eu" in fleet
+    assert "<th scope=\"row\">All clusters</th>" in fleet
 
 
 def test_approval_provisions_in_the_cluster_of_the_pool(tenant, lead, admin_user, pools,
