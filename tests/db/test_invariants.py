@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from billing.domain import SECONDS_PER_HOUR, month_start
-from billing.models import Adjustment, Statement, UsageHour
+from billing.models import Adjustment, Statement, StatementLine, UsageHour
 from billing.services import ratecard_create, rollup_usage, statement_close
 from fleet.inventory.pricing import pool_rate
-from fleet.models import Allocation, QueueUsageHour, Route
+from fleet.models import Allocation, GpuNode, Pool, QueueUsageHour, Route
 from intake import services
-from tests.factories import make_request
+from tests.factories import ClusterFactory, make_request
 
 pytestmark = pytest.mark.django_db
 
@@ -64,12 +64,19 @@ world_st = st.fixed_dictionaries({
     "rate_change_min": st.one_of(st.none(), st.integers(1, HOURS * 60 - 1)),
     "new_rate": st.decimals("0.50", "9.99", places=2),
     "close": st.booleans(),
+    # Two clusters: the confidential pool (where overrides land) in a cluster of its own.
+    "clusters": st.integers(1, 2),
     "adjustment": st.one_of(st.none(), st.decimals("-50", "50", places=2).filter(
         lambda d: d != 0)),
 })
 
 
 def _build(world, tenant, lead, admin_user, capture) -> list[Allocation]:
+    if world.get("clusters", 1) > 1:
+        elsewhere = ClusterFactory(slug="cluster-b", name="Cluster B", region="eu-b")
+        pool = Pool.objects.get(route=Route.CONFIDENTIAL_POOL)
+        Pool.objects.filter(pk=pool.pk).update(cluster=elsewhere)
+        GpuNode.objects.filter(pool=pool).update(cluster=elsewhere)
     allocs = []
     for a in world["allocations"]:
         req = make_request(tenant, lead, submit=True, whole_devices=a["devices"])
@@ -94,8 +101,6 @@ def _build(world, tenant, lead, admin_user, capture) -> list[Allocation]:
         allocs.append(alloc)
     if world["rate_change_min"] is not None:
         for pool_id in {a.pool_id for a in allocs}:
-            from fleet.models import Pool
-
             ratecard_create(pool=Pool.objects.get(pk=pool_id), rate=world["new_rate"],
                             effective_from=START + dt.timedelta(
                                 minutes=world["rate_change_min"]), by=admin_user)
@@ -207,7 +212,31 @@ def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
         overview + "&format=focus").content.decode()))
         if r["SubAccountId"] == tenant.slug and r["BillingPeriodStart"].startswith(ym)]
     assert sum((Decimal(r["BilledCost"]) for r in focus), Decimal(0)) == final, ym
+    check_clusters(tenant, month, focus)
     return figures
+
+
+def check_clusters(tenant, month: dt.date, focus: list[dict]) -> None:
+    """The sum over clusters is the statement: FOCUS's usage rows of each cluster (its
+    region) add up to the statement lines of the allocations whose pool is there; with the
+    adjustments (which belong to no cluster) they make the month's final."""
+    statement = Statement.objects.filter(tenant=tenant, month=month,
+                                         closed_at__isnull=False).first()
+    if statement is None:
+        return  # an open month's lines are live: the per-allocation sum is checked above
+    by_cluster: dict[str, Decimal] = {}
+    for line in StatementLine.objects.filter(statement=statement).select_related(
+            "allocation__pool__cluster"):
+        c = line.allocation.pool.cluster
+        by_cluster[c.region or c.slug] = by_cluster.get(c.region or c.slug, Decimal(0)) + \
+            line.amount
+    exported: dict[str, Decimal] = {}
+    for r in focus:
+        if r["ChargeCategory"] == "Usage":
+            exported[r["RegionId"]] = exported.get(r["RegionId"], Decimal(0)) + \
+                Decimal(r["BilledCost"])
+    assert {k: v for k, v in exported.items() if v} == {k: v for k, v in by_cluster.items()
+                                                        if v}, (exported, by_cluster)
 
 
 def check_metrics(tenant, finance_user, finals: Decimal) -> None:
@@ -252,14 +281,14 @@ REGRESSIONS = [
     {"allocations": [{"devices": 1, "start_min": 45, "length_min": None, "override": False,
                       "use": [3000] * HOURS, "borrow": [0] * HOURS}],
      "rate_change_min": None, "new_rate": Decimal("1.00"), "close": False,
-     "adjustment": None},
+     "adjustment": None, "clusters": 1},
     # A closed month with a credit, an override and a rate change at :30.
     {"allocations": [{"devices": 2, "start_min": 10, "length_min": 200, "override": True,
                       "use": [7000] * HOURS, "borrow": [600] * HOURS},
                      {"devices": 1, "start_min": 0, "length_min": None, "override": False,
                       "use": [100] * HOURS, "borrow": [1800] * HOURS}],
      "rate_change_min": 90, "new_rate": Decimal("3.33"), "close": True,
-     "adjustment": Decimal("-10.00")},
+     "adjustment": Decimal("-10.00"), "clusters": 2},
 ]
 
 
