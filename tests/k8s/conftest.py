@@ -22,16 +22,17 @@ def load_all(path: Path) -> list[dict]:
 
 
 def wait_for_crds(admin: KubernetesBackend, names: list[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
     pending = set(names)
-    while pending and time.monotonic() < deadline:
+
+    def established() -> None:
         for name in list(pending):
             crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
             conditions = (crd or {}).get("status", {}).get("conditions") or []
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 pending.discard(name)
-        time.sleep(0.2)
-    assert not pending, f"CRDs not established: {pending}"
+        assert not pending, f"CRDs not established: {pending}"
+
+    _eventually(established, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -121,9 +122,10 @@ def fleet(admin_kube, kube, pools):
     return admin_kube
 
 
-def eventually(fn, timeout: float = 10):
-    """The one waiting helper, retrying while the cluster has not caught up yet."""
-    return _eventually(fn, timeout=timeout, retry_on=(AssertionError, KubeError))
+def eventually(fn, timeout: float = 10, **options):
+    """The one waiting helper, retrying while the cluster has not caught up yet (options as
+    tests.harness.waiting.eventually: interval, what, between, detail)."""
+    return _eventually(fn, timeout=timeout, retry_on=(AssertionError, KubeError), **options)
 
 
 def _webhook_cert(pki: Path, out: Path, address: str) -> None:

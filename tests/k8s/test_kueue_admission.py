@@ -9,7 +9,6 @@ and the MIG claim template refused (CEL selectors) or not counted (no device-cla
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -80,9 +79,7 @@ def condition(wl: dict | None, kind: str) -> dict:
 def wait_workload(admin, namespace: str, job_name: str, *, want: str, kueue,
                   timeout: float = 30) -> dict:
     """Until the Job's Workload is admitted ('Admitted') or held ('pending')."""
-    deadline = time.monotonic() + timeout
-    wl = None
-    while time.monotonic() < deadline:
+    def reached() -> dict:
         wl = workload_of(admin, namespace, job_name)
         admitted = condition(wl, "Admitted").get("status") == "True"
         if want == "Admitted" and admitted:
@@ -90,9 +87,10 @@ def wait_workload(admin, namespace: str, job_name: str, *, want: str, kueue,
         if want == "pending" and wl and not admitted and \
                 condition(wl, "QuotaReserved").get("status") == "False":
             return wl
-        time.sleep(0.3)
-    raise AssertionError(f"workload of {namespace}/{job_name} not {want}: {wl}\n"
-                         f"--- kueue log ---\n{kueue.log_tail()}")
+        raise AssertionError(f"workload of {namespace}/{job_name} not {want}: {wl}")
+
+    return eventually(reached, timeout=timeout, interval=0.3,
+                      detail=lambda: f"--- kueue log ---\n{kueue.log_tail()}")
 
 
 def first_job(alloc, admin) -> dict:

@@ -525,16 +525,13 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     def following(check, timeout: float = 90):
         """Let the portal's watch record until `check` passes (the watch, not the test,
         reads the cluster: a check reads the portal's own rows)."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def recorded_then_checked():
             placement.raise_if_dead()
             follower.drain(wait=0.2)
-            try:
-                return check()
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    print(placement.log_tail())
-                    raise
+            return check()
+
+        return eventually(recorded_then_checked, timeout=timeout, interval=0,
+                          detail=placement.log_tail)
 
     def ledger(alloc, job: str) -> list:
         return list(QueueEvent.objects.filter(allocation=alloc, workload=job)
@@ -555,7 +552,9 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
         following(lambda: has(a, "a-train", "running"))
         submit("b", "b-sweep", 6, run_ms=20_000)
         following(lambda: has(b, "b-sweep", "running"))
-        until = time.monotonic() + 2  # a span of borrowing
+        # A span, not a wait: B borrows for two seconds on purpose, so that the borrowing
+        # lasts long enough to be recorded and priced before C takes its devices back.
+        until = time.monotonic() + 2
         while time.monotonic() < until:
             follower.drain(wait=0.2)
         submit("c", "c-eval", 2, run_ms=600_000)

@@ -25,6 +25,7 @@ from fleet.models import Allocation, Pool, Route
 from intake import services
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess, celery_worker, wait_until
+from tests.harness.waiting import eventually
 
 from .gpu_nodes import create_gpu_node
 from .test_provisioning import ROUTE_REQUESTS, VALID
@@ -108,12 +109,13 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
             services.request_approve(request=req, by=admin_user, reason="bench")
         approved = time.monotonic()
         ids = list(Allocation.objects.values_list("pk", flat=True))
-        deadline = approved + (600 if FULL else 180)
-        while time.monotonic() < deadline:
+
+        def all_active() -> None:
             worker.raise_if_dead()
-            if Allocation.objects.filter(pk__in=ids, status="active").count() == len(ids):
-                break
-            time.sleep(0.2)
+            active = Allocation.objects.filter(pk__in=ids, status="active").count()
+            assert active == len(ids), f"{active} of {len(ids)} active"
+
+        eventually(all_active, timeout=600 if FULL else 180)
         done = time.monotonic()
         cpu_portal = cpu_spent(cpu_before)
         rss = worker_rss_mib(worker)
@@ -208,16 +210,17 @@ def active_to_first_admitted_by_route(admin, ids: list[int]) -> dict[str, tuple[
         admin.apply(body)
         jobs[(alloc.namespace, body["metadata"]["name"])] = (alloc.route, time.monotonic())
     waited: dict[str, list[float]] = {}
-    deadline = time.monotonic() + 180
-    while jobs and time.monotonic() < deadline:
+
+    def all_admitted() -> None:
         for wl in admin.list(*WORKLOADS):
             owners = wl["metadata"].get("ownerReferences") or []
             key = (wl["metadata"]["namespace"], owners[0]["name"] if owners else "")
             if key in jobs and condition(wl, "Admitted").get("status") == "True":
                 route, since = jobs.pop(key)
                 waited.setdefault(route, []).append(time.monotonic() - since)
-        time.sleep(0.2)
-    assert not jobs, f"{len(jobs)} first Jobs not admitted: {sorted(jobs)[:5]}"
+        assert not jobs, f"{len(jobs)} first Jobs not admitted: {sorted(jobs)[:5]}"
+
+    eventually(all_admitted, timeout=180)
     return {route: (statistics.median(w), max(w)) for route, w in waited.items()}
 
 
