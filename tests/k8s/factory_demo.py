@@ -136,6 +136,8 @@ def test_the_factory_in_a_box(control_plane, simulated_fleet, placement,  # noqa
     shot_dir = os.environ.get("PORTAL_DEMO_SCREENSHOT")
     submitted, last_report = 0, 0.0
     try:
+        # A span, not a wait: the demo keeps submitting work for SECONDS (or until Ctrl-C),
+        # at a person's pace (the pause at the end of each round).
         while time.monotonic() - started < SECONDS:
             for proc in procs:
                 assert proc.poll() is None, f"{proc.args} exited; see {tmp_path}"

@@ -95,7 +95,9 @@ def test_four_tenants_contend_in_one_cohort_and_each_is_told_only_its_own_story(
     assert admitted.borrowed == 4 and "borrows 4" in admitted.reason
 
     # 3. C returns: the cohort reclaims what B borrowed; B's job is preempted and requeued.
-    time.sleep(1.1)  # a measurable span of borrowing for the queue-hours
+    # A span, not a wait: B keeps borrowing a little over a second on purpose, so that the
+    # queue-hours have a measurable borrowed share to count.
+    time.sleep(1.1)
     fleet.apply(job(c.namespace, devices=2, name="c-eval"))
     wait_workload(fleet, c.namespace, "c-eval", want="Admitted", kueue=kueue, timeout=60)
     preempted = eventually(lambda: _preempted(fleet, b.namespace, "b-sweep"), timeout=30)
