@@ -158,8 +158,10 @@ def test_a_job_beyond_the_quota_waits_and_says_why(kueue, fleet, tenant, lead,  
     fleet.apply(too_big)
     wl = wait_workload(fleet, alloc.namespace, too_big["metadata"]["name"], want="pending",
                        kueue=kueue)
-    assert "insufficient" in condition(wl, "QuotaReserved")["message"] or \
-        "nvidia.com/gpu" in condition(wl, "QuotaReserved")["message"]
+    # Kueue's words, whether or not the cohort could lend: "insufficient [unused] quota
+    # for nvidia.com/gpu in flavor ...": it says both what is short and of what.
+    message = condition(wl, "QuotaReserved")["message"]
+    assert "insufficient" in message and "quota for nvidia.com/gpu" in message, message
 
 
 def test_the_namespace_ceiling_allows_the_borrowing_limit_and_no_more(

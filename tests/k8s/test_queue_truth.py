@@ -119,7 +119,8 @@ def test_four_tenants_contend_in_one_cohort_and_each_is_told_only_its_own_story(
     assert pending["reason"].startswith("Waiting for 2 more devices")
     assert "the cohort can lend 2 devices now" in pending["reason"]
     assert pending["position"] == 0 and pending["position_source"] == "visibility"
-    assert pending["estimate_basis"] in ("none", "history")
+    # B's queue is new: no time limits declared, too few admissions for a history
+    assert pending["estimate_basis"] == "none"
     (stop,) = view_b["preemptions"]
     assert stop["kind"] == "preempted" and "reclaimed" in stop["reason"]
     # ... and not a word of who: no other tenant's slug, namespace, queue or job.

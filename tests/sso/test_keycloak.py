@@ -155,9 +155,12 @@ def test_api_refuses_a_token_for_another_audience(sso, live_server, demo_tenants
     token = sso.password_token("lead-acme", client="some-other-app")
     response = api(live_server, token)
     assert response.status_code == 401
-    assert response.json()["message"] in ("The token is not meant for this API.",
-                                           "The token is not valid: Token is missing the "
-                                           '"aud" claim')
+    payload = token.split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    # Keycloak adds an audience only when the client has one to name: the answer follows.
+    assert response.json()["message"] == (
+        "The token is not meant for this API." if "aud" in claims else
+        'The token is not valid: Token is missing the "aud" claim')
 
 
 def test_api_refuses_a_token_from_another_issuer(sso, live_server, demo_tenants):
