@@ -27,7 +27,7 @@ from tests.factories import make_request
 from tests.harness.procs import ManagedProcess, free_port, port_open, wait_until
 from tests.harness.waiting import eventually
 
-from .test_provisioning import ROUTE_REQUESTS
+from .approvals import ROUTE_REQUESTS
 
 pytestmark = pytest.mark.django_db
 

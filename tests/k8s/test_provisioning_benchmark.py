@@ -27,8 +27,8 @@ from tests.factories import make_request
 from tests.harness.procs import ManagedProcess, celery_worker, wait_until
 from tests.harness.waiting import eventually
 
+from .approvals import ROUTE_REQUESTS, VALID
 from .gpu_nodes import create_gpu_node
-from .test_provisioning import ROUTE_REQUESTS, VALID
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
@@ -201,7 +201,7 @@ def active_to_first_admitted_by_route(admin, ids: list[int]) -> dict[str, tuple[
     allocation's approval→active plus this (nobody may submit before it is active)."""
     import statistics
 
-    from .test_kueue_admission import WORKLOADS, condition, first_job
+    from .workloads import WORKLOADS, condition, first_job
 
     allocs = list(Allocation.objects.filter(pk__in=ids))
     jobs = {}
