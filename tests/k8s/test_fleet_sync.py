@@ -176,8 +176,8 @@ def test_fit_check_and_approval_agree(clean_nodes, portal_kube, tenant, lead, ad
 def test_two_approvals_racing_for_the_last_validated_devices(clean_nodes, portal_kube, tenant,
                                                              lead, pools):
     from tenants.models import PlatformRole
-    from tests.db.test_intake_services import _race
     from tests.factories import make_platform_user
+    from tests.harness.concurrency import race
 
     create_gpu_node(clean_nodes, "race-0", labels={**VALID, "aifactory.io/pool": "shared"})
     fleet_sync(backend=portal_kube)
@@ -185,7 +185,7 @@ def test_two_approvals_racing_for_the_last_validated_devices(clean_nodes, portal
     a2 = make_platform_user("race-admin-2", PlatformRole.Role.PLATFORM_ADMIN)
     r1 = make_request(tenant, lead, submit=True, whole_devices=6)
     r2 = make_request(tenant, lead, submit=True, whole_devices=6)
-    results, errors = _race([
+    results, errors = race([
         lambda: services.request_approve(request=r1, by=a1, reason="a"),
         lambda: services.request_approve(request=r2, by=a2, reason="b"),
     ])

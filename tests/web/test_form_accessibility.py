@@ -8,9 +8,7 @@ from html.parser import HTMLParser
 import pytest
 from django.urls import reverse
 
-from tests.factories import make_request
-
-from .test_views import form_data
+from tests.factories import form_data, make_request
 
 pytestmark = pytest.mark.django_db
 

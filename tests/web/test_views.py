@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from intake.models import CapacityRequest
-from tests.factories import make_request, request_fields
+from tests.factories import form_data, make_request
 
 pytestmark = pytest.mark.django_db
 
@@ -25,12 +25,6 @@ def draft(tenant, lead, pools):
 @pytest.fixture
 def submitted(tenant, lead, pools):
     return make_request(tenant, lead, submit=True, title="Submitted one")
-
-
-def form_data(tenant, **kw):
-    data = {k: ("" if v is None else v) for k, v in request_fields(**kw).items()}
-    data["tenant"] = tenant.pk
-    return data
 
 
 @pytest.mark.parametrize(("who", "status"), [
