@@ -92,8 +92,8 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
     try:
         # A worker of a running platform is up before anyone approves: its start (Python,
         # Django, Celery, two pool processes discovering the API) is not provisioning time.
-        # (Until this round the clock started before it: 2.6 s of 7.0 s in the run that
-        # found it, 20 allocations.)
+        # (Until this round the clock started before it, and counted the start as
+        # provisioning.)
         worker_log = tmp_path / "worker.log"
 
         def worker_ready() -> bool:
