@@ -256,16 +256,19 @@ class _Inbox:
             return [m for m in self.messages if address in m["to"]]
 
     def wait_for(self, predicate, timeout: float = 10.0) -> list[dict]:
-        import time
+        """The messages matching `predicate`, once there is one; [] if none arrived in
+        time (the callers assert on what they got)."""
+        from tests.harness.waiting import eventually
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def found() -> list[dict] | bool:
             with self.lock:
-                found = [m for m in self.messages if predicate(m)]
-            if found:
-                return found
-            time.sleep(0.05)
-        return []
+                return [m for m in self.messages if predicate(m)] or False
+
+        try:
+            return eventually(found, timeout=timeout, interval=0.05, retry_on=(),
+                              what="a matching e-mail")
+        except TimeoutError:
+            return []
 
 
 @pytest.fixture

@@ -9,6 +9,9 @@ import factory
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from billing.domain import month_start
+from billing.models import UsageHour
+from fleet.allocations.manifests import AllocationSpec
 from fleet.models import Cluster, Pool, Route
 from tenants.models import Membership, PlatformRole, Tenant
 
@@ -167,3 +170,37 @@ def make_request(tenant: Tenant, lead, *, submit: bool = False, **overrides):
     if submit:
         req = services.request_submit(request=req, by=lead)
     return req
+
+
+LAST_MONTH = month_start(month_start(timezone.now()) - dt.timedelta(days=1))
+
+
+def usage_hour(alloc, hour, allocated, used, amount):
+    UsageHour.objects.create(allocation=alloc, tenant=alloc.tenant, pool=alloc.pool, hour=hour,
+                             allocated_s=allocated, used_s=used, credit_s=0,
+                             charged_s=allocated, rate=Decimal("2.5"), amount=amount)
+
+
+def form_data(tenant, **kw):
+    """A request's fields as the web form posts them."""
+    data = {k: ("" if v is None else v) for k, v in request_fields(**kw).items()}
+    data["tenant"] = tenant.pk
+    return data
+
+
+def payload(tenant, **kw):
+    """A request's fields as the API takes them (JSON)."""
+    data = request_fields(**kw)
+    data["tenant"] = tenant.slug
+    data["starts_on"] = str(data["starts_on"])
+    data["ends_on"] = str(data["ends_on"])
+    return data
+
+
+def spec(route: str, **kw) -> AllocationSpec:
+    """A small allocation's spec on `route`, as plain data."""
+    base = {"allocation_id": 7, "tenant": "acme", "namespace": "acme-r7", "route": route,
+            "pool": "p", "gpu_model": "H100", "whole_devices": 2}
+    if route == Route.MIG_VCLUSTER:
+        base |= {"whole_devices": 0, "mig_profile": "2g.20gb", "mig_count": 3}
+    return AllocationSpec(**(base | kw))

@@ -1,6 +1,5 @@
 """Lifecycle services on PostgreSQL: transitions, audit rows and the approval races."""
 
-import threading
 from decimal import Decimal
 
 import pytest
@@ -12,6 +11,7 @@ from intake.models import CapacityRequest
 from tenants.audit import audit_for
 from tenants.models import AuditEvent
 from tests.factories import make_request, request_fields
+from tests.harness.concurrency import race
 
 pytestmark = pytest.mark.django_db
 
@@ -182,28 +182,6 @@ def test_audit_rows_are_append_only_in_python_and_in_postgresql(tenant, lead, po
     assert AuditEvent.objects.get(pk=event.pk).reason == "Draft created."
 
 
-def _race(targets):
-    """Run callables at the same moment in threads; return (results, errors)."""
-    barrier = threading.Barrier(len(targets))
-    results, errors = [], []
-
-    def run(fn):
-        try:
-            barrier.wait()
-            results.append(fn())
-        except Exception as exc:  # collected and asserted by the test
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(fn,)) for fn in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    return results, errors
-
-
 @pytest.mark.django_db(transaction=True)
 def test_two_admins_approving_at_once_one_wins(tenant, lead, pools):
     from tenants.models import PlatformRole
@@ -212,7 +190,7 @@ def test_two_admins_approving_at_once_one_wins(tenant, lead, pools):
     a1 = make_platform_user("admin-one", PlatformRole.Role.PLATFORM_ADMIN)
     a2 = make_platform_user("admin-two", PlatformRole.Role.PLATFORM_ADMIN)
     req = make_request(tenant, lead, submit=True, whole_devices=4)
-    results, errors = _race([
+    results, errors = race([
         lambda: services.request_approve(request=req, by=a1, reason="one"),
         lambda: services.request_approve(request=req, by=a2, reason="two"),
     ])
@@ -233,7 +211,7 @@ def test_two_approvals_racing_for_the_last_devices_one_wins(tenant, lead, admin_
     services.request_approve(request=filler, by=admin_user, reason="fill")
     r1 = make_request(tenant, lead, submit=True, whole_devices=6)
     r2 = make_request(tenant, lead, submit=True, whole_devices=6)
-    results, errors = _race([
+    results, errors = race([
         lambda: services.request_approve(request=r1, by=admin_user, reason="a"),
         lambda: services.request_approve(request=r2, by=other_admin, reason="b"),
     ])

@@ -28,7 +28,7 @@ def test_rows_written_before_the_move_are_all_found_after_it(django_user_model):
     executor = MigrationExecutor(connection)
     executor.migrate(BEFORE)
     old = executor.loader.project_state([t for t in BEFORE if t[1]]).apps
-    assert ("fleet", "pool") not in old.all_models or not old.all_models["fleet"]
+    assert not old.all_models["fleet"]  # before its first migration the app has no model
     user = django_user_model.objects.create(username="lead-before-move")
     tenant = old.get_model("tenants", "Tenant").objects.create(slug="acme", name="Acme")
     pool = old.get_model("tenants", "Pool").objects.create(

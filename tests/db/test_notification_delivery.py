@@ -3,7 +3,7 @@ and one e-mail is never sent twice.
 
 Before: the delivery locked its row with `select_related("user")`, so `FOR UPDATE` also
 locked the user's row; a second delivery to the same person skipped its own, unlocked row and
-left it to the five-minute sweep (48 e-mails waited up to ~7 minutes under load)."""
+left it to the five-minute sweep (e-mails waited for it under load)."""
 
 from __future__ import annotations
 

@@ -142,7 +142,7 @@ def test_racing_writers_never_deadlock_on_the_tally(tenant, lead, pools):
             barrier.wait()
             for _ in range(10):
                 compact_request_tally()
-                time.sleep(0.01)
+                time.sleep(0.01)  # a pause, not a wait: compactions spread over the flips
         except Exception as exc:
             errors.append(exc)
         finally:

@@ -210,8 +210,9 @@ def build_beside_control_plane(package: str, version: str, binary_name: str, *, 
 
 
 def ensure_controller_manager(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
-    """kube-controller-manager (~3 min cold on 2 cores): with it, namespaces finish deleting,
-    admitted Jobs create pods, claims are made from templates and quota status is computed."""
+    """kube-controller-manager (a long cold build, then cached): with it, namespaces finish
+    deleting, admitted Jobs create pods, claims are made from templates and quota status is
+    computed."""
     return build_kubernetes_command("kube-controller-manager", k8s_version, log)
 
 

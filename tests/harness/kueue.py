@@ -27,7 +27,7 @@ def kueue_dir(version: str = KUEUE_VERSION) -> Path:
 
 
 def ensure_kueue(version: str = KUEUE_VERSION, log=print) -> Path:
-    """Build the kueue manager once per version (~6 min cold on 2 cores, then cached)."""
+    """Build the kueue manager once per version (a long cold build, then cached)."""
     root = kueue_dir(version)
     return built_once(root, root / "bin" / "kueue", lambda: _build_kueue(version, root, log))
 

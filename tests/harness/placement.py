@@ -41,7 +41,7 @@ def start_delays(*, start_ms: int = 0, run_ms: int = 500) -> dict[str, str]:
 
 
 def ensure_scheduler(k8s_version: str = KUBERNETES_VERSION, log=print) -> Path:
-    """kube-scheduler (~40 s with the API server's build cache warm)."""
+    """kube-scheduler, built with the API server's build cache (warm after the API server)."""
     return build_kubernetes_command("kube-scheduler", k8s_version, log)
 
 
@@ -50,8 +50,8 @@ def _kwok_dir(version: str) -> Path:
 
 
 def ensure_kwok(version: str = KWOK_VERSION, log=print) -> Path:
-    """kwok, beside the API server's Kubernetes libraries (18–38 s cold here instead of
-    123 s with its own release of them)."""
+    """kwok, beside the API server's Kubernetes libraries (much faster cold than with its own
+    release of them)."""
     return build_beside_control_plane("sigs.k8s.io/kwok/cmd/kwok", version, "kwok",
                                       cache="kwok", log=log)
 

@@ -8,7 +8,7 @@ import uuid
 from fleet.models import Allocation, Pool, Route
 from tests.factories import TenantFactory, make_lead
 
-from .test_provisioning import approve
+from .approvals import approve
 
 
 def four_in_a_cohort(admin_user, capture, *, prefix: str) -> dict[str, tuple]:

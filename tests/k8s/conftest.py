@@ -12,6 +12,7 @@ import yaml
 from fleet.kube import KubeError, KubernetesBackend
 from tests.harness.controlplane import ControlPlane, ensure_binaries, ensure_controller_manager
 from tests.harness.crds import OWN_CRDS, crd_files
+from tests.harness.placement import Placement
 from tests.harness.waiting import eventually as _eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,16 +23,17 @@ def load_all(path: Path) -> list[dict]:
 
 
 def wait_for_crds(admin: KubernetesBackend, names: list[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
     pending = set(names)
-    while pending and time.monotonic() < deadline:
+
+    def established() -> None:
         for name in list(pending):
             crd = admin.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
             conditions = (crd or {}).get("status", {}).get("conditions") or []
             if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 pending.discard(name)
-        time.sleep(0.2)
-    assert not pending, f"CRDs not established: {pending}"
+        assert not pending, f"CRDs not established: {pending}"
+
+    _eventually(established, timeout=timeout)
 
 
 @pytest.fixture(scope="session")
@@ -121,9 +123,51 @@ def fleet(admin_kube, kube, pools):
     return admin_kube
 
 
-def eventually(fn, timeout: float = 10):
-    """The one waiting helper, retrying while the cluster has not caught up yet."""
-    return _eventually(fn, timeout=timeout, retry_on=(AssertionError, KubeError))
+@pytest.fixture(scope="module")
+def placement(control_plane, kueue, tmp_path_factory):
+    """kube-scheduler and kwok on the control plane, per module that asks for them."""
+    started = time.monotonic()
+    p = Placement(tmp_path_factory.mktemp("placement")).start(control_plane.admin_kubeconfig)
+    print(f"\nplacement: kube-scheduler and kwok ready in {time.monotonic() - started:.1f}s "
+          "(builds included)")
+    yield p
+    p.stop()
+
+
+@pytest.fixture
+def simulated_fleet(fleet, placement, pools):
+    """The fixture fleet's dedicated nodes handed to kwok, plus a shared, a confidential and
+    a MIG node (its DRA driver publishing 2g.20gb slices)."""
+    from fleet.inventory.sync import fleet_sync
+    from fleet.models import Pool, Route
+
+    from .gpu_nodes import patch_node, resource_slice
+    from .kwok_nodes import FAKE, kwok_node, untaint
+
+    admin = fleet
+    for name in ("blk-0", "blk-1"):
+        patch_node(admin, name, {"metadata": {"annotations": FAKE}})  # a merge: labels stay
+        untaint(admin, name)
+    kwok_node(admin, "shr-0", {"aifactory.io/pool": "shared"})
+    kwok_node(admin, "conf-0", {"aifactory.io/pool": "confidential",
+                                 "aifactory.io/bios-profile": "confidential"})
+    Pool.objects.filter(pk=pools[Route.CONFIDENTIAL_POOL].pk).update(
+        node_selector={"aifactory.io/pool": "confidential"})
+    kwok_node(admin, "mig-0", {"aifactory.io/pool": "mig"},
+               product="NVIDIA-A100-SXM4-80GB", mig_config="all-2g.20gb")
+    admin.apply(resource_slice("mig-0", product="NVIDIA A100-SXM4-80GB", gpus=2,
+                               mig={0: ["2g.20gb"] * 3, 1: ["2g.20gb"] * 3}), force=True)
+    fleet_sync()
+    yield admin
+    for name in ("shr-0", "conf-0", "mig-0"):
+        admin.delete("v1", "Node", name)
+    admin.delete("resource.k8s.io/v1", "ResourceSlice", "mig-0-gpu.nvidia.com")
+
+
+def eventually(fn, timeout: float = 10, **options):
+    """The one waiting helper, retrying while the cluster has not caught up yet (options as
+    tests.harness.waiting.eventually: interval, what, between, detail)."""
+    return _eventually(fn, timeout=timeout, retry_on=(AssertionError, KubeError), **options)
 
 
 def _webhook_cert(pki: Path, out: Path, address: str) -> None:

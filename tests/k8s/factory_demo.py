@@ -29,10 +29,9 @@ import pytest
 
 from fleet.models import ClusterQueueState, Pool, QueueWorkload, Route
 
-from .test_kueue_admission import job as tenant_job
-from .test_placement import placement, simulated_fleet  # noqa: F401 - fixtures
-from .test_provisioning import approve
-from .test_tenant_access import as_identity
+from .approvals import approve
+from .identities import as_identity
+from .workloads import job as tenant_job
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +102,7 @@ def _screenshots(directory: Path, lead: str, request_id: int) -> None:
     print(f"demo: screenshots in {directory}", flush=True)
 
 
-def test_the_factory_in_a_box(control_plane, simulated_fleet, placement,  # noqa: F811
+def test_the_factory_in_a_box(control_plane, simulated_fleet, placement,
                               admin_user, finance_user, tmp_path):
     from tests.factories import TenantFactory, make_lead
 
@@ -136,6 +135,8 @@ def test_the_factory_in_a_box(control_plane, simulated_fleet, placement,  # noqa
     shot_dir = os.environ.get("PORTAL_DEMO_SCREENSHOT")
     submitted, last_report = 0, 0.0
     try:
+        # A span, not a wait: the demo keeps submitting work for SECONDS (or until Ctrl-C),
+        # at a person's pace (the pause at the end of each round).
         while time.monotonic() - started < SECONDS:
             for proc in procs:
                 assert proc.poll() is None, f"{proc.args} exited; see {tmp_path}"

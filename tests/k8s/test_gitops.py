@@ -25,8 +25,9 @@ from intake import services
 from tenants.models import AuditEvent
 from tests.factories import make_request
 from tests.harness.procs import ManagedProcess, free_port, port_open, wait_until
+from tests.harness.waiting import eventually
 
-from .test_provisioning import ROUTE_REQUESTS
+from .approvals import ROUTE_REQUESTS
 
 pytestmark = pytest.mark.django_db
 
@@ -173,12 +174,9 @@ def test_approve_commit_apply_active_retire_removed(gitops, admin_kube, tenant, 
     assert server.log()[0].startswith(f"Retire {alloc.namespace} of {tenant.slug}")
     assert server.files(path) == []
     assert agent_sync(server, admin_kube, tmp_path / "agent") == set()
-    import time
-
-    deadline = time.monotonic() + 120  # kube-controller-manager finishes the deletion
-    while admin_kube.get("v1", "Namespace", alloc.namespace) is not None:
-        assert time.monotonic() < deadline, "the pruned namespace was never deleted"
-        time.sleep(0.5)
+    # kube-controller-manager finishes the deletion
+    eventually(lambda: admin_kube.get("v1", "Namespace", alloc.namespace) is None,
+               timeout=120, interval=0.5, retry_on=(), what="the pruned namespace deleted")
     assert admin_kube.list(*OWNED_KINDS[0], label_selector=f"{LABEL_ALLOCATION}={alloc.pk}"
                            ) == []
 
@@ -251,8 +249,6 @@ def test_a_sync_error_of_the_gitops_tool_is_explained_on_the_allocation(
         django_capture_on_commit_callbacks):
     """Argo CD or Flux failing to apply the path: the allocation waits with the tool's own
     reason, on its page and in its history — read by the portal's restricted identity."""
-    from tests.harness.waiting import eventually
-
     crd, obj, words = TOOLS[tool]
     admin_kube.apply(crd, force=True)
     admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",

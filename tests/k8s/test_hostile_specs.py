@@ -15,28 +15,15 @@ import uuid
 
 import pytest
 
-from fleet.kube import KubeError
 from fleet.models import Route
 
+from .approvals import approve
 from .conftest import eventually
-from .test_kueue_admission import _quota_known
-from .test_provisioning import approve
-from .test_tenant_access import IMAGE, _tenant, as_identity
+from .identities import as_identity, new_tenant
+from .workloads import outcome, pod_spec, quota_known
 
 pytestmark = [pytest.mark.django_db]
 TAINT, LABEL = "aifactory.io/dedicated", "aifactory.io/dedicated-to"
-
-
-def pod_spec(**extra) -> dict:
-    """A pod fit for the restricted Pod Security level, with resources within any quota."""
-    spec = {"containers": [{"name": "main", "image": IMAGE, "resources": {
-        "requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "64Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]}}}],
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
-                            "seccompProfile": {"type": "RuntimeDefault"}}}
-    spec.update(extra)
-    return spec
 
 
 def wrap(kind: str, namespace: str, spec: dict) -> dict:
@@ -58,15 +45,6 @@ def wrap(kind: str, namespace: str, spec: dict) -> dict:
     selector = {"matchLabels": {"app": name}}
     body = {"selector": selector, "template": template}
     return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": body}
-
-
-def outcome(who, manifest) -> str:
-    """'accepted', or the API server's refusal message (dry run: nothing is stored)."""
-    try:
-        who.apply(manifest, dry_run=True)
-        return "accepted"
-    except KubeError as err:
-        return err.message
 
 
 # (case, pod-spec changes, expected: "accepted" or a phrase of the refusal)
@@ -138,16 +116,16 @@ def _fill(value, owner: str, block: str, allocation: int = 0):
 
 
 @pytest.fixture
-def dedicated_world(control_plane, fleet, admin_user,  # noqa: F811
+def dedicated_world(control_plane, fleet, admin_user,
                     django_capture_on_commit_callbacks):
     """A dedicated block of one tenant, and an intruder tenant with a shared allocation."""
-    intruder, ilead = _tenant(uuid.uuid4().hex[:6])
+    intruder, ilead = new_tenant(uuid.uuid4().hex[:6])
     _req, other = approve(intruder, ilead, admin_user, Route.SHARED_POOL,
                           django_capture_on_commit_callbacks)
     assert other.status == "active", other.status_message
     who = as_identity(control_plane, f"{intruder.slug}-lead",
                       [f"oidc:/tenants/{intruder.slug}/leads"])
-    owner, lead = _tenant(uuid.uuid4().hex[:6])
+    owner, lead = new_tenant(uuid.uuid4().hex[:6])
     owner_id = as_identity(control_plane, f"{owner.slug}-lead",
                            [f"oidc:/tenants/{owner.slug}/leads"])
     _req, ded = approve(owner, lead, admin_user, Route.DEDICATED_BLOCK,
@@ -169,8 +147,8 @@ def dedicated_world(control_plane, fleet, admin_user,  # noqa: F811
     active = AuditEvent.objects.get(subject_type="allocation", subject_id=ded.pk,
                                     action="allocation.active")
     assert "admission guards refused the check's probe" in active.reason, active.reason
-    eventually(lambda: _quota_known(fleet, other.namespace), timeout=60)
-    eventually(lambda: _quota_known(fleet, ded.namespace), timeout=60)
+    eventually(lambda: quota_known(fleet, other.namespace), timeout=60)
+    eventually(lambda: quota_known(fleet, ded.namespace), timeout=60)
     return {"owner": owner.slug, "block": block, "ded": ded, "other": other,
             "intruder": who, "owner_id": owner_id}
 
@@ -273,7 +251,7 @@ def test_updates_and_bindings_cannot_walk_around_the_guard(admin_kube, dedicated
 
 
 def test_an_older_pod_with_a_broad_toleration_stays_updatable(
-        admin_kube, fleet, admin_user, django_capture_on_commit_callbacks):  # noqa: F811
+        admin_kube, fleet, admin_user, django_capture_on_commit_callbacks):
     """A pod that tolerated everything before a block existed must stay updatable (labels,
     finalizers): only the tolerations a write adds are checked. Guards left by earlier tests
     are removed first, so the old pod really is made while nothing guards its namespace."""
@@ -287,7 +265,7 @@ def test_an_older_pod_with_a_broad_toleration_stays_updatable(
     old = wrap("Pod", ns, pod_spec(tolerations=[{"operator": "Exists"}]))
     eventually(lambda: admin_kube.apply(old), timeout=20)  # the deletions take a moment
     try:
-        owner, lead = _tenant(uuid.uuid4().hex[:6])
+        owner, lead = new_tenant(uuid.uuid4().hex[:6])
         _req, ded = approve(owner, lead, admin_user, Route.DEDICATED_BLOCK,
                             django_capture_on_commit_callbacks)
         assert ded.status == "active", ded.status_message
@@ -317,11 +295,11 @@ CONFIDENTIAL_CASES = [
 ]
 
 
-def test_confidential_namespace_against_the_catalogue(control_plane, fleet, admin_user,  # noqa: F811
+def test_confidential_namespace_against_the_catalogue(control_plane, fleet, admin_user,
                                                       django_capture_on_commit_callbacks):
     from fleet.allocations.desired import allocation_spec
 
-    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    tenant, lead = new_tenant(uuid.uuid4().hex[:6])
     _req, conf = approve(tenant, lead, admin_user, Route.CONFIDENTIAL_POOL,
                          django_capture_on_commit_callbacks)
     rc = allocation_spec(conf).confidential_runtime_class
@@ -335,7 +313,7 @@ def test_confidential_namespace_against_the_catalogue(control_plane, fleet, admi
     for kind in KINDS:
         said = outcome(who, wrap(kind, conf.namespace, pod_spec()))
         assert "RuntimeClass" in said, (kind, said)
-    eventually(lambda: _quota_known(fleet, conf.namespace), timeout=60)
+    eventually(lambda: quota_known(fleet, conf.namespace), timeout=60)
     for case, changes, expected in CONFIDENTIAL_CASES:
         spec = pod_spec(**{k: (v.replace("{rc}", rc) if isinstance(v, str) else v)
                            for k, v in changes.items()})

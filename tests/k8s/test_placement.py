@@ -20,27 +20,17 @@ from fleet.inventory.connections import backend_of, home_cluster
 from fleet.models import Route
 from fleet.queues.watch import QueueFollower
 from tests.harness.collector import CollectorServer
-from tests.harness.placement import KWOK_ANNOTATION, Placement, start_delays
+from tests.harness.placement import start_delays
 
+from .approvals import approve
 from .cohorts import four_in_a_cohort
 from .conftest import eventually
-from .gpu_nodes import create_gpu_node, patch_node, resource_slice
-from .test_provisioning import approve
-from .test_tenant_access import IMAGE, _tenant, as_identity
+from .gpu_nodes import resource_slice
+from .identities import as_identity, new_tenant
+from .kwok_nodes import kwok_node, untaint
+from .workloads import IMAGE
 
 pytestmark = [pytest.mark.django_db]
-VALID = {"aifactory.io/validated": "true"}
-FAKE = {KWOK_ANNOTATION: "fake"}
-
-
-@pytest.fixture(scope="module")
-def placement(control_plane, kueue, tmp_path_factory):
-    started = time.monotonic()
-    p = Placement(tmp_path_factory.mktemp("placement")).start(control_plane.admin_kubeconfig)
-    print(f"\nplacement: kube-scheduler and kwok ready in {time.monotonic() - started:.1f}s "
-          "(builds included)")
-    yield p
-    p.stop()
 
 
 @pytest.fixture(scope="module")
@@ -51,53 +41,6 @@ def collector(tmp_path_factory):
     print(f"\ncollector: ready in {time.monotonic() - started:.1f}s (build included)")
     yield server
     server.stop()
-
-
-def _kwok_node(admin, name: str, labels: dict, **kw) -> None:
-    create_gpu_node(admin, name, labels={**VALID, **labels}, annotations=FAKE, **kw)
-    _untaint(admin, name)
-
-
-def _untaint(admin, name: str) -> None:
-    # The API server taints a new Node not-ready; only the node-lifecycle controller (off
-    # here: no kubelets) would lift it once kwok reports the node Ready.
-    def ready() -> None:
-        node = admin.get("v1", "Node", name)
-        conditions = {c["type"]: c["status"] for c in node["status"].get("conditions") or []}
-        assert conditions.get("Ready") == "True", conditions
-        taints = [t for t in node["spec"].get("taints") or []
-                  if not t["key"].startswith("node.kubernetes.io/")]
-        if taints != (node["spec"].get("taints") or []):
-            patch_node(admin, name, {"spec": {"taints": taints or None}})
-
-    eventually(ready, timeout=30)
-
-
-@pytest.fixture
-def simulated_fleet(fleet, placement, pools):
-    """The fixture fleet's dedicated nodes handed to kwok, plus a shared, a confidential and
-    a MIG node (its DRA driver publishing 2g.20gb slices)."""
-    from fleet.inventory.sync import fleet_sync
-    from fleet.models import Pool
-
-    admin = fleet
-    for name in ("blk-0", "blk-1"):
-        patch_node(admin, name, {"metadata": {"annotations": FAKE}})  # a merge: labels stay
-        _untaint(admin, name)
-    _kwok_node(admin, "shr-0", {"aifactory.io/pool": "shared"})
-    _kwok_node(admin, "conf-0", {"aifactory.io/pool": "confidential",
-                                 "aifactory.io/bios-profile": "confidential"})
-    Pool.objects.filter(pk=pools[Route.CONFIDENTIAL_POOL].pk).update(
-        node_selector={"aifactory.io/pool": "confidential"})
-    _kwok_node(admin, "mig-0", {"aifactory.io/pool": "mig"},
-               product="NVIDIA-A100-SXM4-80GB", mig_config="all-2g.20gb")
-    admin.apply(resource_slice("mig-0", product="NVIDIA A100-SXM4-80GB", gpus=2,
-                               mig={0: ["2g.20gb"] * 3, 1: ["2g.20gb"] * 3}), force=True)
-    fleet_sync()
-    yield admin
-    for name in ("shr-0", "conf-0", "mig-0"):
-        admin.delete("v1", "Node", name)
-    admin.delete("resource.k8s.io/v1", "ResourceSlice", "mig-0-gpu.nvidia.com")
 
 
 def _allocated_devices(admin, namespace: str) -> list[dict]:
@@ -126,7 +69,7 @@ def test_the_example_runs_where_the_route_promises(route, control_plane, simulat
     from fleet.models import Pool
 
     admin = simulated_fleet
-    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    tenant, lead = new_tenant(uuid.uuid4().hex[:6])
     # A cohort of its own: work other tests left in the pool's cohort (admitted, never run by
     # a kubelet) cannot hold this queue's devices or make Kueue wait on a reclaim.
     Pool.objects.filter(route=route, cohort__gt="").update(cohort=f"place-{tenant.slug}")
@@ -231,7 +174,7 @@ def _the_trace_the_collector_keeps_is_the_ledger(collector, alloc, job: str) -> 
                                        to_state="active").order_by("at", "pk").first()
     assert root["start_ns"] == ns(submitted.at)
     # Kubernetes keeps whole seconds: a pod can show running "before" the portal recorded the
-    # allocation active (same second, seen: 147 ms); the root then ends at the later one.
+    # allocation active (within the same second); the root then ends at the later one.
     assert root["end_ns"] == ns(max(ledger["running"], active.at))
     wait, placed = spans["queue wait"], spans["placement"]
     assert (wait["start_ns"], placed["start_ns"]) == (ns(ledger["submitted"]),
@@ -345,7 +288,7 @@ def test_another_tenants_pod_never_lands_on_a_dedicated_block(
         control_plane, simulated_fleet, placement, admin_user,
         django_capture_on_commit_callbacks):
     admin = simulated_fleet
-    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    tenant, lead = new_tenant(uuid.uuid4().hex[:6])
     _req, ded = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
                         django_capture_on_commit_callbacks)
     block = set(ded.nodes.values_list("name", flat=True))
@@ -383,7 +326,7 @@ def test_a_tenants_two_blocks_keep_their_own_work(control_plane, simulated_fleet
     block's nodes: four one-GPU pods of block A all land on A's node, none on B's (the
     flavor selects the allocation's nodes, not the tenant's)."""
     admin = simulated_fleet
-    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    tenant, lead = new_tenant(uuid.uuid4().hex[:6])
     _r, first = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
                         django_capture_on_commit_callbacks)
     _r, second = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
@@ -392,7 +335,7 @@ def test_a_tenants_two_blocks_keep_their_own_work(control_plane, simulated_fleet
     other = set(second.nodes.values_list("name", flat=True))
     assert own and other and not own & other, (own, other)
     for node in own | other:
-        _untaint(admin, node)  # the block's own taint stays; the not-ready one goes
+        untaint(admin, node)  # the block's own taint stays; the not-ready one goes
     job = example_workload(allocation_spec(first), image=IMAGE)
     job["spec"]["parallelism"] = job["spec"]["completions"] = 4
     job["spec"]["template"].setdefault("metadata", {})["annotations"] = start_delays(
@@ -429,14 +372,14 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     from fleet.inventory.services import node_set_retiring
     from fleet.models import GpuNode
 
-    from .test_hostile_specs import outcome, pod_spec
+    from .workloads import outcome, pod_spec
 
     admin = simulated_fleet
-    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    tenant, lead = new_tenant(uuid.uuid4().hex[:6])
     _r, block = approve(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
                         django_capture_on_commit_callbacks)
     old = block.nodes.get().name
-    intruder, ilead = _tenant(uuid.uuid4().hex[:6])
+    intruder, ilead = new_tenant(uuid.uuid4().hex[:6])
     _r, shared = approve(intruder, ilead, admin_user, Route.SHARED_POOL,
                          django_capture_on_commit_callbacks)
     node_set_retiring(node=GpuNode.objects.get(name=old), by=admin_user, retiring=True,
@@ -450,7 +393,7 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     taints = {n: [t for t in admin.get("v1", "Node", n)["spec"].get("taints") or []
                   if t["key"] == "aifactory.io/dedicated"] for n in (old, new)}
     assert taints[new] and not taints[old], taints
-    _untaint(admin, new)
+    untaint(admin, new)
 
     who = as_identity(control_plane, f"{intruder.slug}-lead",
                       [f"oidc:/tenants/{intruder.slug}/leads"])
@@ -502,7 +445,7 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     from fleet.queues.placement import recoveries
     from fleet.queues.truth import parse_time
 
-    from .test_kueue_admission import job as tenant_job
+    from .workloads import job as tenant_job
 
     admin = simulated_fleet
     allocs, idents = {}, {}
@@ -525,16 +468,13 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     def following(check, timeout: float = 90):
         """Let the portal's watch record until `check` passes (the watch, not the test,
         reads the cluster: a check reads the portal's own rows)."""
-        deadline = time.monotonic() + timeout
-        while True:
+        def recorded_then_checked():
             placement.raise_if_dead()
             follower.drain(wait=0.2)
-            try:
-                return check()
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    print(placement.log_tail())
-                    raise
+            return check()
+
+        return eventually(recorded_then_checked, timeout=timeout, interval=0,
+                          detail=placement.log_tail)
 
     def ledger(alloc, job: str) -> list:
         return list(QueueEvent.objects.filter(allocation=alloc, workload=job)
@@ -555,7 +495,9 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
         following(lambda: has(a, "a-train", "running"))
         submit("b", "b-sweep", 6, run_ms=20_000)
         following(lambda: has(b, "b-sweep", "running"))
-        until = time.monotonic() + 2  # a span of borrowing
+        # A span, not a wait: B borrows for two seconds on purpose, so that the borrowing
+        # lasts long enough to be recorded and priced before C takes its devices back.
+        until = time.monotonic() + 2
         while time.monotonic() < until:
             follower.drain(wait=0.2)
         submit("c", "c-eval", 2, run_ms=600_000)
@@ -631,7 +573,7 @@ def test_benchmark_placement_rate(control_plane, simulated_fleet, placement):
     pool, ns = f"rate-{tag}", f"rate-{tag}"
     names = [f"rate-{tag}-{i:02d}" for i in range(nodes)]
     for name in names:
-        _kwok_node(admin, name, {"aifactory.io/pool": pool})
+        kwok_node(admin, name, {"aifactory.io/pool": pool})
         admin.apply(resource_slice(name, gpus=8), force=True)
     admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                 force=True)

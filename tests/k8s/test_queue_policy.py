@@ -16,8 +16,9 @@ from fleet.allocations.desired import allocation_spec
 from fleet.models import Route
 from fleet.queues.sync import queue_sync
 
+from .approvals import provisioned
 from .conftest import eventually
-from .test_kueue_admission import condition, job, provisioned, wait_workload, workload_of
+from .workloads import condition, job, wait_workload, workload_of
 
 pytestmark = [pytest.mark.django_db]
 KUEUE = "kueue.x-k8s.io/v1beta2"

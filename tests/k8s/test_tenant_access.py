@@ -10,50 +10,25 @@ refuse what they must.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import uuid
 
 import pytest
 
 from fleet.allocations.connect import example_workload
 from fleet.allocations.desired import allocation_spec
-from fleet.kube import KubeError, KubernetesBackend
+from fleet.kube import KubeError
 from fleet.models import Route
-from tests.factories import TenantFactory, make_lead
-from tests.harness.controlplane import _kubeconfig
 
+from .approvals import approve
 from .conftest import eventually
-from .test_kueue_admission import _quota_known, wait_workload
-from .test_provisioning import approve
+from .identities import as_identity, new_tenant
+from .workloads import IMAGE, quota_known, wait_workload
 
 pytestmark = [pytest.mark.django_db]
-IMAGE = "registry.example/cuda:12"
-
-
-def as_identity(control_plane, user: str, groups: list[str]) -> KubernetesBackend:
-    """A client certificate with these groups (O=) signed by the test CA."""
-    pki = control_plane.workdir / "pki"
-    name = f"id-{uuid.uuid4().hex[:8]}"
-    subject = "".join("/O=" + g.replace("/", "\\/") for g in groups) + f"/CN={user}"
-    for argv in (["req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout",
-                  f"{name}.key", "-out", f"{name}.csr"],
-                 ["x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-                  "-CAcreateserial", "-days", "1", "-out", f"{name}.crt"]):
-        subprocess.run(["openssl", *argv], check=True, capture_output=True, cwd=pki)
-    path = control_plane.workdir / f"{name}.kubeconfig"
-    path.write_text(json.dumps(_kubeconfig(control_plane.server, pki / "ca.crt",
-                                           pki / f"{name}.crt", pki / f"{name}.key", user)))
-    return KubernetesBackend.from_kubeconfig(str(path), field_manager="tenant")
-
-
-def _tenant(tag: str):
-    tenant = TenantFactory(slug=f"t{tag}", name=f"T{tag}")
-    return tenant, make_lead(tenant, f"lead-{tag}")
 
 
 def _provision(route, admin_user, capture):
-    tenant, lead = _tenant(uuid.uuid4().hex[:6])
+    tenant, lead = new_tenant(uuid.uuid4().hex[:6])
     _req, alloc = approve(tenant, lead, admin_user, route, capture)
     alloc.refresh_from_db()
     assert alloc.status == "active", alloc.status_message
@@ -63,7 +38,7 @@ def _provision(route, admin_user, capture):
 @pytest.mark.parametrize("route", [Route.SHARED_POOL, Route.DEDICATED_BLOCK,
                                    Route.CONFIDENTIAL_POOL, Route.MIG_VCLUSTER])
 def test_the_example_runs_as_the_tenant_and_nowhere_else(
-        route, control_plane, kueue, fleet, admin_user,  # noqa: F811
+        route, control_plane, kueue, fleet, admin_user,
         django_capture_on_commit_callbacks):
     tenant, alloc = _provision(route, admin_user, django_capture_on_commit_callbacks)
     spec = allocation_spec(alloc)
@@ -88,7 +63,7 @@ def test_the_example_runs_as_the_tenant_and_nowhere_else(
 
 
 def test_members_run_workloads_and_nobody_raises_a_quota_or_grants_access(
-        control_plane, fleet, admin_user, django_capture_on_commit_callbacks):  # noqa: F811
+        control_plane, fleet, admin_user, django_capture_on_commit_callbacks):
     tenant, alloc = _provision(Route.SHARED_POOL, admin_user,
                                django_capture_on_commit_callbacks)
     member = as_identity(control_plane, f"{tenant.slug}-m",
@@ -121,7 +96,7 @@ def test_members_run_workloads_and_nobody_raises_a_quota_or_grants_access(
 
 
 def test_reconcile_replaces_the_old_member_binding(
-        kube, fleet, admin_user, django_capture_on_commit_callbacks):  # noqa: F811
+        kube, fleet, admin_user, django_capture_on_commit_callbacks):
     """Allocations provisioned before members got their own role carry `tenant-members`
     bound to `edit`; a roleRef cannot change, so the new binding has a new name and the
     reconcile removes the old one (and says so)."""
@@ -147,7 +122,7 @@ def test_reconcile_replaces_the_old_member_binding(
 
 
 def test_the_guard_rails_refuse_what_they_must(
-        control_plane, fleet, admin_user, django_capture_on_commit_callbacks):  # noqa: F811
+        control_plane, fleet, admin_user, django_capture_on_commit_callbacks):
     def pod(namespace: str, **spec) -> dict:
         base = {"containers": [{"name": "main", "image": IMAGE, "resources": {
             "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "1Gi"}},
@@ -185,7 +160,7 @@ def test_the_guard_rails_refuse_what_they_must(
     assert "Only the tenant a dedicated block belongs to may tolerate" in err.message
     assert ded_tenant.slug not in err.message  # the owner is not named to others
     # Over the namespace quota, and a device class the MIG namespace has no quota for.
-    eventually(lambda: _quota_known(fleet, other.namespace), timeout=60)
+    eventually(lambda: quota_known(fleet, other.namespace), timeout=60)
     too_many = pod(other.namespace)
     too_many["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "999"
     too_many["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "999"
@@ -193,7 +168,7 @@ def test_the_guard_rails_refuse_what_they_must(
         intruder.apply(too_many)
     mig_tenant, mig = _provision(Route.MIG_VCLUSTER, admin_user,
                                  django_capture_on_commit_callbacks)
-    eventually(lambda: _quota_known(fleet, mig.namespace), timeout=60)
+    eventually(lambda: quota_known(fleet, mig.namespace), timeout=60)
     mig_lead = as_identity(control_plane, "mig-lead", [f"oidc:/tenants/{mig_tenant.slug}/leads"])
     claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
              "metadata": {"name": "whole-gpu", "namespace": mig.namespace},

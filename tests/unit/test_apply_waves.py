@@ -12,7 +12,7 @@ from fleet.allocations.manifests import (
     render_manifests,
 )
 from fleet.domain import Route
-from tests.unit.test_connect import spec
+from tests.factories import spec
 
 pytestmark = pytest.mark.unit
 

@@ -5,18 +5,10 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations.connect import example_workload, how_to_connect, tenant_kubeconfig
-from fleet.allocations.manifests import AllocationSpec
 from fleet.domain import Route
+from tests.factories import spec
 
 IMAGE = "registry.example/cuda:12"
-
-
-def spec(route: str, **kw) -> AllocationSpec:
-    base = {"allocation_id": 7, "tenant": "acme", "namespace": "acme-r7", "route": route,
-            "pool": "p", "gpu_model": "H100", "whole_devices": 2}
-    if route == Route.MIG_VCLUSTER:
-        base |= {"whole_devices": 0, "mig_profile": "2g.20gb", "mig_count": 3}
-    return AllocationSpec(**(base | kw))
 
 
 @pytest.mark.parametrize("route", list(Route))

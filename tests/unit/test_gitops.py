@@ -6,7 +6,7 @@ import yaml
 from fleet.allocations.gitops import NOT_COMMITTED, allocation_path, commit_message, directory_files
 from fleet.allocations.manifests import render_manifests
 from fleet.domain import Route
-from tests.unit.test_connect import spec
+from tests.factories import spec
 
 pytestmark = pytest.mark.unit
 

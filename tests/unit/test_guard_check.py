@@ -20,7 +20,7 @@ from fleet.allocations.manifests import (
 )
 from fleet.domain import Route
 from fleet.kube import DryRunBackend, KubeError
-from tests.unit.test_connect import spec
+from tests.factories import spec
 
 pytestmark = pytest.mark.unit
 

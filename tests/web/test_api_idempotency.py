@@ -8,8 +8,7 @@ from rest_framework.test import APIClient
 
 from intake.models import CapacityRequest
 from tenants.models import AuditEvent, IdempotentResponse
-
-from .test_api import payload
+from tests.factories import payload
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,7 @@ from django.urls import reverse
 
 from billing.models import Adjustment, RateCard, Statement
 from fleet.models import Route
-
-from .test_billing_views import LAST_MONTH, billed, users  # noqa: F401 - fixtures
+from tests.factories import LAST_MONTH
 
 pytestmark = pytest.mark.django_db
 MONTH = f"{LAST_MONTH:%Y-%m}"
@@ -22,20 +21,20 @@ NOT_NUMBERS = ["NaN", "nan", "Infinity", "-Infinity", "sNaN", "1e20", "999999999
 
 @pytest.mark.parametrize("month", ["9999-12", "0000-01", "2026-13", "2026-1", "２０２６-０１",
                                    "2026-00", "10000-01", "-2026-01"])
-def test_a_month_out_of_range_is_not_found(client, finance_user, billed, month):  # noqa: F811
+def test_a_month_out_of_range_is_not_found(client, finance_user, billed, month):
     client.force_login(finance_user)
     assert client.get(f"/billing/acme/{month}/").status_code == 404
 
 
 @pytest.mark.parametrize("months", ["²", "٣", "99999999999999999999", "-1", "x", "1.5"])
-def test_odd_month_counts_fall_back_to_the_default(client, finance_user, billed, months):  # noqa: F811
+def test_odd_month_counts_fall_back_to_the_default(client, finance_user, billed, months):
     client.force_login(finance_user)
     assert client.get(reverse("billing:overview"), {"months": months}).status_code == 200
 
 
 @pytest.mark.parametrize("amount", NOT_NUMBERS)
 def test_an_adjustment_that_is_no_number_is_refused_and_not_stored(client, finance_user,
-                                                                    billed, amount):  # noqa: F811
+                                                                    billed, amount):
     client.force_login(finance_user)
     client.post(reverse("billing:close", args=["acme", MONTH]))
     assert Statement.objects.get(tenant__slug="acme").closed
@@ -48,7 +47,7 @@ def test_an_adjustment_that_is_no_number_is_refused_and_not_stored(client, finan
     assert client.get(reverse("billing:statement", args=["acme", MONTH])).status_code == 200
 
 
-def test_a_lead_adjusting_an_open_month_is_refused_for_the_role(client, lead, billed):  # noqa: F811
+def test_a_lead_adjusting_an_open_month_is_refused_for_the_role(client, lead, billed):
     client.force_login(lead)
     response = client.post(reverse("billing:adjust", args=["acme", MONTH]),
                            {"amount": "5", "reason": "mine"})
@@ -140,7 +139,7 @@ def test_odd_pagination_is_not_a_server_error(client, lead, pools, query):
         assert response.status_code == 200, (path, query)
 
 
-def test_a_nul_byte_in_the_tenant_filter_is_no_server_error(client, finance_user, billed):  # noqa: F811
+def test_a_nul_byte_in_the_tenant_filter_is_no_server_error(client, finance_user, billed):
     client.force_login(finance_user)
     assert client.get(reverse("billing:overview"), {"q": "ac\x00me"}).status_code == 200
 

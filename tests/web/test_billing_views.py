@@ -8,36 +8,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing.domain import month_start
-from billing.models import Adjustment, Statement, UsageHour
+from billing.models import Adjustment, Statement
 from billing.services import refresh_months
 from fleet.models import Allocation, Route
 from tenants.models import AuditEvent
+from tests.factories import LAST_MONTH, usage_hour
 
 pytestmark = pytest.mark.django_db
-
-LAST_MONTH = month_start(month_start(timezone.now()) - dt.timedelta(days=1))
-
-
-def usage(alloc, hour, allocated, used, amount):
-    UsageHour.objects.create(allocation=alloc, tenant=alloc.tenant, pool=alloc.pool, hour=hour,
-                             allocated_s=allocated, used_s=used, credit_s=0,
-                             charged_s=allocated, rate=Decimal("2.5"), amount=amount)
-
-
-@pytest.fixture
-def billed(tenant, other_tenant, pools):
-    hour = dt.datetime.combine(LAST_MONTH, dt.time(5), tzinfo=dt.UTC)
-    out = []
-    for t, ns, devices in ((tenant, "acme-r1", 4), (other_tenant, "globex-r2", 2)):
-        alloc = Allocation.objects.create(
-            tenant=t, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
-            whole_devices=devices, device_equivalents=Decimal(devices), namespace=ns,
-            status="active", starts_at=hour)
-        usage(alloc, hour, Decimal(devices * 3600), Decimal(devices * 900),
-              Decimal(devices * 2.5))
-        out.append(alloc)
-    refresh_months({(a.pk, LAST_MONTH) for a in out})
-    return out
 
 
 def test_a_tenants_name_and_slug_are_escaped_in_the_overviews_cells(client, finance_user,
@@ -52,7 +29,7 @@ def test_a_tenants_name_and_slug_are_escaped_in_the_overviews_cells(client, fina
     alloc = Allocation.objects.create(
         tenant=evil, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL, whole_devices=1,
         device_equivalents=Decimal(1), namespace="evil-r1", status="active", starts_at=hour)
-    usage(alloc, hour, Decimal(3600), Decimal(900), Decimal("2.5"))
+    usage_hour(alloc, hour, Decimal(3600), Decimal(900), Decimal("2.5"))
     refresh_months({(alloc.pk, LAST_MONTH)})
     client.force_login(finance_user)
     body = client.get(reverse("billing:overview")).content.decode()
@@ -131,7 +108,7 @@ def test_finance_closes_a_month_and_corrects_it_with_an_adjustment(client, finan
     statement = Statement.objects.get(tenant__slug="acme", month=LAST_MONTH)
     assert statement.closed and statement.lines.get().amount == Decimal("10.00")
     # Closed means frozen: new usage changes the live numbers, not the statement.
-    usage(billed[0], dt.datetime.combine(LAST_MONTH, dt.time(6), tzinfo=dt.UTC),
+    usage_hour(billed[0], dt.datetime.combine(LAST_MONTH, dt.time(6), tzinfo=dt.UTC),
           Decimal(14400), Decimal(0), Decimal(10))
     refresh_months({(billed[0].pk, LAST_MONTH)})
     page = client.get(reverse("billing:statement", args=["acme", month])).content.decode()
@@ -269,7 +246,7 @@ def test_the_page_sorts_and_pages_in_sql_as_the_exports_do(sort, pools):
             tenant=t, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL, whole_devices=1,
             device_equivalents=Decimal(1), namespace=f"s{i}-r", status="active",
             starts_at=hour)
-        usage(alloc, hour, Decimal(3600 * (i % 3)), Decimal(600 * i), Decimal(10 + i * 3 % 7))
+        usage_hour(alloc, hour, Decimal(3600 * (i % 3)), Decimal(600 * i), Decimal(10 + i * 3 % 7))
         touched.add((alloc.pk, LAST_MONTH))
     refresh_months(touched)
     expected, _ = overview(None, [LAST_MONTH])
@@ -417,7 +394,7 @@ def test_finance_sees_the_month_so_far_in_money(client, finance_user, lead, bill
     this = month_start(timezone.now())
     hour = dt.datetime.combine(this, dt.time(0), tzinfo=dt.UTC)
     for alloc, amount in zip(billed, (Decimal("30.00"), Decimal("12.50")), strict=True):
-        usage(alloc, hour, Decimal(3600), Decimal(1800), amount)
+        usage_hour(alloc, hour, Decimal(3600), Decimal(1800), amount)
     refresh_months({(a.pk, this) for a in billed})
     Budget.objects.create(tenant=billed[0].tenant, monthly_amount=Decimal("25"), from_month=this)
     client.force_login(finance_user)

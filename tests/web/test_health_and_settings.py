@@ -183,6 +183,8 @@ def test_every_page_carries_a_content_security_policy_and_no_inline_script(clien
         assert response["Content-Security-Policy"] == settings.PORTAL_CSP, url  # no SSO here
         body = response.content.decode()
         for attrs in re.findall(r"<script([^>]*)>", body):
+            # The rule is the pair: a script is a file (src) or data (JSON), never code
+            # written into the page (the CSP allows no inline script).
             assert "src=" in attrs or 'type="application/json"' in attrs, (url, attrs)
         assert not re.search(r"\son(click|load|change|submit|input)=", body), url
 

@@ -1,11 +1,10 @@
 """A real Celery worker process consumes from the real Redis and writes to PostgreSQL."""
 
-import time
-
 import pytest
 
 from tenants.models import WorkerHeartbeat
 from tests.harness.procs import celery_worker
+from tests.harness.waiting import eventually
 
 
 @pytest.fixture
@@ -23,10 +22,8 @@ def test_enqueued_task_runs_in_the_worker_and_writes_to_postgresql(worker):
     app.conf.task_always_eager = False
     try:
         record_worker_heartbeat.delay()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not WorkerHeartbeat.objects.exists():
-            worker.raise_if_dead()
-            time.sleep(0.3)
+        eventually(WorkerHeartbeat.objects.exists, timeout=60, interval=0.3, retry_on=(),
+                   what="the worker's heartbeat row", between=worker.raise_if_dead)
     finally:
         app.conf.task_always_eager = True
     beat = WorkerHeartbeat.objects.get()

@@ -264,6 +264,7 @@ def test_postgresql_restarted_during_a_burst_of_filings(tmp_path):
         wait_until(lambda: _answers(base), timeout=60, what="gunicorn")
         body = request_body("burst")
         results: list[tuple[int, object]] = []
+        # A span, not a wait: the clients file for 14 s, before, during and after the outage.
         stop = time.monotonic() + 14
         lock = threading.Lock()
 
@@ -286,8 +287,17 @@ def test_postgresql_restarted_during_a_burst_of_filings(tmp_path):
         threads = [threading.Thread(target=client) for _ in range(8)]
         for t in threads:
             t.start()
-        time.sleep(3)
+
+        def filed() -> bool:
+            with lock:
+                return any(code == 201 for code, _ in results)
+
+        # The burst is under way (a filing was answered) before the database goes away.
+        eventually(filed, timeout=10, interval=0.05, retry_on=(), what="a first filing",
+                   between=server.raise_if_dead)
         pg.stop()  # the outage
+        # A span, not a wait: the database stays down for a few seconds on purpose (the
+        # scenario above), while the clients keep filing against it.
         time.sleep(4)
         pg.start_again()
         for t in threads:

@@ -89,6 +89,7 @@ def test_fifty_leads_and_five_admins(gunicorn, pools):
     statuses: dict[int, int] = defaultdict(int)
     errors: list[str] = []
     lock = threading.Lock()
+    # A span, not a wait: the load runs for SECONDS on purpose, whatever it achieves.
     stop_at = time.monotonic() + SECONDS
 
     def call(s: requests.Session, kind: str, method: str, path: str, **kw):
