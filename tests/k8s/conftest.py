@@ -167,7 +167,8 @@ def simulated_fleet(fleet, placement, pools):
 def eventually(fn, timeout: float = 10, **options):
     """The one waiting helper, retrying while the cluster has not caught up yet (options as
     tests.harness.waiting.eventually: interval, what, between, detail)."""
-    return _eventually(fn, timeout=timeout, retry_on=(AssertionError, KubeError), **options)
+    options.setdefault("retry_on", (AssertionError, KubeError))  # a test may narrow it
+    return _eventually(fn, timeout=timeout, **options)
 
 
 def _webhook_cert(pki: Path, out: Path, address: str) -> None:
