@@ -125,11 +125,11 @@ class PoolCreateForm(PoolForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["cluster"].queryset = Cluster.objects.filter(retired_at__isnull=True)
+        self.fields["cluster"].queryset = Cluster.objects.live()
         self.fields["cluster"].empty_label = None
         self.fields["cluster"].required = False  # one cluster, or none chosen: the home one
         if not self.is_bound:
-            self.initial.setdefault("cluster", home_or_none())
+            self.initial.setdefault("cluster", home_cluster_id())
 
     def clean_cluster(self):
         return self.cleaned_data.get("cluster") or Cluster.objects.get(pk=home_cluster_id())
@@ -143,10 +143,6 @@ class PoolCreateForm(PoolForm):
         if rate < 0:
             raise forms.ValidationError("A rate cannot be negative.")
         return rate
-
-
-def home_or_none() -> int | None:
-    return Cluster.objects.filter(slug=HOME_CLUSTER).values_list("pk", flat=True).first()
 
 
 class ClusterForm(forms.ModelForm):
@@ -189,8 +185,8 @@ class ClusterForm(forms.ModelForm):
                 and "credential_ref" not in self.errors:
             self.add_error("credential_ref", "A kubeconfig connection needs its reference.")
         if data.get("role") == Cluster.Role.MANAGER:
-            other = Cluster.objects.filter(role=Cluster.Role.MANAGER, retired_at__isnull=True
-                                           ).exclude(pk=self.instance.pk).first()
+            other = Cluster.objects.live().filter(role=Cluster.Role.MANAGER).exclude(
+                pk=self.instance.pk).first()
             if other is not None:
                 self.add_error("role", f"{other.name} is the MultiKueue manager already: one "
                                        "manager dispatches to every worker.")

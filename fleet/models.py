@@ -34,6 +34,12 @@ PRODUCT_NAME = RegexValidator(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?\Z",
                               "digits, '-', '_', '.'), e.g. NVIDIA-H100-80GB-HBM3.")
 MAX_DEVICES = 100_000
 
+class ClusterQuerySet(models.QuerySet):
+    def live(self):
+        """The clusters the portal talks to: every one not retired, by name."""
+        return self.filter(retired_at__isnull=True).order_by("name")
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster the portal provisions into and reads from.
 
@@ -80,6 +86,8 @@ class Cluster(models.Model):
     multikueue_active = models.BooleanField(null=True)  # workers only: the manager's view
     multikueue_reason = models.TextField(blank=True)
 
+    objects = ClusterQuerySet.as_manager()
+
     class Meta:
         ordering = ["retired_at", "name"]
 
@@ -89,6 +97,14 @@ class Cluster(models.Model):
     @property
     def live(self) -> bool:
         return self.retired_at is None
+
+    @property
+    def is_worker(self) -> bool:
+        return self.role == Cluster.Role.WORKER
+
+    @property
+    def by_kubeconfig(self) -> bool:
+        return self.connection == Cluster.Connection.KUBECONFIG
 
     @property
     def labels(self) -> dict[str, str]:

@@ -72,7 +72,7 @@ def fleet_overview(request):
     nodes = node_list(state=state if state in NODE_STATES else "", pool=pool)
     page = Paginator(nodes, 50).get_page(request.GET.get("page"))
     template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
-    live = Cluster.objects.filter(retired_at__isnull=True)
+    live = Cluster.objects.live()
     clusters = [] if request.htmx else clusters_overview(live)
     many_clusters = len(clusters) > 1 if clusters else live.count() > 1
     return render(request, template, {

@@ -49,7 +49,7 @@ def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None, *,
     how many live clusters there are (with one, where a request lands goes without saying)."""
     cap = cap or pool_capacity(pool)
     if clusters is None:
-        clusters = Cluster.objects.filter(retired_at__isnull=True).count()
+        clusters = Cluster.objects.live().count()
     return PoolFacts(
         name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
         devices_per_node=pool.devices_per_node, capacity_devices=cap.capacity_devices,
@@ -67,7 +67,7 @@ def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     pools = list(Pool.objects.filter(active=True).select_related("cluster"))
     capacities = pools_capacity(pools)
     rates = pool_rates([p.pk for p in pools], timezone.now())
-    clusters = Cluster.objects.filter(retired_at__isnull=True).count()
+    clusters = Cluster.objects.live().count()
     return [(p, pool_facts(p, capacities[p.pk], rates[p.pk], clusters=clusters))
             for p in pools]
 

@@ -50,6 +50,15 @@ def parse_credential_ref(text: str) -> CredentialRef:
     raise ValueError("Give where the kubeconfig is: " + REFERENCE_HELP + ".")
 
 
+def retire_refusal(*, name: str, home: bool, holding: int) -> str:
+    """Why a cluster cannot be retired now ('' when it can): nothing may be orphaned unseen."""
+    if home:
+        return "The home cluster is the portal's own; it cannot be retired."
+    if holding:
+        return f"{name} still holds {holding} allocation(s); retire or move them first."
+    return ""
+
+
 @dataclass(frozen=True)
 class ClusterHealth:
     """What one check found. `answers` None: nothing to ask (a dry run)."""

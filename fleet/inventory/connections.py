@@ -20,11 +20,30 @@ def home_cluster() -> Cluster:
 
 
 def live_clusters() -> list[Cluster]:
-    return list(Cluster.objects.filter(retired_at__isnull=True).order_by("name"))
+    return list(Cluster.objects.live())
+
+
+def live_cluster(slug: str) -> Cluster | None:
+    """A live cluster by slug; the home cluster is registered on first use."""
+    if slug == HOME_CLUSTER:
+        return home_cluster()
+    return Cluster.objects.live().filter(slug=slug).first()
+
+
+def each_live_cluster(read) -> list[tuple[Cluster, str]]:
+    """`read(cluster)` (a sync's summary) for every live cluster in turn; one that does not
+    answer is said so and does not stop the others."""
+    out = []
+    for cluster in live_clusters():
+        try:
+            out.append((cluster, read(cluster)))
+        except KubeError as exc:
+            out.append((cluster, f"not read: {exc.message}"))
+    return out
 
 
 def connection_of(cluster: Cluster) -> ClusterConnection:
-    if cluster.connection != Cluster.Connection.KUBECONFIG:
+    if not cluster.by_kubeconfig:
         return ClusterConnection(cluster.slug, cluster.connection)
     ref = parse_credential_ref(cluster.credential_ref)
     if ref.kind == "file":
@@ -63,7 +82,7 @@ def backend_of(cluster: Cluster) -> KubeBackend:
 def read_health(cluster: Cluster, *, manager: Cluster | None = None) -> ClusterHealth:
     """Ask the cluster (and, for a worker, the manager about it); never raises."""
     multikueue = None
-    if cluster.role == Cluster.Role.WORKER and manager is not None:
+    if cluster.is_worker and manager is not None:
         try:
             multikueue = multikueue_state(backend_of(manager).get(
                 KUEUE, "MultiKueueCluster", cluster.multikueue_cluster))

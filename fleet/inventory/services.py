@@ -16,6 +16,7 @@ from ..domain import FleetError
 from ..inventory.pricing import BEGINNING
 from ..models import Allocation, Cluster, GpuNode, Pool, RateCard
 from ..vocabulary import HOME_CLUSTER
+from .clusters import retire_refusal
 from .connections import read_health
 from .selectors import node_facts
 from .sync import clear_recovered_flags, flag_allocations_on
@@ -72,17 +73,23 @@ def pool_create(*, form, by) -> Pool:
     return pool
 
 
+def _save_edit(form, *, by, action: str):
+    """An admin's edit saved with an audit row naming what changed (inside the caller's
+    transaction)."""
+    changed = sorted(form.changed_data)
+    obj = form.save()
+    if changed:
+        audit_record(actor=by, subject=obj, action=action,
+                     reason=f"{obj.name}: changed {', '.join(changed)}.",
+                     data={name: str(form.cleaned_data.get(name)) for name in changed})
+    return obj
+
+
 @transaction.atomic
 def pool_update(*, form, by) -> Pool:
     """Save an admin's pool edit with an audit row naming what changed."""
     require_platform_admin(by)
-    changed = sorted(form.changed_data)
-    pool = form.save()
-    if changed:
-        audit_record(actor=by, subject=pool, action="pool.updated",
-                     reason=f"{pool.name}: changed {', '.join(changed)}.",
-                     data={name: str(form.cleaned_data.get(name)) for name in changed})
-    return pool
+    return _save_edit(form, by=by, action="pool.updated")
 
 
 @transaction.atomic
@@ -112,8 +119,8 @@ def node_set_retiring(*, node: GpuNode, by, retiring: bool, reason: str) -> GpuN
 
 def _cluster_words(c: Cluster) -> str:
     where = ", ".join(f"{k} {v}" for k, v in c.labels.items())
-    how = (c.get_connection_display() if c.connection != Cluster.Connection.KUBECONFIG
-           else f"kubeconfig at {c.credential_ref}")
+    how = f"kubeconfig at {c.credential_ref}" if c.by_kubeconfig else \
+        c.get_connection_display()
     return f"{c.name} ({c.get_role_display()}{', ' + where if where else ''}): {how}"
 
 
@@ -132,13 +139,7 @@ def cluster_update(*, form, by) -> Cluster:
     require_platform_admin(by)
     if form.instance.retired_at is not None:
         raise FleetError(f"{form.instance.name} is retired; register a new cluster instead.")
-    changed = sorted(form.changed_data)
-    cluster = form.save()
-    if changed:
-        audit_record(actor=by, subject=cluster, action="cluster.updated",
-                     reason=f"{cluster.name}: changed {', '.join(changed)}.",
-                     data={name: str(form.cleaned_data.get(name)) for name in changed})
-    return cluster
+    return _save_edit(form, by=by, action="cluster.updated")
 
 
 @transaction.atomic
@@ -152,13 +153,12 @@ def cluster_retire(*, cluster: Cluster, by, reason: str) -> Cluster:
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     if cluster.retired_at is not None:
         return cluster
-    if cluster.slug == HOME_CLUSTER:
-        raise FleetError("The home cluster is the portal's own; it cannot be retired.")
-    live = Allocation.objects.filter(pool__cluster=cluster,
-                                     status__in=Allocation.HOLDING).count()
-    if live:
-        raise FleetError(f"{cluster.name} still holds {live} allocation(s); retire or move "
-                         "them first.")
+    refusal = retire_refusal(
+        name=cluster.name, home=cluster.slug == HOME_CLUSTER,
+        holding=Allocation.objects.filter(pool__cluster=cluster,
+                                          status__in=Allocation.HOLDING).count())
+    if refusal:
+        raise FleetError(refusal)
     cluster.retired_at, cluster.retired_reason = timezone.now(), reason.strip()
     cluster.save(update_fields=["retired_at", "retired_reason"])
     Pool.objects.filter(cluster=cluster).update(active=False)
@@ -170,9 +170,8 @@ def cluster_retire(*, cluster: Cluster, by, reason: str) -> Cluster:
 def cluster_check(*, cluster: Cluster, by=None) -> Cluster:
     """Ask the cluster what it is now (outside any transaction), then record it; a change of
     verdict (answers or not, MultiKueue active or not) goes into its history."""
-    manager = (Cluster.objects.filter(role=Cluster.Role.MANAGER, retired_at__isnull=True)
-               .exclude(pk=cluster.pk).first() if cluster.role == Cluster.Role.WORKER
-               else None)
+    manager = (Cluster.objects.live().filter(role=Cluster.Role.MANAGER)
+               .exclude(pk=cluster.pk).first() if cluster.is_worker else None)
     health = read_health(cluster, manager=manager)
     with transaction.atomic():
         row = Cluster.objects.select_for_update().get(pk=cluster.pk)
@@ -198,4 +197,4 @@ def cluster_check(*, cluster: Cluster, by=None) -> Cluster:
 def clusters_check() -> list[Cluster]:
     """Every live cluster checked in turn (beat)."""
     return [cluster_check(cluster=c) for c in
-            Cluster.objects.filter(retired_at__isnull=True).order_by("name")]
+            Cluster.objects.live()]

@@ -19,7 +19,7 @@ from ..kube import DryRunBackend, KubeBackend, KubeError
 from ..models import Allocation, Cluster, GpuNode, NodeOutage, Pool
 from ..vocabulary import NodeState
 from .capacity import NodeFacts, node_changes, parse_node
-from .connections import backend_of, home_cluster
+from .connections import backend_of, each_live_cluster, home_cluster
 from .selectors import node_facts
 
 NODE_FIELDS = (
@@ -164,13 +164,7 @@ def fleet_sync(cluster: Cluster | None = None, *, backend: KubeBackend | None = 
 
 def fleet_sync_all(*, by=None) -> list[tuple[Cluster, str]]:
     """Every live cluster synced in turn; one that fails does not stop the others."""
-    out = []
-    for cluster in Cluster.objects.filter(retired_at__isnull=True).order_by("name"):
-        try:
-            out.append((cluster, fleet_sync(cluster, by=by).summary()))
-        except KubeError as exc:
-            out.append((cluster, f"not read: {exc.message}"))
-    return out
+    return each_live_cluster(lambda cluster: fleet_sync(cluster, by=by).summary())
 
 
 @transaction.atomic

@@ -30,7 +30,7 @@ from django.utils import timezone
 from tenants.bulk import insert_values, update_rows
 
 from ..allocations import lifecycle
-from ..inventory.connections import backend_of, home_cluster
+from ..inventory.connections import backend_of, each_live_cluster, home_cluster
 from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError
 from ..models import Allocation, Cluster, ClusterQueueState, QueueEvent, QueueWorkload
 from ..vocabulary import KUEUE
@@ -153,13 +153,7 @@ def queue_sync(backend: KubeBackend | None = None, *, now: dt.datetime | None = 
 
 def queue_sync_all() -> list[tuple[Cluster, str]]:
     """Every live cluster's Kueue read in turn; one that fails does not stop the others."""
-    out = []
-    for cluster in Cluster.objects.filter(retired_at__isnull=True).order_by("name"):
-        try:
-            out.append((cluster, queue_sync(cluster=cluster).summary()))
-        except KubeError as exc:
-            out.append((cluster, f"not read: {exc.message}"))
-    return out
+    return each_live_cluster(lambda cluster: queue_sync(cluster=cluster).summary())
 
 
 def _parsed(obj: dict, cluster_queue_of: dict[tuple[str, str], str], memo: dict | None

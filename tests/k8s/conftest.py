@@ -44,6 +44,14 @@ def control_plane(tmp_path_factory):
     cp = ControlPlane(tmp_path_factory.mktemp("controlplane")).start(binaries)
     print(f"\ncontrol plane: binaries ready in {built:.1f}s, "
           f"apiserver ready in {cp.startup_seconds:.1f}s")
+    install_platform(cp)
+    yield cp
+    cp.stop()
+
+
+def install_platform(cp: ControlPlane) -> KubernetesBackend:
+    """What every test cluster holds before a test: the CRDs of the APIs the portal writes,
+    NVIDIA's DeviceClasses and the portal's own RBAC (deploy/rbac.yaml). Returns its admin."""
     admin = KubernetesBackend.from_kubeconfig(str(cp.admin_kubeconfig), field_manager="test-admin")
     crds = [doc for f in crd_files() for doc in load_all(f)]
     for crd in crds:
@@ -52,8 +60,7 @@ def control_plane(tmp_path_factory):
     for path in (OWN_CRDS / "nvidia-deviceclasses.yaml", ROOT / "deploy" / "rbac.yaml"):
         for doc in load_all(path):
             admin.apply(doc, force=True)
-    yield cp
-    cp.stop()
+    return admin
 
 
 @pytest.fixture(scope="session")

@@ -15,14 +15,12 @@ from fleet.allocations.tasks import reconcile_allocations
 from fleet.forms import ClusterCreateForm
 from fleet.inventory.services import cluster_check, cluster_register
 from fleet.inventory.sync import fleet_sync_all
-from fleet.kube import KubernetesBackend
 from fleet.models import Allocation, Cluster, GpuNode, Route
 from intake import services
 from tests.factories import PoolFactory, make_request
 from tests.harness.controlplane import ControlPlane, ensure_binaries
-from tests.harness.crds import OWN_CRDS, crd_files
 
-from .conftest import ROOT, load_all, wait_for_crds
+from .conftest import install_platform
 from .gpu_nodes import create_gpu_node
 
 pytestmark = pytest.mark.django_db
@@ -36,16 +34,7 @@ def second(tmp_path_factory, control_plane):
     """A second cluster from the same builds: API server and etcd of its own, the same CRDs
     and the portal's RBAC (deploy/rbac.yaml), no controllers (nothing here needs them)."""
     cp = ControlPlane(tmp_path_factory.mktemp("second-cluster")).start(ensure_binaries())
-    admin = KubernetesBackend.from_kubeconfig(str(cp.admin_kubeconfig),
-                                              field_manager="test-admin")
-    crds = [doc for f in crd_files() for doc in load_all(f)]
-    for crd in crds:
-        admin.apply(crd, force=True)
-    wait_for_crds(admin, [c["metadata"]["name"] for c in crds])
-    for path in (OWN_CRDS / "nvidia-deviceclasses.yaml", ROOT / "deploy" / "rbac.yaml"):
-        for doc in load_all(path):
-            admin.apply(doc, force=True)
-    cp.admin = admin
+    cp.admin = install_platform(cp)
     yield cp
     cp.stop()
 

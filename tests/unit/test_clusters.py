@@ -12,6 +12,7 @@ from fleet.inventory.clusters import (
     kueue_version_of,
     multikueue_state,
     parse_credential_ref,
+    retire_refusal,
 )
 
 pytestmark = pytest.mark.unit
@@ -105,3 +106,10 @@ def test_a_worker_as_the_manager_sees_it():
                             multikueue=multikueue_state(lost))
     assert health.message.endswith("MultiKueue: not active (dial tcp: connection refused).")
     assert health.multikueue_active is False
+
+
+def test_a_cluster_is_retired_only_when_nothing_lives_there():
+    assert retire_refusal(name="GPU EU", home=False, holding=0) == ""
+    assert retire_refusal(name="GPU EU", home=False, holding=2) == (
+        "GPU EU still holds 2 allocation(s); retire or move them first.")
+    assert "cannot be retired" in retire_refusal(name="Local", home=True, holding=0)

@@ -201,3 +201,23 @@ def test_the_api_registers_changes_checks_and_retires(api, lead):
     assert again.status_code == 400 and "retired" in again.json()["message"]
     api.force_authenticate(lead)
     assert api.get("/api/clusters/").status_code == 403
+
+
+def test_the_clusters_page_costs_the_same_for_more_clusters(client, admin_user, pools):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(admin_user)
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as seen:
+            assert client.get(reverse("fleet:clusters")).status_code == 200
+        return len(seen)
+
+    ClusterFactory(slug="gpu-eu")
+    queries()  # the first view of the session reads what later ones have cached
+    two = queries()
+    for slug in ("gpu-us", "gpu-ap", "gpu-sa"):
+        cluster = ClusterFactory(slug=slug)
+        sync_nodes(PoolFactory(slug=f"shared-{slug}", cluster=cluster, capacity_devices=8))
+    assert queries() == two

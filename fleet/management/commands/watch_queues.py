@@ -1,8 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from fleet.inventory.connections import backend_of, home_cluster
+from fleet.inventory.connections import backend_of, live_cluster
 from fleet.kube import KubeError
-from fleet.models import Cluster
 from fleet.queues.watch import watch_queues
 from fleet.vocabulary import HOME_CLUSTER
 
@@ -16,10 +15,7 @@ class Command(BaseCommand):
                             help="the registered cluster to follow (one process per cluster)")
 
     def handle(self, *args, **options):
-        cluster = Cluster.objects.filter(slug=options["cluster"], retired_at__isnull=True
-                                         ).first()
-        if cluster is None and options["cluster"] == HOME_CLUSTER:
-            cluster = home_cluster()
+        cluster = live_cluster(options["cluster"])
         if cluster is None:
             raise CommandError(f"No live cluster {options['cluster']!r} is registered.")
         def said(what, report):
