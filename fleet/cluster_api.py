@@ -124,6 +124,9 @@ class ClusterViewSet(IdempotentWritesMixin, viewsets.GenericViewSet):
         given = dict(body.validated_data)
         if instance is None:
             return given
+        if given.pop("slug", instance.slug) != instance.slug:  # the page has no such field
+            raise serializers.ValidationError(
+                {"slug": ["Fixed once registered: register a new cluster instead."]})
         current = {f: getattr(instance, f) for f in ClusterForm.Meta.fields}
         return {**current, **given}
 

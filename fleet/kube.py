@@ -128,6 +128,11 @@ class KubernetesBackend:
         self._discovery_lock = threading.RLock()
         self._resources: dict[tuple[str, str], Any] = {}
 
+    @property
+    def server(self) -> str:
+        """The API server this backend talks to, as its client was configured."""
+        return self.api_client.configuration.host.rstrip("/")
+
     @classmethod
     def from_kubeconfig(cls, path: str, **kw) -> KubernetesBackend:
         return cls(config.new_client_from_config(config_file=path), **kw)
@@ -477,11 +482,12 @@ def _connect(conn: ClusterConnection, load_kubeconfig) -> KubeBackend:
     except Exception as exc:  # a missing file, a Secret without the key, a broken kubeconfig
         raise KubeError(f"Cluster {conn.cluster}: its kubeconfig cannot be used: {exc}",
                         retriable=False) from exc
-    host = api_client.configuration.host.rstrip("/")
-    if conn.api_server and host != conn.api_server.rstrip("/"):
-        raise KubeError(f"Cluster {conn.cluster}: its kubeconfig points at {host}, not at the "
-                        f"registered API server {conn.api_server}.", retriable=False)
-    return KubernetesBackend(api_client, field_manager=manager)
+    backend = KubernetesBackend(api_client, field_manager=manager)
+    if conn.api_server and backend.server != conn.api_server.rstrip("/"):
+        raise KubeError(f"Cluster {conn.cluster}: its kubeconfig points at {backend.server}, "
+                        f"not at the registered API server {conn.api_server}.",
+                        retriable=False)
+    return backend
 
 
 def backend_for(conn: ClusterConnection, *, load_kubeconfig=None) -> KubeBackend:

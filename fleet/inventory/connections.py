@@ -92,8 +92,7 @@ def read_health(cluster: Cluster, *, manager: Cluster | None = None) -> ClusterH
         backend = backend_of(cluster)
         if isinstance(backend, DryRunBackend):
             return cluster_health(dry_run=True, version=None, multikueue=multikueue)
-        server = getattr(getattr(backend, "api_client", None), "configuration", None)
-        server = server.host if server is not None else ""
+        server = getattr(backend, "server", "")
         version = backend.get_path("/version")
         group = _quiet(backend.get_path, "/apis/" + KUEUE.split("/")[0])
         deployment = _quiet(backend.get, "apps/v1", "Deployment", KUEUE_DEPLOYMENT[1],

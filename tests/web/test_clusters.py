@@ -191,6 +191,9 @@ def test_the_api_registers_changes_checks_and_retires(api, lead):
     changed = api.patch("/api/clusters/gpu-eu/", {"region": "eu-central-1"}, format="json")
     assert changed.status_code == 200 and changed.json()["labels"]["region"] == "eu-central-1"
     assert Cluster.objects.get(slug="gpu-eu").provider == "aws"  # not given: kept
+    renamed = api.patch("/api/clusters/gpu-eu/", {"slug": "gpu-eu-2"}, format="json")
+    assert renamed.status_code == 400 and "Fixed once registered" in \
+        renamed.json()["extra"]["fields"]["slug"][0]
     listed = api.get("/api/clusters/").json()
     assert [c["slug"] for c in listed] == ["gpu-eu", "local"]
     checked = api.post("/api/clusters/gpu-eu/check/")
