@@ -34,6 +34,7 @@ from .vocabulary import (  # noqa: F401 - re-read by callers of the adapter
     LABEL_TENANT,
     MANAGED_BY,
     MANAGER,
+    ClusterConnections,
 )
 
 # Status codes where the same call may succeed later.
@@ -445,7 +446,7 @@ class ClusterConnection:
     reads), or a dry run. Never the credential itself."""
 
     cluster: str  # the cluster's slug: one backend per cluster and process
-    kind: str  # configured | kubeconfig | dry-run
+    kind: str  # one of vocabulary.ClusterConnections
     kubeconfig_file: str = ""
     kubeconfig_secret: str = ""  # namespace/name#key, read through `load_kubeconfig`
     api_server: str = ""  # what the kubeconfig must point at; blank: whatever it says
@@ -467,9 +468,9 @@ def _configured_backend() -> KubeBackend:
 
 def _connect(conn: ClusterConnection, load_kubeconfig) -> KubeBackend:
     manager = settings.PORTAL_FIELD_MANAGER
-    if conn.kind == "configured":
+    if conn.kind == ClusterConnections.CONFIGURED:
         return _configured_backend()
-    if conn.kind == "dry-run":
+    if conn.kind == ClusterConnections.DRY_RUN:
         return DryRunBackend(field_manager=manager)
     try:
         if conn.kubeconfig_file:

@@ -17,7 +17,14 @@ from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .allocations import lifecycle
 from .domain import Route
-from .vocabulary import HOME_CLUSTER, LedgerEvent, NodeState, WorkloadState
+from .vocabulary import (
+    HOME_CLUSTER,
+    ClusterConnections,
+    ClusterRoles,
+    LedgerEvent,
+    NodeState,
+    WorkloadState,
+)
 
 __all__ = ["Allocation", "Cluster", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
 
@@ -49,14 +56,16 @@ class Cluster(models.Model):
     """
 
     class Role(models.TextChoices):
-        STANDALONE = "standalone", "Stand-alone"
-        MANAGER = "manager", "MultiKueue manager"
-        WORKER = "worker", "MultiKueue worker"
+        STANDALONE = ClusterRoles.STANDALONE, "Stand-alone"
+        MANAGER = ClusterRoles.MANAGER, "MultiKueue manager"
+        WORKER = ClusterRoles.WORKER, "MultiKueue worker"
 
     class Connection(models.TextChoices):
-        CONFIGURED = "configured", "The portal's own setting (PORTAL_KUBE_BACKEND)"
-        KUBECONFIG = "kubeconfig", "A kubeconfig: a mounted file or a Secret"
-        DRY_RUN = "dry-run", "Dry run (records what it would apply, talks to nothing)"
+        CONFIGURED = ClusterConnections.CONFIGURED, \
+            "The portal's own setting (PORTAL_KUBE_BACKEND)"
+        KUBECONFIG = ClusterConnections.KUBECONFIG, "A kubeconfig: a mounted file or a Secret"
+        DRY_RUN = ClusterConnections.DRY_RUN, \
+            "Dry run (records what it would apply, talks to nothing)"
 
     slug = models.CharField(max_length=40, unique=True, validators=[slug_validator])
     name = models.CharField(max_length=120)

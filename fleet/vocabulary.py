@@ -14,6 +14,18 @@ LABEL_POOL = "aifactory.io/pool"
 # The cluster the portal was configured with (PORTAL_KUBE_BACKEND): always registered.
 HOME_CLUSTER = "local"
 
+
+class ClusterRoles:
+    """What a cluster is to MultiKueue (the registry's choices; the pure checks' words)."""
+
+    STANDALONE, MANAGER, WORKER = "standalone", "manager", "worker"
+
+
+class ClusterConnections:
+    """How the portal reaches a cluster (the registry's choices; the adapter's kinds)."""
+
+    CONFIGURED, KUBECONFIG, DRY_RUN = "configured", "kubeconfig", "dry-run"
+
 # Nodes: GPU feature discovery's labels, and our burn-in pipeline's
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_COUNT = "nvidia.com/gpu.count"

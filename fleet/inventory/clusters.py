@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..vocabulary import ClusterRoles
+
 # file:/path  or  secret:<namespace>/<name>[#key]; a kubeconfig in either.
 _FILE = re.compile(r"file:(/\S+)\Z")
 _SECRET = re.compile(
@@ -115,7 +117,7 @@ def cluster_health(*, dry_run: bool, version: dict | None, error: str = "",
     k8s = version.get("gitVersion", "")
     kueue = kueue_version_of(kueue_group, kueue_deployment)
     said = f"Answers: Kubernetes {k8s}" + (f", Kueue {kueue}" if kueue else ", no Kueue API")
-    if role == "worker" and mk_active is not None:
+    if role == ClusterRoles.WORKER and mk_active is not None:
         said += ("; MultiKueue: active" if mk_active else
                  f"; MultiKueue: not active ({mk_reason or 'no reason given'})")
     return ClusterHealth(True, said + ".", server=server, kubernetes_version=k8s,

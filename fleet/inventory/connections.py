@@ -8,7 +8,7 @@ import base64
 
 from ..kube import ClusterConnection, DryRunBackend, KubeBackend, KubeError, backend_for
 from ..models import Cluster, home_cluster_id
-from ..vocabulary import HOME_CLUSTER, KUEUE
+from ..vocabulary import HOME_CLUSTER, KUEUE, ClusterConnections
 from .clusters import ClusterHealth, cluster_health, multikueue_state, parse_credential_ref
 
 KUEUE_DEPLOYMENT = ("kueue-system", "kueue-controller-manager")
@@ -47,9 +47,11 @@ def connection_of(cluster: Cluster) -> ClusterConnection:
         return ClusterConnection(cluster.slug, cluster.connection)
     ref = parse_credential_ref(cluster.credential_ref)
     if ref.kind == "file":
-        return ClusterConnection(cluster.slug, "kubeconfig", kubeconfig_file=ref.path,
+        return ClusterConnection(cluster.slug, ClusterConnections.KUBECONFIG,
+                                 kubeconfig_file=ref.path,
                                  api_server=cluster.api_server)
-    return ClusterConnection(cluster.slug, "kubeconfig", kubeconfig_secret=str(ref),
+    return ClusterConnection(cluster.slug, ClusterConnections.KUBECONFIG,
+                             kubeconfig_secret=str(ref),
                              api_server=cluster.api_server)
 
 
