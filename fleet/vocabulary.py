@@ -68,6 +68,7 @@ class LedgerEvent:
 
     SUBMITTED, ADMITTED, PREEMPTED, EVICTED = "submitted", "admitted", "preempted", "evicted"
     FINISHED, GONE = "finished", "gone"
+    DISPATCHED = "dispatched"  # MultiKueue: a worker admitted the manager's workload
     PODS, CLAIMED, SCHEDULED, RUNNING = "pods", "claimed", "scheduled", "running"
 
 

@@ -15,7 +15,13 @@ from django.utils import timezone
 from ..domain import in_devices
 from ..inventory.pricing import borrowing_is_billed, money, pool_rate
 from ..inventory.selectors import mig_weights
-from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from ..models import (
+    Allocation,
+    ClusterQueueState,
+    QueueEvent,
+    QueueUsageHour,
+    QueueWorkload,
+)
 from .placement import SEAMS, STOPS, recoveries
 from .reading import (
     HISTORY_DAYS,

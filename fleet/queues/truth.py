@@ -31,6 +31,10 @@ PENDING, ADMITTED, FINISHED, GONE = (WorkloadState.PENDING, WorkloadState.ADMITT
 # Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start
 # until someone reactivates it. Never shown as waiting, never given a position.
 DEACTIVATED = WorkloadState.DEACTIVATED
+# The portal's own reason code for a workload whose quota the MultiKueue manager reserved
+# while no worker has admitted it yet (Kueue leaves QuotaReserved's reason at its admitted
+# value there).
+DISPATCHING = "Dispatching"
 
 
 def is_device_resource(name: str) -> bool:
@@ -124,6 +128,14 @@ class WorkloadFacts:
     stop: Stop | None = None  # the latest eviction still in force
     requeued_at: dt.datetime | None = None
     resource_version: str = ""
+    # MultiKueue, on the manager: where a worker admitted it, the workers tried, and the
+    # admission check's state, message and time.
+    ran_on: str = ""
+    nominated: tuple[str, ...] = ()
+    dispatch_state: str = ""
+    dispatch_message: str = ""
+    dispatched_at: dt.datetime | None = None
+    worker_views: tuple[tuple[str, str], ...] = ()  # (worker, why it waits there)
 
     @property
     def display_name(self) -> str:
@@ -185,6 +197,9 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         return (cond.get(kind) or {}).get("status") == "True"
 
     evicted_reason = _s((cond.get("Evicted") or {}).get("reason"))
+    checks = [_d(c) for c in _l(status.get("admissionChecks"))]
+    waiting_check = next((c for c in checks if c.get("state") != "Ready"), None)
+    dispatch = waiting_check or (checks[0] if checks else {})
     if true("Finished"):
         state = FINISHED
     elif spec.get("active") is False or (true("Evicted") and is_deactivation(evicted_reason)):
@@ -193,10 +208,13 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         # after deactivation QuotaReserved and Admitted are still True while its pods stop;
         # it is already not running work, and never will again unless reactivated.
         state = DEACTIVATED
-    elif true("QuotaReserved") and admission:
+    elif true("QuotaReserved") and admission and (true("Admitted") or not checks):
+        # Behind an admission check (MultiKueue's, on a manager), quota reserved here is not
+        # yet admission: the workload waits for a worker to admit it.
         state = ADMITTED
     else:
         state = PENDING
+    reserved_waiting = state == PENDING and true("QuotaReserved") and waiting_check
     stop = None
     evicted = cond.get("Evicted")
     if evicted and evicted.get("status") == "True" or \
@@ -227,12 +245,21 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         finished_at=parse_time((cond.get("Finished") or {}).get("lastTransitionTime"))
         if state == FINISHED else None,
         max_seconds=max_seconds if isinstance(max_seconds, int) and max_seconds > 0 else None,
-        pending_reason=_s(reserved.get("reason")) if state == PENDING else "",
-        pending_raw=_s(reserved.get("message")) if state == PENDING else "",
+        pending_reason=(DISPATCHING if reserved_waiting else _s(reserved.get("reason")))
+        if state == PENDING else "",
+        pending_raw=(_s(waiting_check.get("message")) if reserved_waiting
+                     else _s(reserved.get("message"))) if state == PENDING else "",
         stop=stop,
         requeued_at=parse_time(requeued.get("lastTransitionTime"))
         if requeued.get("status") == "True" else None,
-        resource_version=_s(meta.get("resourceVersion")))
+        resource_version=_s(meta.get("resourceVersion")),
+        ran_on=_s(status.get("clusterName")),
+        nominated=tuple(sorted(n for n in status.get("nominatedClusterNames") or ()
+                               if isinstance(n, str))) if isinstance(
+            status.get("nominatedClusterNames"), list) else (),
+        dispatch_state=_s(dispatch.get("state")), dispatch_message=_s(dispatch.get("message")),
+        dispatched_at=parse_time(dispatch.get("lastTransitionTime"))
+        if status.get("clusterName") else None)
 
 
 @dataclass(frozen=True)
@@ -376,6 +403,8 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
     if w.state == DEACTIVATED or w.pending_reason in ("Inactive", "Deactivated") or (
             w.stop and is_deactivation(w.stop.reason)):
         return Waiting("deactivated", explain_deactivated(w))
+    if w.pending_reason == DISPATCHING:
+        return Waiting("dispatching", explain_dispatching(w))
     if w.devices > queue.ceiling:
         if queue.cohort:
             limit = "" if queue.borrowing_limit is None else \
@@ -462,6 +491,14 @@ EVICTION_WORDS = {
     "AdmissionCheck": "an admission check withdrew its admission",
     "NodeFailures": "a node it ran on failed",
 }
+
+
+def explain_dispatching(w: WorkloadFacts) -> str:
+    """A workload the MultiKueue manager reserved quota for, offered to its workers."""
+    tried = ", ".join(w.nominated) if w.nominated else "every worker of the pool"
+    said = f" Kueue says: {w.dispatch_message}" if w.dispatch_message else ""
+    return (f"Within this allocation's quota; offered to {tried}. It runs on the first "
+            f"worker that admits it (each holds a share of the quota).{said}")
 
 
 def _deactivation_words(reason: str) -> str:
