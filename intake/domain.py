@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 
-from fleet.domain import SLICES_PER_DEVICE, Route, devices_text, mig_device_equivalents
+from fleet.allocations.dispatch import split_shares
+from fleet.domain import (
+    SLICES_PER_DEVICE,
+    Route,
+    devices_text,
+    largest_job,
+    mig_device_equivalents,
+)
 from fleet.inventory.pricing import money
 
 HOURS_PER_MONTH = Decimal("730")  # 365 × 24 / 12: the usual cloud month
@@ -346,6 +353,9 @@ class PoolFacts:
     free_whole_nodes: int | None = None  # None: not counted (a plan over plain numbers)
     free_mig_slices: dict[str, int] | None = None  # per profile, from DRA ResourceSlices
     cluster: str = ""  # the cluster the pool lives in, in words; blank: one cluster only
+    # A dispatched pool (MultiKueue): each worker in words with the pool's validated devices
+    # there, which the quota's split follows.
+    dispatch_to: tuple[tuple[str, int], ...] = ()
 
     @property
     def free_devices(self) -> Decimal:
@@ -380,6 +390,19 @@ class RequestPlan:
         return self.decision.ok and not self.errors
 
 
+def dispatch_note(pool: PoolFacts, devices: int) -> str:
+    """Where a dispatched pool's request lands, and what the split means for its jobs."""
+    capacity = {name: n for name, n in pool.dispatch_to}
+    shares = split_shares(devices, capacity)
+    split = ", ".join(f"{name} {shares[name]}" for name, _n in pool.dispatch_to)
+    where = ", ".join(f"{name} ({n} validated device{'s' if n != 1 else ''})"
+                      for name, n in pool.dispatch_to)
+    return (f"Queued on {pool.cluster or 'the MultiKueue manager'}; MultiKueue runs its jobs "
+            f"on the workers where {pool.name}'s nodes are: {where}. The quota is split in "
+            f"that proportion ({split}) and each job runs on one worker, so the largest job "
+            f"is {largest_job(shares)} device(s).")
+
+
 def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisation: int = 100,
                  window_hours: Decimal | None = None) -> RequestPlan:
     """Devices held, price at the pool's rate, and whether it fits the pool's capacity."""
@@ -393,10 +416,12 @@ def plan_request(decision: RouteDecision, pool: PoolFacts, *, expected_utilisati
         errors.append(("mig_profile", f"{pool.name} offers {', '.join(pool.mig_profiles)}; "
                        f"not {decision.mig_profile}."))
 
-    if pool.cluster:
+    requested = decision.device_equivalents
+    if pool.dispatch_to:
+        notes.append(dispatch_note(pool, int(requested)))
+    elif pool.cluster:
         notes.append(f"Lands in {pool.cluster}: {pool.name} lives there, so its objects, "
                      "guards and queues are made in that cluster.")
-    requested = decision.device_equivalents
     per_node = max(1, pool.devices_per_node)
     if decision.route is Route.DEDICATED_BLOCK:
         nodes = math.ceil(decision.whole_devices / per_node) if decision.whole_devices else 0

@@ -11,7 +11,7 @@ from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from fleet.allocations.desired import spec_for
+from fleet.allocations.desired import dispatch_workers, spec_for, worker_capacity
 from fleet.allocations.manifests import AllocationSpec
 from fleet.allocations.services import namespace_for
 from fleet.inventory.capacity import earliest_free
@@ -59,7 +59,17 @@ def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None, *,
         pool_id=pool.pk, free_whole_nodes=cap.free_whole_nodes,
         free_mig_slices=cap.free_mig_slices,
         cluster=pool.cluster.described if clusters > 1 else "",
+        dispatch_to=dispatch_capacity(pool),
     )
+
+
+def dispatch_capacity(pool: Pool) -> tuple[tuple[str, int], ...]:
+    """A dispatched pool's workers in words with its validated devices on each."""
+    if not pool.dispatched:
+        return ()
+    workers = dispatch_workers()
+    capacity = worker_capacity(pool, workers)
+    return tuple((w.described, capacity[w.slug]) for w in workers)
 
 
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:

@@ -161,8 +161,9 @@ def _seam_lines() -> list[str]:
     lines = _histogram_lines(
         "aifactory_workload_seam_seconds",
         "Time a workload spent at each seam from queued to running (seam: admitted = queue "
-        "wait, pods, claimed, scheduled, running = pod start after admission), by tenant and "
-        "queue.", seam_histograms(), lambda h: (*queue_labels(h), ("seam", h["seam"])))
+        "wait, pods, claimed, scheduled, running = pod start after admission), by tenant, "
+        "queue and the cluster it is queued in.", seam_histograms(),
+        lambda h: (*queue_labels(h), ("cluster", h["cluster"]), ("seam", h["seam"])))
     measured = utilisation_histograms()
     lines += _histogram_lines(
         "aifactory_workload_gpu_busy_ratio",

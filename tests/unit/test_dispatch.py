@@ -174,3 +174,16 @@ def test_what_a_worker_says_of_its_copy():
                                      "reason": "Pending", "message": "insufficient quota"}]}
     copy = parse_workload(raw, cluster_queue_of={})
     assert worker_view_words(copy) == "waiting there: insufficient quota"
+
+
+def test_the_plan_says_where_a_dispatched_request_lands_and_its_largest_job():
+    from intake.domain import PoolFacts, dispatch_note
+
+    pool = PoolFacts(name="Shared L40S", route=Route.SHARED_POOL, gpu_model="NVIDIA-L40S",
+                     devices_per_node=8, capacity_devices=Decimal(24),
+                     allocated_devices=Decimal(0), rate_per_device_hour=Decimal("1.5"),
+                     cluster="Manager (eu)", dispatch_to=(("Worker A", 16), ("Worker B", 8)))
+    note = dispatch_note(pool, 6)
+    assert note.startswith("Queued on Manager (eu); MultiKueue runs its jobs on the workers")
+    assert "Worker A (16 validated devices), Worker B (8 validated devices)" in note
+    assert "(Worker A 4, Worker B 2)" in note and "the largest job is 4 device(s)" in note

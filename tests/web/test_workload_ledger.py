@@ -126,7 +126,8 @@ def test_preemption_recovery_is_stop_to_running_again(client, lead, alloc):
 def test_metrics_expose_the_seams_as_a_histogram_prometheus_parses(client, alloc, tenant):
     _ledger(alloc)
     body = client.get("/metrics").content.decode()
-    labels = f'tenant="{tenant.slug}",queue="acme-r7/gpu",seam="running"'
+    cluster = alloc.pool.cluster.slug
+    labels = f'tenant="{tenant.slug}",queue="acme-r7/gpu",cluster="{cluster}",seam="running"'
     buckets = [(float(le), int(n)) for le, n in re.findall(
         rf'aifactory_workload_seam_seconds_bucket{{{re.escape(labels)},le="([^"]+)"}} (\d+)',
         body) if le != "+Inf"]
