@@ -297,13 +297,6 @@ def parse_cluster_queue(obj: dict) -> QueueFacts:
         inactive_reason=_s(active.get("reason")) if active.get("status") == "False" else "")
 
 
-def queue_order(w: WorkloadFacts) -> tuple:
-    """Kueue's BestEffortFIFO order: higher priority first, then the earlier of creation or
-    the latest requeue."""
-    at = w.requeued_at or w.submitted_at or dt.datetime.max.replace(tzinfo=dt.UTC)
-    return (-w.priority, at, w.name)
-
-
 # -- words ---------------------------------------------------------------------------------
 
 def amount(n: Decimal | int, unit: str) -> str:

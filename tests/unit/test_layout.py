@@ -144,7 +144,8 @@ FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views"
 # import only the vocabulary, the domain's names and each other.
 FLEET_PURE = {"fleet.inventory.capacity", "fleet.inventory.clusters", "fleet.allocations.manifests",
               "fleet.queues.truth",
-              "fleet.queues.placement", "fleet.queues.ledger", "fleet.allocations.gitops_status"}
+              "fleet.queues.placement", "fleet.queues.ledger", "fleet.queues.order",
+              "fleet.allocations.gitops_status"}
 PURE_MAY_IMPORT = FLEET_PURE | {"fleet.vocabulary", "fleet.domain"}
 
 

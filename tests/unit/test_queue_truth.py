@@ -31,7 +31,6 @@ from fleet.queues.truth import (
     parse_cluster_queue,
     parse_workload,
     percentile,
-    queue_order,
 )
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -310,12 +309,6 @@ def test_cohort_lines_word_quota_waits_and_who_blocks_whom():
     assert m["blocked_by"] == ["acme (cq-a)", "? (cq-gone)"]  # a queue no longer followed
     # A queue whose unit is unknown counts devices.
     assert cohort_lines(CohortView("x", rows[:1], {}))[0]["quota"] == "8 devices"
-
-
-def test_kueue_order_is_priority_then_time():
-    ws = [facts("late", 1, submitted="10:00"), facts("early", 1, submitted="09:00"),
-          facts("urgent", 1, submitted="11:00", priority=100)]
-    assert [w.name for w in sorted(ws, key=queue_order)] == ["urgent", "early", "late"]
 
 
 def test_transitions_become_events_once():
