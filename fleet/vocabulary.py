@@ -58,8 +58,11 @@ class WorkloadState:
 
     PENDING, ADMITTED, DEACTIVATED = "pending", "admitted", "deactivated"
     FINISHED, GONE = "finished", "gone"
+    # Evicted or preempted by Kueue, its quota still reserved while its pods stop: not
+    # running work any more, not waiting yet (fleet.queues.truth.workload_state).
+    STOPPING = "stopping"
     CHOICES = [(PENDING, "Pending"), (ADMITTED, "Running"), (DEACTIVATED, "Deactivated"),
-               (FINISHED, "Finished"), (GONE, "Deleted")]
+               (FINISHED, "Finished"), (GONE, "Deleted"), (STOPPING, "Stopping")]
 
 
 class LedgerEvent:
@@ -69,6 +72,7 @@ class LedgerEvent:
     SUBMITTED, ADMITTED, PREEMPTED, EVICTED = "submitted", "admitted", "preempted", "evicted"
     FINISHED, GONE = "finished", "gone"
     PODS, CLAIMED, SCHEDULED, RUNNING = "pods", "claimed", "scheduled", "running"
+    REQUEUED = "requeued"  # its pods stopped after a preemption or eviction: back in the queue
 
 
 # Resources

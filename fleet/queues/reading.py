@@ -16,7 +16,7 @@ from .ledger import StoredWorkload
 from .order import VISIBILITY, ahead_of, line_up
 from .placement import Placement
 from .truth import (
-    ADMITTED,
+    HOLDING,
     PENDING,
     Estimate,
     QueueFacts,
@@ -114,7 +114,7 @@ def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: De
                    lent: Decimal, waits: dict[tuple[str, int], list[float]],
                    now: dt.datetime) -> list[PendingLine]:
     facts = [row_facts(r) for r in rows]
-    running = [f for f in facts if f.state == ADMITTED]
+    running = [f for f in facts if f.state in HOLDING]  # what holds the quota
     # One order for the position, the rows and "ahead of it" (fleet.queues.order): Kueue's
     # visibility answer as stored, then Kueue's rule for the rest.
     lined = line_up([f for f in facts if f.state == PENDING],
@@ -156,7 +156,7 @@ def first_estimates(now: dt.datetime) -> int:
         cohorts[peer.cohort] = (nominal + peer.nominal, usage + peer.usage)
     rows: dict[int, list[QueueWorkload]] = defaultdict(list)
     for row in QueueWorkload.objects.filter(allocation_id__any=list(states),
-                                            state__in=(ADMITTED, PENDING)):
+                                            state__in=(*HOLDING, PENDING)):
         rows[row.allocation_id].append(row)
     waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))
     done = []

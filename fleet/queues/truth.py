@@ -31,6 +31,10 @@ PENDING, ADMITTED, FINISHED, GONE = (WorkloadState.PENDING, WorkloadState.ADMITT
 # Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start
 # until someone reactivates it. Never shown as waiting, never given a position.
 DEACTIVATED = WorkloadState.DEACTIVATED
+# Evicted or preempted, its quota still reserved while its pods stop: never "running".
+STOPPING = WorkloadState.STOPPING
+# The states in which a workload holds quota of its ClusterQueue.
+HOLDING = (ADMITTED, STOPPING)
 
 
 def is_device_resource(name: str) -> bool:
@@ -103,6 +107,10 @@ class Stop:
     preemption: str = ""  # the Preempted condition's reason: InCohortReclamation, ...
     raw: str = ""  # Kueue's message, for platform admins only
 
+    @property
+    def preempted(self) -> bool:
+        return self.reason == "Preempted" or bool(self.preemption)
+
 
 @dataclass(frozen=True)
 class WorkloadFacts:
@@ -165,6 +173,32 @@ def is_deactivation(reason: str) -> bool:
     return reason in ("Deactivated", "InactiveWorkload") or reason.startswith("DeactivatedDueTo")
 
 
+def workload_state(cond: dict[str, dict], *, active: bool, admission: bool) -> str:
+    """The state of a Workload, decided from Kueue's conditions (by type), `spec.active` and
+    whether `status.admission` is set. Pure; the table in docs/ledger.md:
+
+    1. `Finished` True: finished.
+    2. `spec.active` false, or `Evicted` True for a deactivation: deactivated (Seen from
+       Kueue v0.17: QuotaReserved and Admitted stay True while its pods stop; it is already
+       not running work, and never will again unless reactivated).
+    3. `QuotaReserved` True with an admission: `Evicted` or `Preempted` True — stopping (Kueue
+       evicted it; the quota stays reserved until its job is no longer active, so its pods
+       may still run); else admitted.
+    4. Otherwise pending (waiting, or back in the queue after a stop).
+    """
+    def true(kind: str) -> bool:
+        return (cond.get(kind) or {}).get("status") == "True"
+
+    if true("Finished"):
+        return FINISHED
+    if not active or (true("Evicted") and is_deactivation(
+            _s((cond.get("Evicted") or {}).get("reason")))):
+        return DEACTIVATED
+    if true("QuotaReserved") and admission:
+        return STOPPING if true("Evicted") or true("Preempted") else ADMITTED
+    return PENDING
+
+
 def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -> WorkloadFacts:
     """Read one Workload. `cluster_queue_of` maps (namespace, LocalQueue) to its ClusterQueue,
     for workloads not yet admitted."""
@@ -181,39 +215,37 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
     job = next((_s(o.get("name")) for o in owners if o.get("controller")), "") or \
         next((_s(o.get("name")) for o in owners), "")
 
-    def true(kind: str) -> bool:
-        return (cond.get(kind) or {}).get("status") == "True"
-
-    evicted_reason = _s((cond.get("Evicted") or {}).get("reason"))
-    if true("Finished"):
-        state = FINISHED
-    elif spec.get("active") is False or (true("Evicted") and is_deactivation(evicted_reason)):
-        # `spec.active` is the truth Kueue acts on; the eviction reason says why (a user, a
-        # time limit, a requeuing limit, an admission check). Seen from Kueue v0.17: right
-        # after deactivation QuotaReserved and Admitted are still True while its pods stop;
-        # it is already not running work, and never will again unless reactivated.
-        state = DEACTIVATED
-    elif true("QuotaReserved") and admission:
-        state = ADMITTED
-    else:
-        state = PENDING
+    # `spec.active` is the truth Kueue acts on; the eviction reason says why.
+    state = workload_state(cond, active=spec.get("active") is not False,
+                           admission=bool(admission))
     stop = None
     evicted = cond.get("Evicted")
+    preempted = cond.get("Preempted") or {}
     if evicted and evicted.get("status") == "True" or \
             (evicted and state in (PENDING, DEACTIVATED) and evicted.get("reason")):
-        preempted = cond.get("Preempted") or {}
         stop = Stop(at=parse_time(evicted.get("lastTransitionTime")),
                     reason=_s(evicted.get("reason")),
                     preemption=_s(preempted.get("reason")) if preempted.get("status") == "True"
                     or evicted.get("reason") == "Preempted" else "",
                     raw=_s(evicted.get("message")) or _s(preempted.get("message")))
+    elif state == STOPPING:  # Preempted set before Evicted (Kueue writes both at once)
+        stop = Stop(at=parse_time(preempted.get("lastTransitionTime")), reason="Preempted",
+                    preemption=_s(preempted.get("reason")), raw=_s(preempted.get("message")))
     reserved = cond.get("QuotaReserved") or {}
     admitted_cond = cond.get("Admitted") or {}
     admitted_at = parse_time(admitted_cond.get("lastTransitionTime")) if \
         admitted_cond.get("status") == "True" else None
-    if state == ADMITTED and admitted_at is None:
+    if state in HOLDING and admitted_at is None:
         admitted_at = parse_time(reserved.get("lastTransitionTime"))
     requeued = cond.get("Requeued") or {}
+    requeued_at = parse_time(requeued.get("lastTransitionTime")) \
+        if requeued.get("status") == "True" else None
+    released = parse_time(reserved.get("lastTransitionTime")) \
+        if reserved.get("status") == "False" else None
+    if state == PENDING and stop and stop.at and released and released >= stop.at:
+        # Back in the queue after this stop: when its quota was released (Kueue keeps the
+        # Requeued condition True from an earlier requeue without a new time).
+        requeued_at = max(requeued_at or released, released)
     priority = spec.get("priority")
     max_seconds = spec.get("maximumExecutionTimeSeconds")
     return WorkloadFacts(
@@ -223,15 +255,14 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         else 0,
         submitted_at=parse_time(meta.get("creationTimestamp")),
         devices=workload_devices(obj), state=state,
-        admitted_at=admitted_at if state in (ADMITTED, FINISHED) else None,
+        admitted_at=admitted_at if state in (*HOLDING, FINISHED) else None,
         finished_at=parse_time((cond.get("Finished") or {}).get("lastTransitionTime"))
         if state == FINISHED else None,
         max_seconds=max_seconds if isinstance(max_seconds, int) and max_seconds > 0 else None,
         pending_reason=_s(reserved.get("reason")) if state == PENDING else "",
         pending_raw=_s(reserved.get("message")) if state == PENDING else "",
         stop=stop,
-        requeued_at=parse_time(requeued.get("lastTransitionTime"))
-        if requeued.get("status") == "True" else None,
+        requeued_at=requeued_at,
         resource_version=_s(meta.get("resourceVersion")))
 
 
@@ -399,7 +430,8 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
                      f"{amount(ahead_devices, unit)} first)")
     running = sorted(own_running, key=lambda r: r.admitted_at or now)
     if running:
-        held = ", ".join(f"{r.display_name} ({amount(r.devices, unit)}) since "
+        held = ", ".join(f"{r.display_name} ({amount(r.devices, unit)}"
+                         f"{', being stopped' if r.state == STOPPING else ''}) since "
                          f"{_clock(r.admitted_at, now)}" for r in running[:3])
         held += f" and {len(running) - 3} more" if len(running) > 3 else ""
         if queue.free > 0:
@@ -430,13 +462,15 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
     return Waiting(code, "".join(parts) + ".", short)
 
 
+# The Preempted condition's reasons (Kueue's InClusterQueue, InCohort… constants) in the
+# tenant's words: who took the devices, never naming a peer.
 PREEMPTION_WORDS = {
-    "InCohortReclamation": "the cohort reclaimed the devices it had lent to you: a queue "
-                           "that owns them had work to run",
-    "InCohortReclaimWhileBorrowing": "the cohort reclaimed borrowed devices for a queue "
-                                     "with higher priority work",
+    "InCohortReclamation": "the cohort reclaimed its lent devices: a queue that owns them "
+                           "had work to run",
+    "InCohortReclaimWhileBorrowing": "the cohort reclaimed the devices you had borrowed, for "
+                                     "higher-priority work of another borrowing queue",
     "InCohortFairSharing": "the cohort rebalanced its devices to restore fair sharing",
-    "InClusterQueue": "a higher-priority workload of your own queue needed its devices",
+    "InClusterQueue": "a higher-priority job of yours needed its devices",
 }
 EVICTION_WORDS = {
     "PodsReadyTimeout": "its pods did not all start in time",
@@ -488,13 +522,35 @@ def queue_policy_words(queue: QueueFacts) -> str:
     return own + " This queue stands alone: it neither borrows nor lends."
 
 
+def preemption_cause(stop: Stop) -> str:
+    """Why Kueue preempted it, from the Preempted condition's reason."""
+    return PREEMPTION_WORDS.get(stop.preemption, "another workload took priority")
+
+
+def stop_cause(stop: Stop) -> str:
+    """The cause of a stop in the tenant's words (preemption or eviction)."""
+    if stop.preempted:
+        return preemption_cause(stop)
+    if is_deactivation(stop.reason):
+        return _deactivation_words(stop.reason)
+    return EVICTION_WORDS.get(
+        stop.reason, f"the queue system stopped it ({stop.reason or 'no reason given'})")
+
+
+def explain_stopping(w: WorkloadFacts, unit: str) -> str:
+    """A workload Kueue evicted whose quota is still reserved: its pods are stopping."""
+    stop = w.stop or Stop(None, "")
+    what = "Being preempted" if stop.preempted else "Stopping"
+    return (f"{what}: {stop_cause(stop)}. Its pods are being stopped; it still holds "
+            f"{amount(w.devices, unit)} until they have, then goes back in the queue.")
+
+
 def explain_stop(stop: Stop) -> str:
     """Why a workload was stopped, without naming anyone (Kueue's message names the queues
     on both sides; it is kept for platform admins only)."""
     if stop.reason == "Preempted" or stop.preemption:
-        why = PREEMPTION_WORDS.get(stop.preemption, "another workload took priority")
-        return f"Preempted: {why}. It was put back in the queue and resumes when devices " \
-               "are free."
+        return f"Preempted: {preemption_cause(stop)}. Its pods are stopped and it goes back " \
+               "in the queue; it resumes when devices are free."
     if is_deactivation(stop.reason):
         return f"Stopped: {_deactivation_words(stop.reason)}; it will not start again until " \
                "it is reactivated."
