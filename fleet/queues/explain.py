@@ -16,7 +16,7 @@ from ..domain import in_devices
 from ..inventory.pricing import borrowing_is_billed, money, pool_rate
 from ..inventory.selectors import mig_weights
 from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
-from .placement import SEAMS, STOPS, recoveries
+from .placement import SEAMS, STOPS, preemption_tally, recoveries
 from .reading import (
     HISTORY_DAYS,
     PendingLine,
@@ -30,6 +30,7 @@ from .truth import (
     ADMITTED,
     DEACTIVATED,
     PENDING,
+    STOPPING,
     CohortRow,
     DayFigures,
     QueueFacts,
@@ -38,6 +39,7 @@ from .truth import (
     cohort_board,
     duration,
     explain_deactivated,
+    explain_stopping,
     history_by_day,
     percentile,
     queue_policy_words,
@@ -54,6 +56,7 @@ class QueueView:
     running: list[WorkloadFacts] = field(default_factory=list)
     pending: list[PendingLine] = field(default_factory=list)
     deactivated: list[tuple[WorkloadFacts, str]] = field(default_factory=list)
+    stopping: list[tuple[WorkloadFacts, str]] = field(default_factory=list)  # never running
     stops: list[QueueEvent] = field(default_factory=list)
     borrowed_price_per_hour: Decimal = Decimal(0)
     estimate_error_p50: float | None = None
@@ -94,6 +97,11 @@ class QueueView:
                          "reason_code": p.waiting.code, "reason": p.waiting.text,
                          "estimated_start": p.estimate.at, "estimate_basis": p.estimate.basis,
                          "estimate": p.estimate.text} for p in self.pending],
+            "stopping": [{"name": w.display_name, "devices": w.devices,
+                          "admitted_at": w.admitted_at, "stopped_at": w.stop.at,
+                          "kind": "preempted" if w.stop.preempted else "evicted",
+                          "reason_code": w.stop.preemption or w.stop.reason, "reason": text}
+                         for w, text in self.stopping],
             "deactivated": [{"name": w.display_name, "devices": w.devices,
                              "stopped_at": w.stop.at if w.stop else None,
                              "reason_code": w.stop.reason if w.stop else "Deactivated",
@@ -136,11 +144,13 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
     if state is None:
         return view
     rows = list(QueueWorkload.objects.filter(
-        allocation=alloc, state__in=(ADMITTED, PENDING, DEACTIVATED)))
+        allocation=alloc, state__in=(ADMITTED, STOPPING, PENDING, DEACTIVATED)))
     view.deactivated = [(f, explain_deactivated(f)) for f in sorted(
         (row_facts(r) for r in rows if r.state == DEACTIVATED),
         key=lambda w: (w.stop.at if w.stop and w.stop.at else now), reverse=True)]
     rows = [r for r in rows if r.state != DEACTIVATED]
+    view.stopping = [(f, explain_stopping(f, view.unit)) for f in sorted(
+        (row_facts(r) for r in rows if r.state == STOPPING), key=lambda w: w.stop.at or now)]
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
     waits = _history_waits([alloc.pk], now - dt.timedelta(days=HISTORY_DAYS))[alloc.pk]
@@ -166,10 +176,6 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
                                   priority=priority)
         view.jobs = job_ledgers(alloc)
     return view
-
-
-LEDGER_KINDS = ("submitted", "admitted", "pods", "claimed", "scheduled", "running",
-                "preempted", "evicted", "finished", "gone")
 
 
 def _seam_values(allocations, *, now: dt.datetime, days: int, local_queue: str | None,
@@ -240,14 +246,17 @@ def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:
             "at", "id"):
         by_uid[e.workload_uid].append(e)
     measured = {r["uid"]: r for r in QueueWorkload.objects.filter(uid__in=uids).values(
-        "uid", "gpu_busy", "gpu_memory_gb", "utilisation_at")}
+        "uid", "state", "gpu_busy", "gpu_memory_gb", "utilisation_at")}
     out = []
     for uid in uids:
         steps = by_uid[uid]
         gpu = measured.get(uid) or {}
-        out.append({"name": steps[-1].workload, "steps": [
+        tally = preemption_tally([(e.kind, e.at) for e in steps])  # what stops cost it
+        out.append({"name": steps[-1].workload, "state": gpu.get("state", "gone"), "steps": [
             {"kind": e.kind, "label": e.get_kind_display(), "at": e.at,
              "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps],
+            "preemptions": tally.preempted, "stops": tally.stops,
+            "lost_run_seconds": tally.lost_seconds,
             "gpu_busy": gpu.get("gpu_busy"), "gpu_memory_gb": gpu.get("gpu_memory_gb"),
             "utilisation_at": gpu.get("utilisation_at")})
     return out
