@@ -65,6 +65,10 @@ class LedgerChanges:
     written: set[str] = field(default_factory=set)  # uids whose row changes
 
 
+REQUEUED_WORDS = ("Requeued: its pods stopped and its devices were given back; it waits in "
+                  "the queue again, in its place by priority and submission time.")
+
+
 def requeue_time(old: WorkloadFacts | None, new: WorkloadFacts, now: dt.datetime
                  ) -> dt.datetime | None:
     """When a stopped workload went back in the queue, if this reading is the first to show
@@ -110,9 +114,7 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
     requeued = requeue_time(old, new, now)
     if requeued is not None:
         events.append({**base, "kind": LedgerEvent.REQUEUED, "at": requeued,
-                       "reason": "Requeued: its pods stopped and its devices were given "
-                       "back; it waits in the queue again, in its place by priority and "
-                       "submission time."})
+                       "reason": REQUEUED_WORDS})
     # The same admission already recorded (a finished workload Kueue writes to again is
     # not admitted again).
     was_admitted = old is not None and old.state in (*HOLDING, FINISHED) and \
