@@ -36,7 +36,8 @@ class ClusterSerializer(serializers.ModelSerializer):
     class Meta:
         model = Cluster
         fields = ["slug", "name", "role", "region", "provider", "labels", "connection",
-                  "credential_ref", "api_server", "multikueue_name", "created_at",
+                  "credential_ref", "api_server", "multikueue_name",
+                  "dispatch_credential_ref", "created_at",
                   "retired_at", "retired_reason", "checked_at", "answers", "health_message",
                   "server_seen", "kubernetes_version", "kueue_version", "multikueue_active",
                   "multikueue_reason", "pools", "nodes", "promisable_devices",
@@ -78,6 +79,9 @@ class ClusterWriteSerializer(serializers.Serializer):
                                            help_text="file:/path or secret:<ns>/<name>[#key]")
     api_server = serializers.CharField(required=False, allow_blank=True)
     multikueue_name = serializers.CharField(required=False, allow_blank=True)
+    dispatch_credential_ref = serializers.CharField(
+        required=False, allow_blank=True,
+        help_text="workers: the kubeconfig MultiKueue uses, as credential_ref")
 
 
 class RetireClusterSerializer(serializers.Serializer):

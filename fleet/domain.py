@@ -80,3 +80,9 @@ def percent_of(part, whole) -> Decimal | None:
     if whole <= 0:
         return None
     return (part / whole * 100).quantize(ONE_PLACE, rounding=ROUND_HALF_UP)
+
+
+def largest_job(shares: dict[str, int]) -> int:
+    """The most devices one job of a dispatched allocation may ask for and still run: a job
+    runs on one worker, within that worker's share."""
+    return max((int(v) for v in shares.values()), default=0)

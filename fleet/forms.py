@@ -151,16 +151,28 @@ class ClusterForm(forms.ModelForm):
     class Meta:
         model = Cluster
         fields = ["name", "role", "region", "provider", "connection", "credential_ref",
-                  "api_server", "multikueue_name"]
+                  "api_server", "multikueue_name", "dispatch_credential_ref"]
         labels = {"credential_ref": "Credential reference", "api_server": "API server",
-                  "multikueue_name": "MultiKueueCluster name (workers; blank: the short name)"}
+                  "multikueue_name": "MultiKueueCluster name (workers; blank: the short name)",
+                  "dispatch_credential_ref": "MultiKueue's credential reference (workers)"}
         help_texts = {"credential_ref": f"Where the portal's kubeconfig for it is: "
                                         f"{REFERENCE_HELP}. Never the credential itself.",
                       "api_server": "e.g. https://gpu-eu.example.net:6443. Given: the "
-                                    "kubeconfig must point there."}
+                                    "kubeconfig must point there.",
+                      "dispatch_credential_ref": "The kubeconfig Kueue on the manager uses "
+                                                 "to run work on this worker, as above "
+                                                 "(blank: the portal's own). The portal "
+                                                 "copies it into a Secret in Kueue's "
+                                                 "namespace on the manager."}
 
     def clean_credential_ref(self):
-        text = self.cleaned_data["credential_ref"].strip()
+        return self._reference("credential_ref")
+
+    def clean_dispatch_credential_ref(self):
+        return self._reference("dispatch_credential_ref")
+
+    def _reference(self, field: str) -> str:
+        text = self.cleaned_data[field].strip()
         if not text:
             return ""
         try:
@@ -184,6 +196,10 @@ class ClusterForm(forms.ModelForm):
         if connection == Cluster.Connection.KUBECONFIG and not data.get("credential_ref") \
                 and "credential_ref" not in self.errors:
             self.add_error("credential_ref", "A kubeconfig connection needs its reference.")
+        if data.get("dispatch_credential_ref") and data.get("role") != Cluster.Role.WORKER \
+                and "dispatch_credential_ref" not in self.errors:
+            self.add_error("dispatch_credential_ref", "Only a MultiKueue worker is reached "
+                                                      "by the manager: leave this blank.")
         if data.get("role") == Cluster.Role.MANAGER:
             other = Cluster.objects.live().filter(role=Cluster.Role.MANAGER).exclude(
                 pk=self.instance.pk).first()

@@ -16,7 +16,7 @@ from django.db import models
 from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .allocations import lifecycle
-from .domain import Route
+from .domain import Route, largest_job
 from .vocabulary import (
     HOME_CLUSTER,
     ClusterConnections,
@@ -82,6 +82,10 @@ class Cluster(models.Model):
     api_server = models.URLField(max_length=300, blank=True)
     # The name of this worker's MultiKueueCluster on the manager (blank: the slug).
     multikueue_name = models.CharField(max_length=63, blank=True, validators=[DNS_LABEL])
+    # Workers: where the kubeconfig MultiKueue on the manager uses for this worker is (as
+    # credential_ref; blank: the portal's own). The portal copies it into a Secret in Kueue's
+    # namespace on the manager; the database holds only the reference.
+    dispatch_credential_ref = models.CharField(max_length=300, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     retired_at = models.DateTimeField(null=True, blank=True)
     retired_reason = models.TextField(blank=True)
@@ -112,6 +116,10 @@ class Cluster(models.Model):
         return self.role == Cluster.Role.WORKER
 
     @property
+    def is_manager(self) -> bool:
+        return self.role == Cluster.Role.MANAGER
+
+    @property
     def by_kubeconfig(self) -> bool:
         return self.connection == Cluster.Connection.KUBECONFIG
 
@@ -131,9 +139,25 @@ class Cluster(models.Model):
 
 
 def home_cluster_id() -> int:
-    """The cluster a pool or node is in when nobody said: the portal's own (zero config)."""
+    """The cluster a pool or node is in when nobody said: the portal's own (zero config).
+    Reads the id alone: migrations call this as a default while later columns do not exist
+    yet (0015 made the row before it is the default)."""
+    found = Cluster.objects.filter(slug=HOME_CLUSTER).values_list("pk", flat=True).first()
+    if found is not None:
+        return found
     return Cluster.objects.get_or_create(slug=HOME_CLUSTER, defaults={
         "name": "Local cluster", "connection": Cluster.Connection.CONFIGURED})[0].pk
+
+
+class PoolQuerySet(models.QuerySet):
+    def taking_nodes_of(self, cluster: Cluster):
+        """The pools a node of `cluster` may join: the cluster's own, and on a MultiKueue
+        worker the manager's shared pools too (their work is dispatched to the workers)."""
+        own = models.Q(cluster=cluster)
+        if cluster.is_worker:
+            own |= models.Q(cluster__role=Cluster.Role.MANAGER, cluster__retired_at__isnull=True,
+                            route=Route.SHARED_POOL)
+        return self.filter(own)
 
 
 class Pool(models.Model):
@@ -168,12 +192,20 @@ class Pool(models.Model):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="pools",
                                 default=home_cluster_id)
 
+    objects = PoolQuerySet.as_manager()
+
     class Meta:
         db_table = "tenants_pool"  # kept from when tenants/ owned it
         ordering = ["route", "name"]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def dispatched(self) -> bool:
+        """A shared pool of the MultiKueue manager: its work runs on the workers, where its
+        nodes are (fleet/allocations/dispatch.py)."""
+        return self.route == Route.SHARED_POOL and self.cluster.is_manager
 
 
 class RateCard(models.Model):
@@ -237,6 +269,9 @@ class Allocation(models.Model):
     # Where the promise came from, as data ("request #12"): fleet never reads intake's
     # tables, and never parses audit prose for it.
     origin = models.CharField(max_length=80, blank=True)
+    # A dispatched allocation's quota per MultiKueue worker ({worker slug: devices}), fixed
+    # when it is first provisioned (billing's allocated hours per cluster read it).
+    cluster_shares = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -251,6 +286,17 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}/{self.namespace} ({self.get_status_display()})"
+
+    @property
+    def dispatch_shares(self) -> list[tuple[Cluster, int]]:
+        """A dispatched allocation's quota per worker, as (cluster, devices)."""
+        shares = self.cluster_shares or {}
+        clusters = {c.slug: c for c in Cluster.objects.filter(slug__in=shares)}
+        return [(clusters[s], int(d)) for s, d in sorted(shares.items()) if s in clusters]
+
+    @property
+    def largest_job(self) -> int:
+        return largest_job(self.cluster_shares or {})
 
     @property
     def window_text(self) -> str:
@@ -397,6 +443,15 @@ class QueueWorkload(models.Model):
     first_estimate_at = models.DateTimeField(null=True, blank=True)
     first_estimate_basis = models.CharField(max_length=12, blank=True)
     resource_version = models.CharField(max_length=40, blank=True)
+    # MultiKueue (a dispatched allocation's workload on the manager): the worker that
+    # admitted it (its MultiKueueCluster name; blank: the allocation's own cluster), the
+    # workers Kueue is trying, and what the admission check said.
+    ran_on = models.CharField(max_length=63, blank=True)
+    nominated = models.JSONField(default=list, blank=True)
+    dispatch_state = models.CharField(max_length=12, blank=True)
+    dispatch_message = models.TextField(blank=True)
+    # While it waits: what each worker's copy says ({worker: "why it waits there"}).
+    worker_views = models.JSONField(default=dict, blank=True)
     # The current admission's steps after Kueue (fleet.queues.placement): pods created,
     # devices allocated, scheduled (on which node), running. Reset on each new admission.
     pods_at = models.DateTimeField(null=True, blank=True)
@@ -439,6 +494,7 @@ class QueueEvent(AppendOnlyModel):
         CLAIMED = LedgerEvent.CLAIMED, "Devices allocated"
         SCHEDULED = LedgerEvent.SCHEDULED, "Scheduled"
         RUNNING = LedgerEvent.RUNNING, "Running"
+        DISPATCHED = LedgerEvent.DISPATCHED, "Dispatched"
 
     allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
                                    related_name="queue_events")

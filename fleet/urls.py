@@ -15,6 +15,7 @@ urlpatterns = [
     path("fleet/", views.fleet_overview, name="fleet"),
     path("fleet/sync/", views.fleet_sync_now, name="fleet_sync"),
     path("fleet/cohorts/", views.cohorts, name="cohorts"),
+    path("fleet/pending/", views.pending_across, name="pending"),
     path("allocations/<int:pk>/queue/", views.allocation_queue_panel, name="queue"),
     path("allocations/<int:pk>/connect/", views.allocation_connect_panel, name="connect"),
     path("allocations/<int:pk>/kubeconfig.yaml", views.allocation_connect_file,

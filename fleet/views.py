@@ -47,6 +47,7 @@ from .inventory.services import (
 from .inventory.sync import fleet_sync_all
 from .kube import KubeError
 from .models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
+from .queues.across import pending_across_clusters
 from .queues.explain import (
     allocation_queue,
     cohort_groups,
@@ -214,6 +215,14 @@ def allocation_queue_panel(request, pk: int):
         "alloc": alloc, "view": view, "chart": history_chart(view.history),
         "seam_chart": seam_chart(view.seams), "poll_url": poll_url,
         "roles": roles_for(request.user), "narrowed": narrowed})
+
+
+@login_required
+def pending_across(request):
+    """Platform admins: every waiting workload of every cluster, where and why."""
+    require_platform_admin(request.user)
+    rows, per_cluster = pending_across_clusters()
+    return render(request, "fleet/pending.html", {"rows": rows, "per_cluster": per_cluster})
 
 
 @login_required

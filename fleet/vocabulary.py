@@ -71,6 +71,7 @@ class LedgerEvent:
 
     SUBMITTED, ADMITTED, PREEMPTED, EVICTED = "submitted", "admitted", "preempted", "evicted"
     FINISHED, GONE = "finished", "gone"
+    DISPATCHED = "dispatched"  # MultiKueue: a worker admitted the manager's workload
     PODS, CLAIMED, SCHEDULED, RUNNING = "pods", "claimed", "scheduled", "running"
     REQUEUED = "requeued"  # its pods stopped after a preemption or eviction: back in the queue
 

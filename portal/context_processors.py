@@ -16,6 +16,7 @@ from django_htmx.jinja import htmx_script
 NAV = {  # context name → URL name
     "home": "home", "requests": "intake:list", "new_request": "intake:new",
     "review": "intake:review_queue", "fleet": "fleet:fleet", "cohorts": "fleet:cohorts",
+    "pending": "fleet:pending",
     "pools": "fleet:pools", "clusters": "fleet:clusters", "billing": "billing:overview",
     "api_docs": "api-docs",
     "notifications": "tenants:notifications", "login": "account_login",

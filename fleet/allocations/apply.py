@@ -175,7 +175,10 @@ def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
 
 
 def repair_in_cluster(alloc: Allocation, manifests: list[dict],
-                       backend: KubeBackend, *, cause: str = "") -> list[str]:
+                       backend: KubeBackend, *, cause: str = "", record: bool = True
+                       ) -> list[str]:
+    """Re-apply `manifests` in one cluster; what had drifted, in words. With `record`
+    (the allocation's own cluster), the report and its audit row are written too."""
     found, probe, checked, live_guards = [], None, False, []
     for manifest in manifests:
         if is_guard_check(manifest):  # names the guards as they live now (see manifests)
@@ -214,10 +217,26 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
         if name not in reserved:
             backend.apply(node_release(name))
             found.append(f"node {name} is no longer reserved and was released")
+    if record:
+        record_repair(alloc, found, cause=cause)
+    return found
+
+
+def record_repair(alloc: Allocation, found: list[str], *, cause: str = "",
+                  append: bool = False) -> None:
+    """What a reconcile found, as the allocation's drift report with its audit row (after
+    the API calls); `append` adds to the report of the same round (another cluster's)."""
+    if append and not found:
+        return
     report = "; ".join(found)
+    if append:
+        earlier = Allocation.objects.values_list("drift_report", flat=True).get(pk=alloc.pk)
+        report_kept = "; ".join(x for x in (earlier, report) if x)
+    else:
+        report_kept = report
     with transaction.atomic():  # the report and its audit row together, after the API calls
-        Allocation.objects.filter(pk=alloc.pk).update(drift_report="" if cause else report,
-                                                      drift_checked_at=timezone.now())
+        Allocation.objects.filter(pk=alloc.pk).update(
+            drift_report="" if cause else report_kept, drift_checked_at=timezone.now())
         if found and cause:
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.applied",
@@ -226,7 +245,6 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.drift",
                          reason=f"Drift repaired by reconcile: {report}.")
-    return found
 
 
 def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:

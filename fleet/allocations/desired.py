@@ -4,13 +4,17 @@ and what the API server says of them before anything is applied (the review's pr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.conf import settings
 
 from tenants.models import Tenant
 
+from ..inventory.capacity import promisable_capacity
+from ..inventory.selectors import facts_by_cluster
 from ..kube import DryRunBackend, KubeBackend, KubeError, ObjectKey
-from ..models import Allocation, Pool
+from ..models import Allocation, Cluster, GpuNode, Pool
+from .dispatch import WorkerShare, manager_manifests, split_shares, worker_manifests
 from .manifests import AllocationSpec, render_manifests
 
 
@@ -41,7 +45,60 @@ def allocation_spec(allocation: Allocation) -> AllocationSpec:
 
 
 def allocation_manifests(allocation: Allocation) -> list[dict]:
-    return render_manifests(allocation_spec(allocation))
+    """What the allocation's own cluster (its pool's) holds; for a dispatched allocation,
+    the manager's part (dispatch_targets gives every cluster's)."""
+    spec = allocation_spec(allocation)
+    if not allocation.pool.dispatched:
+        return render_manifests(spec)
+    return manager_manifests(spec, worker_shares(allocation))
+
+
+def dispatch_workers() -> list[Cluster]:
+    """The workers MultiKueue dispatches to: every live worker of the registry, by slug."""
+    return list(Cluster.objects.live().filter(role=Cluster.Role.WORKER).order_by("slug"))
+
+
+def worker_capacity(pool: Pool, workers: list[Cluster]) -> dict[str, int]:
+    """Validated devices of the pool on each worker (what the split follows)."""
+    by_cluster = facts_by_cluster(GpuNode.objects.filter(pool=pool))
+    return {w.slug: int(promisable_capacity(by_cluster.get(w.pk, {}).get(pool.pk, []),
+                                            allocated_devices=Decimal(0)).capacity_devices)
+            for w in workers}
+
+
+def decided_shares(allocation: Allocation) -> dict[str, int]:
+    """The stored split, or the split the fleet gives now (stored at first provisioning)."""
+    if allocation.cluster_shares:
+        return {k: int(v) for k, v in allocation.cluster_shares.items()}
+    workers = dispatch_workers()
+    return split_shares(allocation.whole_devices, worker_capacity(allocation.pool, workers))
+
+
+def worker_shares(allocation: Allocation) -> tuple[WorkerShare, ...]:
+    shares = decided_shares(allocation)
+    names = {w.slug: w.multikueue_cluster for w in Cluster.objects.filter(slug__in=shares)}
+    return tuple(WorkerShare(slug, names.get(slug, slug), devices)
+                 for slug, devices in sorted(shares.items()) if slug in names)
+
+
+@dataclass(frozen=True)
+class WorkerTarget:
+    """One worker's part of a dispatched allocation."""
+
+    cluster: Cluster
+    share: WorkerShare
+    manifests: list[dict]
+
+
+def worker_targets(allocation: Allocation) -> list[WorkerTarget]:
+    """Every worker's part of a dispatched allocation (none for any other)."""
+    if not allocation.pool.dispatched:
+        return []
+    spec = allocation_spec(allocation)
+    clusters = {c.slug: c for c in Cluster.objects.filter(
+        slug__in=[s.cluster for s in worker_shares(allocation)])}
+    return [WorkerTarget(clusters[s.cluster], s, worker_manifests(spec, s))
+            for s in worker_shares(allocation)]
 
 
 @dataclass(frozen=True)

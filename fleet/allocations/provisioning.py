@@ -15,6 +15,7 @@ from ..models import Allocation
 from . import lifecycle
 from .desired import allocation_manifests
 from .guards import Defer, GuardsPending
+from .multikueue import wiring_apply, workers_provision
 from .sinks import provisioning_sink
 from .transitions import allocation_transition
 
@@ -44,4 +45,9 @@ def allocation_provision(allocation_id: int, *, backend: KubeBackend | None = No
             return Allocation.objects.get(pk=allocation_id)
         alloc.refresh_from_db(fields=["status", "status_message"])  # provisioning now
     Allocation.objects.filter(pk=allocation_id).update(attempts=F("attempts") + 1)
+    if alloc.pool.dispatched:
+        # The workers first (each its share), then the manager's wiring and queue: a job
+        # the manager dispatches finds its namespace and queue on every worker it reached.
+        targets, _missed = workers_provision(alloc)
+        wiring_apply(backend, [t.cluster for t in targets])
     return provisioning_sink().publish(alloc, allocation_manifests(alloc), backend, defer)

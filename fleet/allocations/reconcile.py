@@ -8,6 +8,7 @@ from ..kube import KubeBackend, ObjectKey
 from ..models import Allocation
 from . import lifecycle
 from .desired import allocation_manifests
+from .multikueue import workers_repair
 from .sinks import provisioning_sink
 
 
@@ -22,7 +23,10 @@ def allocation_reconcile(allocation_id: int, *, backend: KubeBackend | None = No
     backend = backend or backend_of(alloc.pool.cluster)
     if alloc.status not in lifecycle.RECONCILED:
         return []
-    return provisioning_sink().repair(alloc, allocation_manifests(alloc), backend, cause=cause)
+    found = provisioning_sink().repair(alloc, allocation_manifests(alloc), backend, cause=cause)
+    if alloc.pool.dispatched:
+        found += workers_repair(alloc, cause=cause)
+    return found
 
 
 def prune_leftovers(*, backend: KubeBackend) -> list[ObjectKey]:

@@ -14,6 +14,7 @@ from ..kube import KubeBackend
 from ..models import Allocation
 from . import lifecycle
 from .manifests import node_release
+from .multikueue import workers_withdraw
 from .sinks import provisioning_sink
 from .transitions import allocation_transition
 
@@ -54,6 +55,9 @@ def allocation_retire(allocation_id: int, *, backend: KubeBackend | None = None,
     if alloc.status == S.RETIRED:
         return alloc
     deleted = provisioning_sink().withdraw(alloc, backend)
+    if alloc.pool.dispatched:
+        elsewhere, _missed = workers_withdraw(alloc)  # the unreachable: reconcile prunes
+        deleted = [*deleted, *elsewhere]
     released = []
     for node in alloc.nodes.all():
         backend.apply(node_release(node.name))  # drops the labels and taint we owned

@@ -5,6 +5,7 @@ names the cluster it talks to (`backend_of`)."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 from ..kube import ClusterConnection, DryRunBackend, KubeBackend, KubeError, backend_for
 from ..models import Cluster, home_cluster_id
@@ -55,9 +56,10 @@ def connection_of(cluster: Cluster) -> ClusterConnection:
                              api_server=cluster.api_server)
 
 
-def _secret_text(cluster: Cluster) -> str:
-    """The kubeconfig a Secret in the portal's own cluster holds for `cluster`."""
-    ref = parse_credential_ref(cluster.credential_ref)
+def _secret_text(cluster: Cluster, reference: str = "") -> str:
+    """The kubeconfig a Secret in the portal's own cluster holds for `cluster` (its
+    credential, or the one `reference` names)."""
+    ref = parse_credential_ref(reference or cluster.credential_ref)
     if cluster.slug == HOME_CLUSTER:
         raise KubeError("The home cluster's credential cannot live in itself.", retriable=False)
     secret = backend_of(home_cluster()).get("v1", "Secret", ref.name, ref.namespace)
@@ -79,6 +81,23 @@ def backend_of(cluster: Cluster) -> KubeBackend:
     except ValueError as exc:
         raise KubeError(f"Cluster {cluster.slug}: {exc}", retriable=False) from exc
     return backend_for(conn, load_kubeconfig=lambda: _secret_text(cluster))
+
+
+def dispatch_kubeconfig(worker: Cluster) -> bytes:
+    """The kubeconfig MultiKueue on the manager uses for `worker`: its dispatch credential,
+    else the portal's own for it. Read when it is applied, never stored."""
+    reference = worker.dispatch_credential_ref or worker.credential_ref
+    try:
+        ref = parse_credential_ref(reference)
+    except ValueError as exc:
+        raise KubeError(f"Cluster {worker.slug}: {exc}", retriable=False) from exc
+    if ref.kind == "secret":
+        return _secret_text(worker, reference).encode()
+    try:
+        return Path(ref.path).read_bytes()
+    except OSError as exc:
+        raise KubeError(f"Cluster {worker.slug}: the kubeconfig file {ref.path} cannot be "
+                        f"read ({exc.strerror}).", retriable=False) from exc
 
 
 def read_health(cluster: Cluster, *, manager: Cluster | None = None) -> ClusterHealth:

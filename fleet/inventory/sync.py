@@ -172,9 +172,10 @@ def _record_fleet(cluster: Cluster, nodes: list[dict], slices_by_node: dict[str,
                   *, report: SyncReport, by, gone: list[str] | None = None) -> None:
     """Bring the cluster's rows up to date with `nodes`. A full read (gone=None) also marks
     every known node it lacks as gone; a partial one (a watch's events) marks only `gone`.
-    Nothing of another cluster is read or touched: a node label names a pool of this one."""
+    Nothing of another cluster is read or touched: a node label names a pool of this one
+    (or, on a MultiKueue worker, a shared pool of the manager: its work runs here)."""
     now = timezone.now()
-    pools = {p.slug: p for p in Pool.objects.filter(cluster=cluster)}
+    pools = {p.slug: p for p in Pool.objects.taking_nodes_of(cluster)}
     in_cluster = GpuNode.objects.filter(cluster=cluster)
     # (digest, retiring, present) of every known node: a few bytes each, no model objects.
     known = {name: (digest, retiring, present) for name, digest, retiring, present in

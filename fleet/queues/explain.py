@@ -15,7 +15,13 @@ from django.utils import timezone
 from ..domain import in_devices
 from ..inventory.pricing import borrowing_is_billed, money, pool_rate
 from ..inventory.selectors import mig_weights
-from ..models import Allocation, ClusterQueueState, QueueEvent, QueueUsageHour, QueueWorkload
+from ..models import (
+    Allocation,
+    ClusterQueueState,
+    QueueEvent,
+    QueueUsageHour,
+    QueueWorkload,
+)
 from .placement import SEAMS, STOPS, preemption_tally, recoveries
 from .reading import (
     HISTORY_DAYS,
@@ -43,6 +49,7 @@ from .truth import (
     history_by_day,
     percentile,
     queue_policy_words,
+    stopping_entry,
 )
 
 
@@ -97,11 +104,7 @@ class QueueView:
                          "reason_code": p.waiting.code, "reason": p.waiting.text,
                          "estimated_start": p.estimate.at, "estimate_basis": p.estimate.basis,
                          "estimate": p.estimate.text} for p in self.pending],
-            "stopping": [{"name": w.display_name, "devices": w.devices,
-                          "admitted_at": w.admitted_at, "stopped_at": w.stop.at,
-                          "kind": "preempted" if w.stop.preempted else "evicted",
-                          "reason_code": w.stop.preemption or w.stop.reason, "reason": text}
-                         for w, text in self.stopping],
+            "stopping": [stopping_entry(w, text) for w, text in self.stopping],
             "deactivated": [{"name": w.display_name, "devices": w.devices,
                              "stopped_at": w.stop.at if w.stop else None,
                              "reason_code": w.stop.reason if w.stop else "Deactivated",
@@ -251,12 +254,10 @@ def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:
     for uid in uids:
         steps = by_uid[uid]
         gpu = measured.get(uid) or {}
-        tally = preemption_tally([(e.kind, e.at) for e in steps])  # what stops cost it
         out.append({"name": steps[-1].workload, "state": gpu.get("state", "gone"), "steps": [
             {"kind": e.kind, "label": e.get_kind_display(), "at": e.at,
              "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps],
-            "preemptions": tally.preempted, "stops": tally.stops,
-            "lost_run_seconds": tally.lost_seconds,
+            **preemption_tally([(e.kind, e.at) for e in steps]).fields(),  # what stops cost
             "gpu_busy": gpu.get("gpu_busy"), "gpu_memory_gb": gpu.get("gpu_memory_gb"),
             "utilisation_at": gpu.get("utilisation_at")})
     return out

@@ -19,6 +19,7 @@ from decimal import Decimal
 
 from ..domain import devices_text
 from ..vocabulary import LedgerEvent
+from .dispatched import dispatch_words
 from .placement import NOTHING, Placement, placement_events
 from .truth import (
     DEACTIVATED,
@@ -35,7 +36,7 @@ from .truth import (
 APPLIED = ("devices", "state", "admitted_at", "finished_at", "requeued_at", "max_seconds",
            "pending_reason", "pending_detail", "stop_reason", "stop_preemption", "stopped_at",
            "stop_detail", "local_queue", "cluster_queue", "priority", "resource_version",
-           "job")
+           "job", "ran_on", "nominated", "dispatch_state", "dispatch_message", "worker_views")
 PLACED = ("pods_at", "scheduled_at", "node", "claimed_at", "devices_allocated", "running_at")
 UPDATED = (*APPLIED, *PLACED, "position", "position_source", "observed_at")
 
@@ -136,6 +137,10 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
                        "wait_seconds": max(0.0, wait) if wait is not None else None,
                        "seam_seconds": max(0.0, wait) if wait is not None else None,
                        "borrowed": borrowed, "reason": reason})
+    if new.ran_on and (old is None or old.ran_on != new.ran_on):
+        events.append({**base, "kind": LedgerEvent.DISPATCHED,
+                       "at": new.dispatched_at or new.admitted_at or now,
+                       "reason": dispatch_words(new), "detail": new.ran_on})
     if new.state == FINISHED and (old is None or old.state != FINISHED):
         events.append({**base, "kind": LedgerEvent.FINISHED,
                        "at": new.finished_at or now, "reason": "Finished; its devices were "
@@ -171,7 +176,10 @@ def fact_values(f: WorkloadFacts) -> dict:
             "stop_preemption": stop.preemption[:80] if stop else "",
             "stopped_at": stop.at if stop else None, "stop_detail": stop.raw if stop else "",
             "local_queue": f.local_queue, "cluster_queue": f.cluster_queue,
-            "priority": f.priority, "resource_version": f.resource_version, "job": f.job}
+            "priority": f.priority, "resource_version": f.resource_version, "job": f.job,
+            "ran_on": f.ran_on[:63], "nominated": list(f.nominated),
+            "dispatch_state": f.dispatch_state[:12], "dispatch_message": f.dispatch_message,
+            "worker_views": dict(f.worker_views)}
 
 
 def placement_values(p: Placement) -> dict:

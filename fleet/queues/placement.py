@@ -217,6 +217,11 @@ class Preemptions:
     def stops(self) -> int:
         return self.preempted + self.evicted
 
+    def fields(self) -> dict:
+        """As a job's ledger carries it in the API."""
+        return {"preemptions": self.preempted, "stops": self.stops,
+                "lost_run_seconds": self.lost_seconds}
+
 
 def preemption_tally(steps: list[tuple[str, dt.datetime]]) -> Preemptions:
     """Preemptions, other stops and the run time they cost one workload, from its ledger

@@ -46,7 +46,10 @@ def row_facts(row: QueueWorkload) -> WorkloadFacts:
         submitted_at=row.submitted_at, devices=row.devices, state=row.state,
         admitted_at=row.admitted_at, finished_at=row.finished_at, max_seconds=row.max_seconds,
         pending_reason=row.pending_reason, pending_raw=row.pending_detail, stop=stop,
-        requeued_at=row.requeued_at, resource_version=row.resource_version)
+        requeued_at=row.requeued_at, resource_version=row.resource_version,
+        ran_on=row.ran_on, nominated=tuple(row.nominated or ()),
+        dispatch_state=row.dispatch_state, dispatch_message=row.dispatch_message,
+        worker_views=tuple(sorted((row.worker_views or {}).items())))
 
 
 def stored_workload(row: QueueWorkload) -> StoredWorkload:

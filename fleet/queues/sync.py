@@ -51,6 +51,7 @@ from .truth import (
     parse_cluster_queue,
     parse_workload,
 )
+from .workers import with_worker_views
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,8 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
                         for o in view.local_queues}
     facts = [_parsed(o, cluster_queue_of, view.parsed) for o in view.workloads
              if (o.get("metadata") or {}).get("namespace") in allocations]
+    if cluster is not None and cluster.is_manager:
+        facts = with_worker_views(facts)
     queues = held_by_admissions({q.name: q for q in (parse_cluster_queue(o)
                                                      for o in view.cluster_queues)},
                                 facts, followed=set(allocations))
@@ -248,12 +251,32 @@ def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueVie
         uid__any=[f.uid for f in admitted], scheduled_at__isnull=False,
         running_at__isnull=False).values_list("uid", "admitted_at"))
     admitted = [f for f in admitted if (f.uid, f.admitted_at) not in done]
-    if not admitted:
-        return {}
+    here = [f for f in admitted if not f.ran_on]
+    out = _placements_in(backend, here, view) if here else {}
+    # Dispatched work (MultiKueue): its pods are on the worker that admitted it.
+    by_worker: dict[str, list[WorkloadFacts]] = defaultdict(list)
+    for f in admitted:
+        if f.ran_on:
+            by_worker[f.ran_on].append(f)
+    workers = {c.multikueue_cluster: c for c in Cluster.objects.live().filter(
+        role=Cluster.Role.WORKER)} if by_worker else {}
+    for name, found in by_worker.items():
+        if name not in workers:
+            continue
+        try:
+            out |= _placements_in(backend_of(workers[name]), found, None)
+        except KubeError as exc:  # the worker away: its steps are read when it answers
+            log.info("workload ledger: worker %s not read (%s)", name, exc.message)
+    return out
+
+
+def _placements_in(backend: KubeBackend, admitted: list[WorkloadFacts],
+                   view: KueueView | None) -> dict[str, Placement]:
+    """The steps after admission of `admitted`, from one cluster's Pods and claims."""
     namespaces = {f.namespace for f in admitted}
     try:
-        pod_objs = view.pods if view.pods is not None else backend.list_path(
-            PODS_PATH, label_selector=JOB_LABELS[0])
+        pod_objs = view.pods if view is not None and view.pods is not None else \
+            backend.list_path(PODS_PATH, label_selector=JOB_LABELS[0])
         pods = {key: found for key, found in pods_by_job(pod_objs).items()
                 if key[0] in namespaces}
     except KubeError as exc:  # e.g. an older ClusterRole without pods: Kueue's view stands
@@ -261,8 +284,8 @@ def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueVie
                     exc)
         return {}
     try:
-        claim_objs = view.claims if view.claims is not None else backend.list_path(
-            CLAIMS_PATH)
+        claim_objs = view.claims if view is not None and view.claims is not None else \
+            backend.list_path(CLAIMS_PATH)
         claims = claims_by_pod([c for c in claim_objs
                                 if (c.get("metadata") or {}).get("namespace") in namespaces])
     except KubeError:  # a cluster without DRA's v1 API: no claims to follow

@@ -35,6 +35,10 @@ DEACTIVATED = WorkloadState.DEACTIVATED
 STOPPING = WorkloadState.STOPPING
 # The states in which a workload holds quota of its ClusterQueue.
 HOLDING = (ADMITTED, STOPPING)
+# The portal's own reason code for a workload whose quota the MultiKueue manager reserved
+# while no worker has admitted it yet (Kueue leaves QuotaReserved's reason at its admitted
+# value there).
+DISPATCHING = "Dispatching"
 
 
 def is_device_resource(name: str) -> bool:
@@ -132,6 +136,14 @@ class WorkloadFacts:
     stop: Stop | None = None  # the latest eviction still in force
     requeued_at: dt.datetime | None = None
     resource_version: str = ""
+    # MultiKueue, on the manager: where a worker admitted it, the workers tried, and the
+    # admission check's state, message and time.
+    ran_on: str = ""
+    nominated: tuple[str, ...] = ()
+    dispatch_state: str = ""
+    dispatch_message: str = ""
+    dispatched_at: dt.datetime | None = None
+    worker_views: tuple[tuple[str, str], ...] = ()  # (worker, why it waits there)
 
     @property
     def display_name(self) -> str:
@@ -173,18 +185,22 @@ def is_deactivation(reason: str) -> bool:
     return reason in ("Deactivated", "InactiveWorkload") or reason.startswith("DeactivatedDueTo")
 
 
-def workload_state(cond: dict[str, dict], *, active: bool, admission: bool) -> str:
-    """The state of a Workload, decided from Kueue's conditions (by type), `spec.active` and
-    whether `status.admission` is set. Pure; the table in docs/ledger.md:
+def workload_state(cond: dict[str, dict], *, active: bool, admission: bool,
+                   checks: bool = False) -> str:
+    """The state of a Workload, decided from Kueue's conditions (by type), `spec.active`,
+    whether `status.admission` is set and whether it has admission checks. Pure; the table
+    in docs/ledger.md:
 
     1. `Finished` True: finished.
     2. `spec.active` false, or `Evicted` True for a deactivation: deactivated (Seen from
        Kueue v0.17: QuotaReserved and Admitted stay True while its pods stop; it is already
        not running work, and never will again unless reactivated).
-    3. `QuotaReserved` True with an admission: `Evicted` or `Preempted` True — stopping (Kueue
-       evicted it; the quota stays reserved until its job is no longer active, so its pods
-       may still run); else admitted.
-    4. Otherwise pending (waiting, or back in the queue after a stop).
+    3. `QuotaReserved` True with an admission, and `Admitted` True or no admission checks
+       (behind a check — MultiKueue's, on a manager — reserved quota is not yet admission:
+       it waits for a worker): `Evicted` or `Preempted` True — stopping (Kueue evicted it;
+       the quota stays reserved until its job is no longer active, so its pods may still
+       run); else admitted.
+    4. Otherwise pending (waiting, dispatching, or back in the queue after a stop).
     """
     def true(kind: str) -> bool:
         return (cond.get(kind) or {}).get("status") == "True"
@@ -194,7 +210,7 @@ def workload_state(cond: dict[str, dict], *, active: bool, admission: bool) -> s
     if not active or (true("Evicted") and is_deactivation(
             _s((cond.get("Evicted") or {}).get("reason")))):
         return DEACTIVATED
-    if true("QuotaReserved") and admission:
+    if true("QuotaReserved") and admission and (true("Admitted") or not checks):
         return STOPPING if true("Evicted") or true("Preempted") else ADMITTED
     return PENDING
 
@@ -215,9 +231,16 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
     job = next((_s(o.get("name")) for o in owners if o.get("controller")), "") or \
         next((_s(o.get("name")) for o in owners), "")
 
+    def true(kind: str) -> bool:
+        return (cond.get(kind) or {}).get("status") == "True"
+
+    checks = [_d(c) for c in _l(status.get("admissionChecks"))]
+    waiting_check = next((c for c in checks if c.get("state") != "Ready"), None)
+    dispatch = waiting_check or (checks[0] if checks else {})
     # `spec.active` is the truth Kueue acts on; the eviction reason says why.
     state = workload_state(cond, active=spec.get("active") is not False,
-                           admission=bool(admission))
+                           admission=bool(admission), checks=bool(checks))
+    reserved_waiting = state == PENDING and true("QuotaReserved") and waiting_check
     stop = None
     evicted = cond.get("Evicted")
     preempted = cond.get("Preempted") or {}
@@ -259,11 +282,20 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         finished_at=parse_time((cond.get("Finished") or {}).get("lastTransitionTime"))
         if state == FINISHED else None,
         max_seconds=max_seconds if isinstance(max_seconds, int) and max_seconds > 0 else None,
-        pending_reason=_s(reserved.get("reason")) if state == PENDING else "",
-        pending_raw=_s(reserved.get("message")) if state == PENDING else "",
+        pending_reason=(DISPATCHING if reserved_waiting else _s(reserved.get("reason")))
+        if state == PENDING else "",
+        pending_raw=(_s(waiting_check.get("message")) if reserved_waiting
+                     else _s(reserved.get("message"))) if state == PENDING else "",
         stop=stop,
         requeued_at=requeued_at,
-        resource_version=_s(meta.get("resourceVersion")))
+        resource_version=_s(meta.get("resourceVersion")),
+        ran_on=_s(status.get("clusterName")),
+        nominated=tuple(sorted(n for n in status.get("nominatedClusterNames") or ()
+                               if isinstance(n, str))) if isinstance(
+            status.get("nominatedClusterNames"), list) else (),
+        dispatch_state=_s(dispatch.get("state")), dispatch_message=_s(dispatch.get("message")),
+        dispatched_at=parse_time(dispatch.get("lastTransitionTime"))
+        if status.get("clusterName") else None)
 
 
 @dataclass(frozen=True)
@@ -400,6 +432,8 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
     if w.state == DEACTIVATED or w.pending_reason in ("Inactive", "Deactivated") or (
             w.stop and is_deactivation(w.stop.reason)):
         return Waiting("deactivated", explain_deactivated(w))
+    if w.pending_reason == DISPATCHING:
+        return Waiting("dispatching", explain_dispatching(w))
     if w.devices > queue.ceiling:
         if queue.cohort:
             limit = "" if queue.borrowing_limit is None else \
@@ -491,6 +525,14 @@ EVICTION_WORDS = {
 }
 
 
+def explain_dispatching(w: WorkloadFacts) -> str:
+    """A workload the MultiKueue manager reserved quota for, offered to its workers."""
+    tried = ", ".join(w.nominated) if w.nominated else "every worker of the pool"
+    said = f" Kueue says: {w.dispatch_message}" if w.dispatch_message else ""
+    return (f"Within this allocation's quota; offered to {tried}. It runs on the first "
+            f"worker that admits it (each holds a share of the quota).{said}")
+
+
 def _deactivation_words(reason: str) -> str:
     if reason in EVICTION_WORDS:
         return EVICTION_WORDS[reason]
@@ -543,6 +585,14 @@ def explain_stopping(w: WorkloadFacts, unit: str) -> str:
     what = "Being preempted" if stop.preempted else "Stopping"
     return (f"{what}: {stop_cause(stop)}. Its pods are being stopped; it still holds "
             f"{amount(w.devices, unit)} until they have, then goes back in the queue.")
+
+
+def stopping_entry(w: WorkloadFacts, text: str) -> dict:
+    """A stopping workload as the queue API lists it (`stopping`)."""
+    stop = w.stop or Stop(None, "")
+    return {"name": w.display_name, "devices": w.devices, "admitted_at": w.admitted_at,
+            "stopped_at": stop.at, "kind": "preempted" if stop.preempted else "evicted",
+            "reason_code": stop.preemption or stop.reason, "reason": text}
 
 
 def explain_stop(stop: Stop) -> str:

@@ -25,6 +25,7 @@ LINKS = (
     ("review", "Review", lambda r: r["admin"], lambda name, app: "review" in name),
     ("fleet", "Fleet", lambda r: r["admin"], lambda name, app: name in ("fleet", "node")),
     ("cohorts", "Cohorts", lambda r: r["admin"], lambda name, app: name == "cohorts"),
+    ("pending", "Waiting", lambda r: r["admin"], lambda name, app: name == "pending"),
     ("pools", "Pools", lambda r: r["admin"], lambda name, app: "pool" in name),
     ("clusters", "Clusters", lambda r: r["admin"], lambda name, app: "cluster" in name),
     ("billing", None, lambda r: r["billing"], lambda name, app: app == "billing"),

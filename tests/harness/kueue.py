@@ -151,11 +151,16 @@ def visibility_registration(ca_pem: bytes, address: str, port: int) -> list[dict
 
 
 def kueue_config(*, webhook_port: int, health_port: int, visibility_port: int, cert_dir: Path,
-                 device_class_mappings: list[dict], visibility_address: str) -> dict:
-    return {
+                 device_class_mappings: list[dict], visibility_address: str,
+                 multikueue: dict | None = None) -> dict:
+    config = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
         "namespace": "kueue-system",
         "leaderElection": {"leaderElect": False},
+        # Raised as for the tier's scheduler (Kueue's default is 20/30): its calls to its own
+        # API server are not what the tests measure. MultiKueue's clients to the workers
+        # keep client-go's defaults (5/10) in v0.17: not configurable there.
+        "clientConnection": {"qps": 200, "burst": 400},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
         # Off: with internal cert management off its server wants certs from a fixed /etc path.
         # The portal reads Kueue's state from the API server, not from these metrics.
@@ -168,6 +173,9 @@ def kueue_config(*, webhook_port: int, health_port: int, visibility_port: int, c
         "featureGates": {"DynamicResourceAllocation": True},
         "resources": {"deviceClassMappings": device_class_mappings},
     }
+    if multikueue is not None:  # a MultiKueue manager: how it follows its workers
+        config["multiKueue"] = multikueue
+    return config
 
 
 class KueueController:
@@ -183,7 +191,8 @@ class KueueController:
         self.startup_seconds = 0.0
 
     def start(self, binary: Path, *, admin_kubeconfig: Path, cert_dir: Path,
-              device_class_mappings: list[dict]) -> KueueController:
+              device_class_mappings: list[dict], multikueue: dict | None = None
+              ) -> KueueController:
         import yaml  # here, not at the top: prebuild runs before the venv
 
         started = time.monotonic()
@@ -192,7 +201,7 @@ class KueueController:
             webhook_port=self.webhook_port, health_port=self.health_port,
             visibility_port=self.visibility_port, cert_dir=cert_dir,
             device_class_mappings=device_class_mappings,
-            visibility_address=self.visibility_address)))
+            visibility_address=self.visibility_address, multikueue=multikueue)))
         argv = [str(binary), f"--config={config}", f"--kubeconfig={admin_kubeconfig}",
                 "--zap-log-level=info"]
         self._proc = ManagedProcess("kueue", self._private_etc(argv, cert_dir),
@@ -205,7 +214,10 @@ class KueueController:
     def _private_etc(self, argv: list[str], cert_dir: Path) -> list[str]:
         """Kueue reads its metrics certificate from a fixed /etc/kueue/metrics/certs when its
         own cert management is off. Give it that path in a private mount namespace (an
-        overlay on /etc seen by this process alone), never in the machine's /etc."""
+        overlay on /etc seen by this process alone), never in the machine's /etc. The
+        visibility server's certificate directory is fixed at build time and shared by every
+        instance of the build: each process sees its own there, bind-mounted in the same
+        private namespace (several clusters' Kueues run from one build)."""
         if os.geteuid() != 0 or not shutil.which("unshare"):
             raise RuntimeError("the Kueue tier needs root and unshare(1) for a private /etc "
                                "overlay (Kueue reads /etc/kueue/metrics/certs)")
@@ -215,11 +227,13 @@ class KueueController:
         work.mkdir(exist_ok=True)
         visibility = kueue_dir() / "visibility-certs"  # set at build time (see ensure_kueue)
         visibility.mkdir(parents=True, exist_ok=True)
+        own = self.workdir / "visibility-certs"
+        own.mkdir(exist_ok=True)
         for name in ("tls.crt", "tls.key"):
             shutil.copy(cert_dir / name, certs / name)
-            shutil.copy(cert_dir / name, visibility / name)
+            shutil.copy(cert_dir / name, own / name)
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} "
-                  '/etc && exec "$@"')
+                  f"/etc && mount --bind {own} {visibility} && exec \"$@\"")
         return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "kueue",
                 *argv]
 

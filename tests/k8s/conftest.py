@@ -204,11 +204,29 @@ def _webhook_cert(pki: Path, out: Path, address: str) -> None:
 TEST_MIG_PROFILES = ("1g.10gb", "2g.20gb", "3g.40gb")
 
 
+# The home cluster's Kueue is also the MultiKueue manager of the tier (tests/k8s/multikueue.py
+# starts its workers): a worker that stops answering is given up, its workloads dispatched
+# again, after 20 s rather than Kueue's default 15 minutes; what it left on a worker is
+# collected every 30 s. Without a MultiKueue admission check on a queue these change nothing.
+MANAGER_SETTINGS = {"gcInterval": "30s", "origin": "aifactory-portal-test",
+                    "workerLostTimeout": "20s"}
+
+
 @pytest.fixture(scope="session")
 def kueue(control_plane, admin_kube, tmp_path_factory):
     """The real Kueue controller (v0.17.0 from the module proxy) joined to the test cluster:
     its CRDs converting through its own webhook, its admission webhooks on loopback, the DRA
     gate on and the MIG device classes mapped. Up for the rest of the session."""
+    controller = join_kueue(control_plane, admin_kube, tmp_path_factory.mktemp("kueue"),
+                            multikueue=MANAGER_SETTINGS)
+    yield controller
+    controller.stop()
+
+
+def join_kueue(cp: ControlPlane, admin: KubernetesBackend, workdir: Path, *,
+               multikueue: dict | None = None):
+    """Start a Kueue for one control plane (each cluster of the tier its own, from the same
+    build), with `multikueue` its manager's settings when it dispatches to workers."""
     from fleet.allocations.manifests import kueue_device_class_mappings
     from tests.harness.kueue import (
         KueueController,
@@ -221,30 +239,29 @@ def kueue(control_plane, admin_kube, tmp_path_factory):
     started = time.monotonic()
     binary = ensure_kueue()
     built = time.monotonic() - started
-    workdir = tmp_path_factory.mktemp("kueue")
-    pki = control_plane.workdir / "pki"
+    pki = cp.workdir / "pki"
     certs = workdir / "certs"
     controller = KueueController(workdir)
     _webhook_cert(pki, certs, controller.visibility_address)
     ca = (pki / "ca.crt").read_bytes()
-    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
-                      "metadata": {"name": "kueue-system"}}, force=True)
+    admin.apply({"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": "kueue-system"}}, force=True)
     crds = kueue_crds(ca, controller.webhook_port)
     for crd in crds:
-        admin_kube.apply(crd, force=True)
-    wait_for_crds(admin_kube, [c["metadata"]["name"] for c in crds])
-    controller.start(binary, admin_kubeconfig=control_plane.admin_kubeconfig, cert_dir=certs,
-                     device_class_mappings=kueue_device_class_mappings(TEST_MIG_PROFILES))
+        admin.apply(crd, force=True)
+    wait_for_crds(admin, [c["metadata"]["name"] for c in crds])
+    controller.start(binary, admin_kubeconfig=cp.admin_kubeconfig, cert_dir=certs,
+                     device_class_mappings=kueue_device_class_mappings(TEST_MIG_PROFILES),
+                     multikueue=multikueue)
     for hook in kueue_webhooks(ca, controller.webhook_port):
-        admin_kube.apply(hook, force=True)
+        admin.apply(hook, force=True)
     for obj in visibility_registration(ca, controller.visibility_address,
                                        controller.visibility_port):
-        admin_kube.apply(obj, force=True)
-    eventually(lambda: _api_service_available(admin_kube), timeout=60)
+        admin.apply(obj, force=True)
+    eventually(lambda: _api_service_available(admin), timeout=60)
     print(f"\nkueue: binary ready in {built:.1f}s, controller ready in "
           f"{controller.startup_seconds:.1f}s")
-    yield controller
-    controller.stop()
+    return controller
 
 
 def _api_service_available(admin) -> None:

@@ -265,3 +265,22 @@ S = dt.timedelta(seconds=1)
 def test_what_stops_cost_a_workload(steps, tally):
     got = preemption_tally([(k, T0 + s * S) for k, s in steps])
     assert got == tally and got.stops == tally.preempted + tally.evicted
+
+
+ADMITTED_C = [None, ("False", "NoReservation"), ("True", "Admitted")]
+
+
+def test_behind_an_admission_check_reserved_quota_is_admission_only_once_admitted():
+    """MultiKueue's manager: quota reserved behind a check waits for a worker (pending);
+    once Kueue says Admitted it runs — or, evicted, stops — as anywhere else."""
+    for finished, evicted, preempted, reserved, admitted in itertools.product(
+            FINISHED_C, EVICTED_C, PREEMPTED_C, RESERVED_C, ADMITTED_C):
+        kinds = conds(Finished=finished, Evicted=evicted, Preempted=preempted,
+                      QuotaReserved=reserved, Admitted=admitted)
+        without = workload_state(kinds, active=True, admission=True)
+        behind = workload_state(kinds, active=True, admission=True, checks=True)
+        if admitted and admitted[0] == "True":
+            assert behind == without, kinds
+        else:
+            assert behind not in (ADMITTED, STOPPING), kinds
+            assert behind == (PENDING if without in (ADMITTED, STOPPING) else without), kinds

@@ -91,6 +91,7 @@ MATRIX: dict[str, Row] = {
     "fleet:cluster_retire": Row("post", "cluster", page(admin=302, **ADMIN_ONLY)),
     "fleet:fleet_sync": Row("post", "", page(admin=302, **ADMIN_ONLY)),
     "fleet:cohorts": Row("get", "", page(admin=200, **ADMIN_ONLY)),
+    "fleet:pending": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "fleet:node": Row("get", "node", page(admin=200, **ADMIN_ONLY)),
     "fleet:node_retire": Row("post", "node", page(admin=302, **ADMIN_ONLY)),
     "fleet:node_move_off": Row("post", "node", page(admin=302, **ADMIN_ONLY)),
