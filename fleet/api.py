@@ -92,6 +92,21 @@ class DeactivatedSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class StoppingSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    devices = serializers.DecimalField(max_digits=12, decimal_places=4,
+                                       help_text="still reserved until its pods stop")
+    admitted_at = serializers.DateTimeField(allow_null=True,
+                                            help_text="the admission being stopped")
+    stopped_at = serializers.DateTimeField(allow_null=True,
+                                           help_text="when Kueue evicted or preempted it")
+    kind = serializers.ChoiceField(choices=["preempted", "evicted"])
+    reason_code = serializers.CharField(help_text="the Preempted condition's reason (e.g. "
+                                                  "InClusterQueue, InCohortReclamation) or "
+                                                  "the Evicted one's")
+    reason = serializers.CharField()
+
+
 class StopSerializer(serializers.Serializer):
     name = serializers.CharField()
     at = serializers.DateTimeField()
@@ -136,7 +151,7 @@ class SeamSerializer(serializers.Serializer):
 class LedgerStepSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["submitted", "admitted", "pods", "claimed",
                                             "scheduled", "running", "preempted", "evicted",
-                                            "finished", "gone"])
+                                            "requeued", "finished", "gone"])
     label = serializers.CharField()
     at = serializers.DateTimeField(help_text="as Kubernetes recorded it (conditions, pod "
                                              "and claim status)")
@@ -147,7 +162,15 @@ class LedgerStepSerializer(serializers.Serializer):
 
 class JobLedgerSerializer(serializers.Serializer):
     name = serializers.CharField()
+    state = serializers.ChoiceField(choices=["pending", "admitted", "stopping", "deactivated",
+                                             "finished", "gone"],
+                                    help_text="admitted: running; stopping: evicted or "
+                                              "preempted, its pods still stopping")
     steps = LedgerStepSerializer(many=True)
+    preemptions = serializers.IntegerField(help_text="times Kueue preempted it")
+    stops = serializers.IntegerField(help_text="preemptions and other evictions")
+    lost_run_seconds = serializers.FloatField(
+        help_text="run time lost to those stops: from its start to each stop, summed")
     gpu_busy = serializers.FloatField(
         allow_null=True, help_text="mean activity of its GPUs while it ran, 0–1, from DCGM "
                                    "(DCGM_FI_PROF_GR_ENGINE_ACTIVE of its pods); null: not "
@@ -174,6 +197,9 @@ class QueueSerializer(serializers.Serializer):
     borrowed_price_per_hour = serializers.DecimalField(max_digits=14, decimal_places=2)
     running = RunningSerializer(many=True)
     pending = PendingSerializer(many=True)
+    stopping = StoppingSerializer(
+        many=True, help_text="workloads Kueue evicted or preempted whose pods are still "
+                             "stopping: not running, not waiting yet")
     deactivated = DeactivatedSerializer(
         many=True, help_text="workloads Kueue deactivated (spec.active false): not waiting, "
                              "holding nothing, until reactivated")

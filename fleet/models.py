@@ -414,6 +414,7 @@ class QueueWorkload(models.Model):
         DEACTIVATED = WorkloadState.DEACTIVATED, "Deactivated"
         FINISHED = WorkloadState.FINISHED, "Finished"
         GONE = WorkloadState.GONE, "Deleted"
+        STOPPING = WorkloadState.STOPPING, "Stopping"
 
     allocation = models.ForeignKey(Allocation, on_delete=models.CASCADE,
                                    related_name="workloads")
@@ -485,6 +486,7 @@ class QueueEvent(AppendOnlyModel):
         ADMITTED = LedgerEvent.ADMITTED, "Admitted"
         PREEMPTED = LedgerEvent.PREEMPTED, "Preempted"
         EVICTED = LedgerEvent.EVICTED, "Stopped"
+        REQUEUED = LedgerEvent.REQUEUED, "Requeued"
         FINISHED = LedgerEvent.FINISHED, "Finished"
         GONE = LedgerEvent.GONE, "Deleted"
         # After admission (fleet.queues.placement), from what Kubernetes recorded.

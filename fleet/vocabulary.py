@@ -58,8 +58,11 @@ class WorkloadState:
 
     PENDING, ADMITTED, DEACTIVATED = "pending", "admitted", "deactivated"
     FINISHED, GONE = "finished", "gone"
+    # Evicted or preempted by Kueue, its quota still reserved while its pods stop: not
+    # running work any more, not waiting yet (fleet.queues.truth.workload_state).
+    STOPPING = "stopping"
     CHOICES = [(PENDING, "Pending"), (ADMITTED, "Running"), (DEACTIVATED, "Deactivated"),
-               (FINISHED, "Finished"), (GONE, "Deleted")]
+               (FINISHED, "Finished"), (GONE, "Deleted"), (STOPPING, "Stopping")]
 
 
 class LedgerEvent:
@@ -70,6 +73,7 @@ class LedgerEvent:
     FINISHED, GONE = "finished", "gone"
     DISPATCHED = "dispatched"  # MultiKueue: a worker admitted the manager's workload
     PODS, CLAIMED, SCHEDULED, RUNNING = "pods", "claimed", "scheduled", "running"
+    REQUEUED = "requeued"  # its pods stopped after a preemption or eviction: back in the queue
 
 
 # Resources

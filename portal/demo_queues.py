@@ -22,6 +22,7 @@ from fleet.models import (
     QueueUsageHour,
     QueueWorkload,
 )
+from fleet.queues.ledger import REQUEUED_WORDS
 from fleet.queues.placement import NOTHING, Placement, placement_events
 from fleet.queues.truth import Stop, explain_stop
 from fleet.vocabulary import MIG_RESOURCE_PREFIX, WHOLE_GPU
@@ -123,12 +124,17 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
                             "InCohortReclamation", "")
                 events.append(QueueEvent(kind="preempted", at=stop.at,
                                          reason=explain_stop(stop), **common))
-                # Requeued, admitted again once the cohort had room, and running again.
+                # Requeued once its pods stopped, admitted again once the cohort had room,
+                # and running again.
+                requeued = stop.at + dt.timedelta(seconds=2)
+                events.append(QueueEvent(kind="requeued", at=requeued, reason=REQUEUED_WORDS,
+                                         **common))
                 back = stop.at + dt.timedelta(minutes=rng.randint(4, 40))
-                requeue_wait = (back - stop.at).total_seconds()
+                requeue_wait = (back - requeued).total_seconds()
                 events.append(QueueEvent(kind="admitted", at=back, wait_seconds=requeue_wait,
-                                         seam_seconds=requeue_wait, reason="Admitted again "
-                                         "after it was requeued.", **common))
+                                         seam_seconds=requeue_wait, reason="Admitted again: "
+                                         "its devices were reserved and its pods released.",
+                                         **common))
                 events += [QueueEvent(allocation=alloc, **e) for e in _steps(
                     alloc, nodes, rng, back,
                     {k: v for k, v in common.items() if k != "allocation"})]

@@ -22,7 +22,7 @@ from ..models import (
     QueueUsageHour,
     QueueWorkload,
 )
-from .placement import SEAMS, STOPS, recoveries
+from .placement import SEAMS, STOPS, preemption_tally, recoveries
 from .reading import (
     HISTORY_DAYS,
     PendingLine,
@@ -36,6 +36,7 @@ from .truth import (
     ADMITTED,
     DEACTIVATED,
     PENDING,
+    STOPPING,
     CohortRow,
     DayFigures,
     QueueFacts,
@@ -44,9 +45,11 @@ from .truth import (
     cohort_board,
     duration,
     explain_deactivated,
+    explain_stopping,
     history_by_day,
     percentile,
     queue_policy_words,
+    stopping_entry,
 )
 
 
@@ -60,6 +63,7 @@ class QueueView:
     running: list[WorkloadFacts] = field(default_factory=list)
     pending: list[PendingLine] = field(default_factory=list)
     deactivated: list[tuple[WorkloadFacts, str]] = field(default_factory=list)
+    stopping: list[tuple[WorkloadFacts, str]] = field(default_factory=list)  # never running
     stops: list[QueueEvent] = field(default_factory=list)
     borrowed_price_per_hour: Decimal = Decimal(0)
     estimate_error_p50: float | None = None
@@ -100,6 +104,7 @@ class QueueView:
                          "reason_code": p.waiting.code, "reason": p.waiting.text,
                          "estimated_start": p.estimate.at, "estimate_basis": p.estimate.basis,
                          "estimate": p.estimate.text} for p in self.pending],
+            "stopping": [stopping_entry(w, text) for w, text in self.stopping],
             "deactivated": [{"name": w.display_name, "devices": w.devices,
                              "stopped_at": w.stop.at if w.stop else None,
                              "reason_code": w.stop.reason if w.stop else "Deactivated",
@@ -142,11 +147,13 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
     if state is None:
         return view
     rows = list(QueueWorkload.objects.filter(
-        allocation=alloc, state__in=(ADMITTED, PENDING, DEACTIVATED)))
+        allocation=alloc, state__in=(ADMITTED, STOPPING, PENDING, DEACTIVATED)))
     view.deactivated = [(f, explain_deactivated(f)) for f in sorted(
         (row_facts(r) for r in rows if r.state == DEACTIVATED),
         key=lambda w: (w.stop.at if w.stop and w.stop.at else now), reverse=True)]
     rows = [r for r in rows if r.state != DEACTIVATED]
+    view.stopping = [(f, explain_stopping(f, view.unit)) for f in sorted(
+        (row_facts(r) for r in rows if r.state == STOPPING), key=lambda w: w.stop.at or now)]
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
     waits = _history_waits([alloc.pk], now - dt.timedelta(days=HISTORY_DAYS))[alloc.pk]
@@ -172,10 +179,6 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
                                   priority=priority)
         view.jobs = job_ledgers(alloc)
     return view
-
-
-LEDGER_KINDS = ("submitted", "admitted", "pods", "claimed", "scheduled", "running",
-                "preempted", "evicted", "finished", "gone")
 
 
 def _seam_values(allocations, *, now: dt.datetime, days: int, local_queue: str | None,
@@ -246,14 +249,15 @@ def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:
             "at", "id"):
         by_uid[e.workload_uid].append(e)
     measured = {r["uid"]: r for r in QueueWorkload.objects.filter(uid__in=uids).values(
-        "uid", "gpu_busy", "gpu_memory_gb", "utilisation_at")}
+        "uid", "state", "gpu_busy", "gpu_memory_gb", "utilisation_at")}
     out = []
     for uid in uids:
         steps = by_uid[uid]
         gpu = measured.get(uid) or {}
-        out.append({"name": steps[-1].workload, "steps": [
+        out.append({"name": steps[-1].workload, "state": gpu.get("state", "gone"), "steps": [
             {"kind": e.kind, "label": e.get_kind_display(), "at": e.at,
              "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps],
+            **preemption_tally([(e.kind, e.at) for e in steps]).fields(),  # what stops cost
             "gpu_busy": gpu.get("gpu_busy"), "gpu_memory_gb": gpu.get("gpu_memory_gb"),
             "utilisation_at": gpu.get("utilisation_at")})
     return out

@@ -22,11 +22,12 @@ from ..vocabulary import LedgerEvent
 from .dispatched import dispatch_words
 from .placement import NOTHING, Placement, placement_events
 from .truth import (
-    ADMITTED,
     DEACTIVATED,
     FINISHED,
     GONE,
+    HOLDING,
     PENDING,
+    STOPPING,
     WorkloadFacts,
     explain_stop,
 )
@@ -65,10 +66,37 @@ class LedgerChanges:
     written: set[str] = field(default_factory=set)  # uids whose row changes
 
 
+REQUEUED_WORDS = ("Requeued: its pods stopped and its devices were given back; it waits in "
+                  "the queue again, in its place by priority and submission time.")
+
+
+def requeue_time(old: WorkloadFacts | None, new: WorkloadFacts, now: dt.datetime
+                 ) -> dt.datetime | None:
+    """When a stopped workload went back in the queue, if this reading is the first to show
+    it (None: not requeued now). Its quota released after the stop: `requeued_at` as
+    parse_workload reads it; a readmission seen straight after "stopping" was requeued in
+    between (at the Requeued time Kueue wrote, if that falls there)."""
+    stop = new.stop if new.stop and new.stop.at else None
+    if new.state == PENDING and stop:
+        if old is None:
+            return new.requeued_at
+        if old.state in HOLDING:
+            return new.requeued_at or now
+        return None
+    if old is not None and old.state == STOPPING and new.state in (*HOLDING, FINISHED) and \
+            new.admitted_at and new.admitted_at != old.admitted_at:
+        stopped = old.stop.at if old.stop and old.stop.at else old.admitted_at
+        r = new.requeued_at
+        return r if r and stopped and stopped <= r <= new.admitted_at else new.admitted_at
+    return None
+
+
 def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.datetime,
                       borrowed: Decimal) -> list[dict]:
     """The events that take a workload from what was stored (None: never seen) to what is
-    read now. Pure; times come from Kueue's conditions where it gives them."""
+    read now: submitted, admitted, preempted or stopped (its pods stopping), requeued,
+    admitted again, finished. Pure; times come from Kueue's conditions where it gives
+    them."""
     events: list[dict] = []
     base = {"workload_uid": new.uid, "workload": new.display_name,
             "local_queue": new.local_queue, "priority": new.priority, "devices": new.devices}
@@ -77,25 +105,34 @@ def transition_events(old: WorkloadFacts | None, new: WorkloadFacts, *, now: dt.
                        "at": new.submitted_at or now, "reason": "Submitted to the queue."})
     new_stop = new.stop if new.stop and new.stop.at else None
     old_stop_at = old.stop.at if old and old.stop else None
-    if new_stop and new_stop.at != old_stop_at and (old is None or old.state == ADMITTED
+    if new_stop and new_stop.at != old_stop_at and (old is None or old.state in HOLDING
                                                     or new_stop.at > (old.admitted_at or now)):
         kind = LedgerEvent.PREEMPTED if new_stop.reason == "Preempted" or \
             new_stop.preemption else LedgerEvent.EVICTED
-        if old is not None or new.state in (PENDING, DEACTIVATED):
+        if old is not None or new.state in (PENDING, DEACTIVATED, STOPPING):
             events.append({**base, "kind": kind, "at": new_stop.at,
                            "reason": explain_stop(new_stop), "detail": new_stop.raw})
+    requeued = requeue_time(old, new, now)
+    if requeued is not None:
+        events.append({**base, "kind": LedgerEvent.REQUEUED, "at": requeued,
+                       "reason": REQUEUED_WORDS})
     # The same admission already recorded (a finished workload Kueue writes to again is
     # not admitted again).
-    was_admitted = old is not None and old.state in (ADMITTED, FINISHED) and \
+    was_admitted = old is not None and old.state in (*HOLDING, FINISHED) and \
         old.admitted_at == new.admitted_at
-    if new.state in (ADMITTED, FINISHED) and new.admitted_at and not was_admitted:
-        since = new.requeued_at if new.requeued_at and new.requeued_at < new.admitted_at \
-            else new.submitted_at
+    if new.state in (*HOLDING, FINISHED) and new.admitted_at and not was_admitted:
+        # Waiting since its latest requeue as the pending row recorded it (Kueue's Requeued
+        # time may be an earlier requeue's), else since it was submitted.
+        back = old.requeued_at if old is not None and old.state == PENDING and \
+            old.requeued_at else (requeued or new.requeued_at)
+        since = back if back and back < new.admitted_at else new.submitted_at
         wait = (new.admitted_at - since).total_seconds() if since else None
-        reason = "Admitted: its devices were reserved and its pods released."
+        again = old is not None and (old.stop is not None or old.state == STOPPING)
+        reason = "Admitted again" if again else "Admitted"
+        reason += ": its devices were reserved and its pods released."
         if borrowed > 0:
-            reason = (f"Admitted while the queue borrows {devices_text(borrowed)} device(s) "
-                      "from the cohort beyond its quota.")
+            reason = (f"{'Admitted again' if again else 'Admitted'} while the queue borrows "
+                      f"{devices_text(borrowed)} device(s) from the cohort beyond its quota.")
         events.append({**base, "kind": LedgerEvent.ADMITTED, "at": new.admitted_at,
                        "wait_seconds": max(0.0, wait) if wait is not None else None,
                        "seam_seconds": max(0.0, wait) if wait is not None else None,

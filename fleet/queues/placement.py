@@ -203,3 +203,43 @@ def recoveries(steps: list[tuple[str, str, dt.datetime]]) -> list[tuple[dt.datet
         elif kind == "running" and uid in stopped:
             out.append((at, max(0.0, (at - stopped.pop(uid)).total_seconds())))
     return out
+
+
+@dataclass(frozen=True)
+class Preemptions:
+    """What stops cost one workload, from its ledger."""
+
+    preempted: int = 0  # times Kueue preempted it
+    evicted: int = 0  # other stops (time limit, pods-ready timeout, node failure, …)
+    lost_seconds: float = 0.0  # run time lost: from its start to each stop
+
+    @property
+    def stops(self) -> int:
+        return self.preempted + self.evicted
+
+    def fields(self) -> dict:
+        """As a job's ledger carries it in the API."""
+        return {"preemptions": self.preempted, "stops": self.stops,
+                "lost_run_seconds": self.lost_seconds}
+
+
+def preemption_tally(steps: list[tuple[str, dt.datetime]]) -> Preemptions:
+    """Preemptions, other stops and the run time they cost one workload, from its ledger
+    steps (kind, at) in time order. Pure. A stop loses the time the workload had run since
+    its latest start ("running") in the admission it ends — work not checkpointed is
+    redone; a stop before it ran, or while its start was never seen, loses none."""
+    preempted = evicted = 0
+    lost = 0.0
+    started: dt.datetime | None = None
+    for kind, at in steps:
+        if kind == LedgerEvent.ADMITTED:
+            started = None
+        elif kind == LedgerEvent.RUNNING and started is None:
+            started = at
+        elif kind in STOPS:
+            preempted += kind == LedgerEvent.PREEMPTED
+            evicted += kind == LedgerEvent.EVICTED
+            if started is not None:
+                lost += max(0.0, (at - started).total_seconds())
+            started = None
+    return Preemptions(preempted, evicted, lost)

@@ -12,8 +12,9 @@ from tenants.bulk import update_rows
 from ..kube import KubeBackend, KubeError
 from ..models import QueueWorkload
 from ..vocabulary import KUEUE_VISIBILITY as VISIBILITY
+from .order import kueue_order, line_up
 from .reading import INTERIM
-from .truth import WorkloadFacts, queue_order
+from .truth import WorkloadFacts
 
 POSITION_THREADS = 8  # visibility calls in flight at once (each is a round trip, little work)
 
@@ -36,7 +37,7 @@ def positions_kept(pending: dict[str, list[WorkloadFacts]],
             out.update(before)
             continue
         ask.append(cq)
-        for i, w in enumerate(sorted(workloads, key=queue_order)):
+        for i, w in enumerate(sorted(workloads, key=kueue_order)):
             pos, src = before.get(w.uid, (None, ""))
             out[w.uid] = (pos, src) if pos is not None and src != INTERIM else (i, INTERIM)
     return out, ask
@@ -44,8 +45,9 @@ def positions_kept(pending: dict[str, list[WorkloadFacts]],
 
 def visibility_positions(backend: KubeBackend, pending: dict[str, list[WorkloadFacts]],
                           ask: list[str]) -> dict[str, tuple[int, str]]:
-    """uid → (position, source) for every waiting workload of the queues in `ask`: Kueue's
-    visibility API's where it answers, else Kueue's order ("computed"). Calls go one at a
+    """uid → (position, source) for every waiting workload of the queues in `ask`, in the
+    one order of `fleet.queues.order.line_up`: Kueue's visibility API's where it answers,
+    then Kueue's order for the rest ("computed"); positions are ranks. Calls go one at a
     time until one answers (after three failures in a row the API is not asked again in
     this pass: it is not there), then the rest in parallel; an error is no answer."""
     def get(cq: str) -> dict | None:
@@ -66,14 +68,21 @@ def visibility_positions(backend: KubeBackend, pending: dict[str, list[WorkloadF
             answers.update(zip(ask, pool.map(get, ask), strict=True))
     out: dict[str, tuple[int, str]] = {}
     for cq in [*answers, *ask]:
-        by_key = {(w.namespace, w.name): w.uid for w in pending[cq]}
-        for item in (answers.get(cq) or {}).get("items") or []:
-            meta = item.get("metadata") or {}
-            uid = by_key.get((meta.get("namespace"), meta.get("name")))
-            if uid is not None and isinstance(item.get("positionInClusterQueue"), int):
-                out[uid] = (item["positionInClusterQueue"], "visibility")
-        for i, w in enumerate(sorted(pending[cq], key=queue_order)):
-            out.setdefault(w.uid, (i, "computed"))
+        out.update((p.facts.uid, (p.position, p.source)) for p in line_up(
+            pending[cq], answered_positions(answers.get(cq), pending[cq])))
+    return out
+
+
+def answered_positions(answer: dict | None, waiting: list[WorkloadFacts]) -> dict[str, int]:
+    """uid → positionInClusterQueue of the waiting workloads a visibility answer lists."""
+    by_key = {(w.namespace, w.name): w.uid for w in waiting}
+    out = {}
+    for item in (answer or {}).get("items") or []:
+        meta = item.get("metadata") or {}
+        uid = by_key.get((meta.get("namespace"), meta.get("name")))
+        pos = item.get("positionInClusterQueue")
+        if uid is not None and isinstance(pos, int) and not isinstance(pos, bool):
+            out[uid] = pos
     return out
 
 

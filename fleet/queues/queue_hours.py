@@ -14,7 +14,7 @@ from django.conf import settings
 from tenants.bulk import update_rows
 
 from ..models import Allocation, ClusterQueueState, QueueUsageHour
-from .truth import ADMITTED, PENDING, QueueFacts, WorkloadFacts
+from .truth import HOLDING, PENDING, QueueFacts, WorkloadFacts
 
 
 def held_by_admissions(queues: dict[str, QueueFacts], facts: list[WorkloadFacts], *,
@@ -28,7 +28,7 @@ def held_by_admissions(queues: dict[str, QueueFacts], facts: list[WorkloadFacts]
     waiting: dict[str, int] = defaultdict(int)
     running: dict[str, int] = defaultdict(int)
     for f in facts:
-        if f.state == ADMITTED:
+        if f.state in HOLDING:  # a stopping workload holds its quota until its pods stop
             held[f.cluster_queue] += f.devices
             running[f.cluster_queue] += 1
         elif f.state == PENDING:

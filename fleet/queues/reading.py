@@ -13,9 +13,10 @@ from tenants.bulk import update_rows
 
 from ..models import ClusterQueueState, QueueEvent, QueueWorkload
 from .ledger import StoredWorkload
+from .order import VISIBILITY, ahead_of, line_up
 from .placement import Placement
 from .truth import (
-    ADMITTED,
+    HOLDING,
     PENDING,
     Estimate,
     QueueFacts,
@@ -24,7 +25,6 @@ from .truth import (
     WorkloadFacts,
     estimate_start,
     explain_pending,
-    queue_order,
 )
 
 HISTORY_DAYS = 14
@@ -117,24 +117,23 @@ def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: De
                    lent: Decimal, waits: dict[tuple[str, int], list[float]],
                    now: dt.datetime) -> list[PendingLine]:
     facts = [row_facts(r) for r in rows]
-    running = [f for f in facts if f.state == ADMITTED]
-    waiting = sorted((f for f in facts if f.state == PENDING), key=queue_order)
-    by_uid = {r.uid: r for r in rows}
+    running = [f for f in facts if f.state in HOLDING]  # what holds the quota
+    # One order for the position, the rows and "ahead of it" (fleet.queues.order): Kueue's
+    # visibility answer as stored, then Kueue's rule for the rest.
+    lined = line_up([f for f in facts if f.state == PENDING],
+                    {r.uid: r.position for r in rows if r.state == PENDING
+                     and r.position is not None and r.position_source == VISIBILITY})
+    ahead = ahead_of(lined, lambda f: f.devices <= queue.ceiling)
     lines = []
-    # BestEffortFIFO: a workload that can never fit does not hold back the ones behind it.
-    can_fit = [f for f in waiting if f.devices <= queue.ceiling]
-    for i, f in enumerate(waiting):
-        ahead = [a for a in can_fit if queue_order(a) < queue_order(f)]
-        why = explain_pending(f, queue, own_running=running, ahead=ahead,
+    for p in lined:
+        f = p.facts
+        why = explain_pending(f, queue, own_running=running, ahead=ahead[f.uid],
                               cohort_free=cohort_free, now=now, lent=lent)
         est = estimate_start(f, why, own_running=running,
                              history_waits=waits.get((f.local_queue, f.priority), []), now=now)
-        row = by_uid[f.uid]
         since = f.requeued_at or f.submitted_at or now
-        lines.append(PendingLine(f, row.position if row.position is not None else i,
-                                 "computed" if row.position_source in ("", INTERIM)
-                                 else row.position_source,
-                                 (now - since).total_seconds(), why, est))
+        lines.append(PendingLine(f, p.position, p.source, (now - since).total_seconds(),
+                                 why, est))
     return lines
 
 
@@ -160,7 +159,7 @@ def first_estimates(now: dt.datetime) -> int:
         cohorts[peer.cohort] = (nominal + peer.nominal, usage + peer.usage)
     rows: dict[int, list[QueueWorkload]] = defaultdict(list)
     for row in QueueWorkload.objects.filter(allocation_id__any=list(states),
-                                            state__in=(ADMITTED, PENDING)):
+                                            state__in=(*HOLDING, PENDING)):
         rows[row.allocation_id].append(row)
     waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))
     done = []

@@ -10,9 +10,8 @@ reaches the page in well under a second. Both may run at once: a workload's row 
 forward in resourceVersion, a row is marked gone only by a list that began after it was last
 seen (or by the watch's DELETED event), and a queue's observed time only moves forward — so
 whichever reader is older cannot undo what the newer one recorded. Pending positions come
-from concurrent.futures import ThreadPoolExecutor
-from Kueue's visibility API when it is registered, else from Kueue's own ordering (priority,
-then time queued).
+from Kueue's visibility API when it is registered, else from Kueue's own ordering rule, in the
+one order of fleet/queues/order.py.
 """
 
 from __future__ import annotations

@@ -31,6 +31,10 @@ PENDING, ADMITTED, FINISHED, GONE = (WorkloadState.PENDING, WorkloadState.ADMITT
 # Kueue stopped it for good (`spec.active: false`): it is not waiting and will not start
 # until someone reactivates it. Never shown as waiting, never given a position.
 DEACTIVATED = WorkloadState.DEACTIVATED
+# Evicted or preempted, its quota still reserved while its pods stop: never "running".
+STOPPING = WorkloadState.STOPPING
+# The states in which a workload holds quota of its ClusterQueue.
+HOLDING = (ADMITTED, STOPPING)
 # The portal's own reason code for a workload whose quota the MultiKueue manager reserved
 # while no worker has admitted it yet (Kueue leaves QuotaReserved's reason at its admitted
 # value there).
@@ -107,6 +111,10 @@ class Stop:
     preemption: str = ""  # the Preempted condition's reason: InCohortReclamation, ...
     raw: str = ""  # Kueue's message, for platform admins only
 
+    @property
+    def preempted(self) -> bool:
+        return self.reason == "Preempted" or bool(self.preemption)
+
 
 @dataclass(frozen=True)
 class WorkloadFacts:
@@ -177,6 +185,36 @@ def is_deactivation(reason: str) -> bool:
     return reason in ("Deactivated", "InactiveWorkload") or reason.startswith("DeactivatedDueTo")
 
 
+def workload_state(cond: dict[str, dict], *, active: bool, admission: bool,
+                   checks: bool = False) -> str:
+    """The state of a Workload, decided from Kueue's conditions (by type), `spec.active`,
+    whether `status.admission` is set and whether it has admission checks. Pure; the table
+    in docs/ledger.md:
+
+    1. `Finished` True: finished.
+    2. `spec.active` false, or `Evicted` True for a deactivation: deactivated (Seen from
+       Kueue v0.17: QuotaReserved and Admitted stay True while its pods stop; it is already
+       not running work, and never will again unless reactivated).
+    3. `QuotaReserved` True with an admission, and `Admitted` True or no admission checks
+       (behind a check — MultiKueue's, on a manager — reserved quota is not yet admission:
+       it waits for a worker): `Evicted` or `Preempted` True — stopping (Kueue evicted it;
+       the quota stays reserved until its job is no longer active, so its pods may still
+       run); else admitted.
+    4. Otherwise pending (waiting, dispatching, or back in the queue after a stop).
+    """
+    def true(kind: str) -> bool:
+        return (cond.get(kind) or {}).get("status") == "True"
+
+    if true("Finished"):
+        return FINISHED
+    if not active or (true("Evicted") and is_deactivation(
+            _s((cond.get("Evicted") or {}).get("reason")))):
+        return DEACTIVATED
+    if true("QuotaReserved") and admission and (true("Admitted") or not checks):
+        return STOPPING if true("Evicted") or true("Preempted") else ADMITTED
+    return PENDING
+
+
 def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -> WorkloadFacts:
     """Read one Workload. `cluster_queue_of` maps (namespace, LocalQueue) to its ClusterQueue,
     for workloads not yet admitted."""
@@ -196,42 +234,41 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
     def true(kind: str) -> bool:
         return (cond.get(kind) or {}).get("status") == "True"
 
-    evicted_reason = _s((cond.get("Evicted") or {}).get("reason"))
     checks = [_d(c) for c in _l(status.get("admissionChecks"))]
     waiting_check = next((c for c in checks if c.get("state") != "Ready"), None)
     dispatch = waiting_check or (checks[0] if checks else {})
-    if true("Finished"):
-        state = FINISHED
-    elif spec.get("active") is False or (true("Evicted") and is_deactivation(evicted_reason)):
-        # `spec.active` is the truth Kueue acts on; the eviction reason says why (a user, a
-        # time limit, a requeuing limit, an admission check). Seen from Kueue v0.17: right
-        # after deactivation QuotaReserved and Admitted are still True while its pods stop;
-        # it is already not running work, and never will again unless reactivated.
-        state = DEACTIVATED
-    elif true("QuotaReserved") and admission and (true("Admitted") or not checks):
-        # Behind an admission check (MultiKueue's, on a manager), quota reserved here is not
-        # yet admission: the workload waits for a worker to admit it.
-        state = ADMITTED
-    else:
-        state = PENDING
+    # `spec.active` is the truth Kueue acts on; the eviction reason says why.
+    state = workload_state(cond, active=spec.get("active") is not False,
+                           admission=bool(admission), checks=bool(checks))
     reserved_waiting = state == PENDING and true("QuotaReserved") and waiting_check
     stop = None
     evicted = cond.get("Evicted")
+    preempted = cond.get("Preempted") or {}
     if evicted and evicted.get("status") == "True" or \
             (evicted and state in (PENDING, DEACTIVATED) and evicted.get("reason")):
-        preempted = cond.get("Preempted") or {}
         stop = Stop(at=parse_time(evicted.get("lastTransitionTime")),
                     reason=_s(evicted.get("reason")),
                     preemption=_s(preempted.get("reason")) if preempted.get("status") == "True"
                     or evicted.get("reason") == "Preempted" else "",
                     raw=_s(evicted.get("message")) or _s(preempted.get("message")))
+    elif state == STOPPING:  # Preempted set before Evicted (Kueue writes both at once)
+        stop = Stop(at=parse_time(preempted.get("lastTransitionTime")), reason="Preempted",
+                    preemption=_s(preempted.get("reason")), raw=_s(preempted.get("message")))
     reserved = cond.get("QuotaReserved") or {}
     admitted_cond = cond.get("Admitted") or {}
     admitted_at = parse_time(admitted_cond.get("lastTransitionTime")) if \
         admitted_cond.get("status") == "True" else None
-    if state == ADMITTED and admitted_at is None:
+    if state in HOLDING and admitted_at is None:
         admitted_at = parse_time(reserved.get("lastTransitionTime"))
     requeued = cond.get("Requeued") or {}
+    requeued_at = parse_time(requeued.get("lastTransitionTime")) \
+        if requeued.get("status") == "True" else None
+    released = parse_time(reserved.get("lastTransitionTime")) \
+        if reserved.get("status") == "False" else None
+    if state == PENDING and stop and stop.at and released and released >= stop.at:
+        # Back in the queue after this stop: when its quota was released (Kueue keeps the
+        # Requeued condition True from an earlier requeue without a new time).
+        requeued_at = max(requeued_at or released, released)
     priority = spec.get("priority")
     max_seconds = spec.get("maximumExecutionTimeSeconds")
     return WorkloadFacts(
@@ -241,7 +278,7 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         else 0,
         submitted_at=parse_time(meta.get("creationTimestamp")),
         devices=workload_devices(obj), state=state,
-        admitted_at=admitted_at if state in (ADMITTED, FINISHED) else None,
+        admitted_at=admitted_at if state in (*HOLDING, FINISHED) else None,
         finished_at=parse_time((cond.get("Finished") or {}).get("lastTransitionTime"))
         if state == FINISHED else None,
         max_seconds=max_seconds if isinstance(max_seconds, int) and max_seconds > 0 else None,
@@ -250,8 +287,7 @@ def parse_workload(obj: dict, *, cluster_queue_of: dict[tuple[str, str], str]) -
         pending_raw=(_s(waiting_check.get("message")) if reserved_waiting
                      else _s(reserved.get("message"))) if state == PENDING else "",
         stop=stop,
-        requeued_at=parse_time(requeued.get("lastTransitionTime"))
-        if requeued.get("status") == "True" else None,
+        requeued_at=requeued_at,
         resource_version=_s(meta.get("resourceVersion")),
         ran_on=_s(status.get("clusterName")),
         nominated=tuple(sorted(n for n in status.get("nominatedClusterNames") or ()
@@ -322,13 +358,6 @@ def parse_cluster_queue(obj: dict) -> QueueFacts:
         admitted=int(status.get("admittedWorkloads") or 0),
         active=active.get("status", "True") != "False",
         inactive_reason=_s(active.get("reason")) if active.get("status") == "False" else "")
-
-
-def queue_order(w: WorkloadFacts) -> tuple:
-    """Kueue's BestEffortFIFO order: higher priority first, then the earlier of creation or
-    the latest requeue."""
-    at = w.requeued_at or w.submitted_at or dt.datetime.max.replace(tzinfo=dt.UTC)
-    return (-w.priority, at, w.name)
 
 
 # -- words ---------------------------------------------------------------------------------
@@ -435,7 +464,8 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
                      f"{amount(ahead_devices, unit)} first)")
     running = sorted(own_running, key=lambda r: r.admitted_at or now)
     if running:
-        held = ", ".join(f"{r.display_name} ({amount(r.devices, unit)}) since "
+        held = ", ".join(f"{r.display_name} ({amount(r.devices, unit)}"
+                         f"{', being stopped' if r.state == STOPPING else ''}) since "
                          f"{_clock(r.admitted_at, now)}" for r in running[:3])
         held += f" and {len(running) - 3} more" if len(running) > 3 else ""
         if queue.free > 0:
@@ -466,13 +496,15 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
     return Waiting(code, "".join(parts) + ".", short)
 
 
+# The Preempted condition's reasons (Kueue's InClusterQueue, InCohort… constants) in the
+# tenant's words: who took the devices, never naming a peer.
 PREEMPTION_WORDS = {
-    "InCohortReclamation": "the cohort reclaimed the devices it had lent to you: a queue "
-                           "that owns them had work to run",
-    "InCohortReclaimWhileBorrowing": "the cohort reclaimed borrowed devices for a queue "
-                                     "with higher priority work",
+    "InCohortReclamation": "the cohort reclaimed its lent devices: a queue that owns them "
+                           "had work to run",
+    "InCohortReclaimWhileBorrowing": "the cohort reclaimed the devices you had borrowed, for "
+                                     "higher-priority work of another borrowing queue",
     "InCohortFairSharing": "the cohort rebalanced its devices to restore fair sharing",
-    "InClusterQueue": "a higher-priority workload of your own queue needed its devices",
+    "InClusterQueue": "a higher-priority job of yours needed its devices",
 }
 EVICTION_WORDS = {
     "PodsReadyTimeout": "its pods did not all start in time",
@@ -532,13 +564,43 @@ def queue_policy_words(queue: QueueFacts) -> str:
     return own + " This queue stands alone: it neither borrows nor lends."
 
 
+def preemption_cause(stop: Stop) -> str:
+    """Why Kueue preempted it, from the Preempted condition's reason."""
+    return PREEMPTION_WORDS.get(stop.preemption, "another workload took priority")
+
+
+def stop_cause(stop: Stop) -> str:
+    """The cause of a stop in the tenant's words (preemption or eviction)."""
+    if stop.preempted:
+        return preemption_cause(stop)
+    if is_deactivation(stop.reason):
+        return _deactivation_words(stop.reason)
+    return EVICTION_WORDS.get(
+        stop.reason, f"the queue system stopped it ({stop.reason or 'no reason given'})")
+
+
+def explain_stopping(w: WorkloadFacts, unit: str) -> str:
+    """A workload Kueue evicted whose quota is still reserved: its pods are stopping."""
+    stop = w.stop or Stop(None, "")
+    what = "Being preempted" if stop.preempted else "Stopping"
+    return (f"{what}: {stop_cause(stop)}. Its pods are being stopped; it still holds "
+            f"{amount(w.devices, unit)} until they have, then goes back in the queue.")
+
+
+def stopping_entry(w: WorkloadFacts, text: str) -> dict:
+    """A stopping workload as the queue API lists it (`stopping`)."""
+    stop = w.stop or Stop(None, "")
+    return {"name": w.display_name, "devices": w.devices, "admitted_at": w.admitted_at,
+            "stopped_at": stop.at, "kind": "preempted" if stop.preempted else "evicted",
+            "reason_code": stop.preemption or stop.reason, "reason": text}
+
+
 def explain_stop(stop: Stop) -> str:
     """Why a workload was stopped, without naming anyone (Kueue's message names the queues
     on both sides; it is kept for platform admins only)."""
     if stop.reason == "Preempted" or stop.preemption:
-        why = PREEMPTION_WORDS.get(stop.preemption, "another workload took priority")
-        return f"Preempted: {why}. It was put back in the queue and resumes when devices " \
-               "are free."
+        return f"Preempted: {preemption_cause(stop)}. Its pods are stopped and it goes back " \
+               "in the queue; it resumes when devices are free."
     if is_deactivation(stop.reason):
         return f"Stopped: {_deactivation_words(stop.reason)}; it will not start again until " \
                "it is reactivated."

@@ -233,13 +233,13 @@ class _VersionsSeen:
                     out.add(parse_time(started))
         return out
 
-    def condition_times(self, kind: str) -> set:
-        """Every lastTransitionTime at which a Workload showed condition `kind` True."""
+    def condition_times(self, kind: str, status: str = "True") -> set:
+        """Every lastTransitionTime at which a Workload showed condition `kind` `status`."""
         from fleet.queues.truth import parse_time
 
         return {parse_time(c["lastTransitionTime"]) for wl in self.objects
                 for c in (wl.get("status") or {}).get("conditions") or []
-                if c.get("type") == kind and c.get("status") == "True"}
+                if c.get("type") == kind and c.get("status") == status}
 
 
 def _ledger_is_what_kubernetes_recorded(admin, alloc, job: str, pod: dict, route,
@@ -514,12 +514,16 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     events = ledger(b, "b-sweep")
     kinds = [e.kind for e in events]
     assert kinds == ["submitted", "admitted", "pods", "scheduled", "running", "preempted",
-                     "admitted", "pods", "scheduled", "running", "finished"], kinds
+                     "requeued", "admitted", "pods", "scheduled", "running", "finished"], kinds
     preempted = next(e for e in events if e.kind == "preempted")
     assert "reclaimed" in preempted.reason
     # Every step at the time Kubernetes recorded it: admissions and the preemption from the
     # Workload's conditions as they were shown, pods from the Pods.
     assert preempted.at in b_workloads.condition_times("Evicted")
+    # Requeued when its pods had stopped and Kueue released its quota.
+    requeued = next(e for e in events if e.kind == "requeued")
+    assert requeued.at in b_workloads.condition_times("QuotaReserved", "False")
+    assert preempted.at <= requeued.at
     admissions = [e for e in events if e.kind == "admitted"]
     assert {e.at for e in admissions} <= b_workloads.condition_times("Admitted") | \
         b_workloads.condition_times("QuotaReserved")
@@ -534,8 +538,9 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     assert preempted.at < admissions[1].at <= runs[1].at
 
     # Billing's borrowed device-seconds (the queue-hours the watch integrated) = the
-    # ledger's: each admission borrowed 4 devices until its preemption or finish.
-    ends = {id(admissions[0]): preempted.at,
+    # ledger's: each admission borrowed 4 devices until its quota was released (its pods
+    # stopped after the preemption: requeued) or it finished.
+    ends = {id(admissions[0]): requeued.at,
             id(admissions[1]): next(e.at for e in events if e.kind == "finished")}
     by_ledger = sum(float(e.borrowed) * (ends[id(e)] - e.at).total_seconds()
                     for e in admissions)

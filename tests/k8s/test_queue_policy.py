@@ -91,7 +91,7 @@ def test_priority_preempts_within_the_tenants_own_queue_on_every_route(
     answer = user.get(f"/api/allocations/{alloc.pk}/queue/").json()
     assert "higher-priority job of yours" in answer["queue"]["policy"]
     said = [p["reason"] for p in answer["preemptions"] if p["name"] == "batch"]
-    assert said and "higher-priority workload of your own queue" in said[0], answer
+    assert said and "a higher-priority job of yours" in said[0], answer
 
 
 def test_a_job_past_its_time_limit_is_deactivated_not_waiting(

@@ -145,7 +145,8 @@ FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views"
 FLEET_PURE = {"fleet.inventory.capacity", "fleet.inventory.clusters", "fleet.allocations.manifests",
               "fleet.allocations.dispatch", "fleet.queues.dispatched",
               "fleet.queues.truth",
-              "fleet.queues.placement", "fleet.queues.ledger", "fleet.allocations.gitops_status"}
+              "fleet.queues.placement", "fleet.queues.ledger", "fleet.queues.order",
+              "fleet.allocations.gitops_status"}
 PURE_MAY_IMPORT = FLEET_PURE | {"fleet.vocabulary", "fleet.domain"}
 
 

@@ -140,9 +140,9 @@ def test_steps_after_admission_are_recorded_once_and_kept_when_pods_go():
 def test_a_preemption_is_recorded_with_its_reason():
     stop = Stop(at(40), "Preempted", "InCohortReclamation", "raw")
     changes = decide([stored(read())], [read(state=PENDING, rv="2", admitted_at=None,
-                                             stop=stop)])
-    assert kinds(changes) == ["preempted"]
-    assert changes.events[0]["at"] == at(40)
+                                             stop=stop, requeued_at=at(42))])
+    assert kinds(changes) == ["preempted", "requeued"]
+    assert [e["at"] for e in changes.events] == [at(40), at(42)]
 
 
 def test_versions_compare_as_numbers_and_never_otherwise():

@@ -31,7 +31,6 @@ from fleet.queues.truth import (
     parse_cluster_queue,
     parse_workload,
     percentile,
-    queue_order,
 )
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
@@ -226,7 +225,8 @@ def test_mig_queues_speak_of_slices():
 
 @pytest.mark.parametrize("reason,preemption,expect", [
     ("Preempted", "InCohortReclamation", "reclaimed"),
-    ("Preempted", "InClusterQueue", "higher-priority workload of your own queue"),
+    ("Preempted", "InClusterQueue", "a higher-priority job of yours"),
+    ("Preempted", "InCohortReclaimWhileBorrowing", "reclaimed the devices you had borrowed"),
     ("Preempted", "InCohortFairSharing", "fair sharing"),
     ("Preempted", "SomethingNew", "another workload took priority"),
     ("PodsReadyTimeout", "", "did not all start in time"),
@@ -312,12 +312,6 @@ def test_cohort_lines_word_quota_waits_and_who_blocks_whom():
     assert cohort_lines(CohortView("x", rows[:1], {}))[0]["quota"] == "8 devices"
 
 
-def test_kueue_order_is_priority_then_time():
-    ws = [facts("late", 1, submitted="10:00"), facts("early", 1, submitted="09:00"),
-          facts("urgent", 1, submitted="11:00", priority=100)]
-    assert [w.name for w in sorted(ws, key=queue_order)] == ["urgent", "early", "late"]
-
-
 def test_transitions_become_events_once():
     pending = parse_workload(workload(pending_msg="m"), cluster_queue_of=CQ_OF)
     first = transition_events(None, pending, now=NOW, borrowed=Decimal(0))
@@ -331,7 +325,10 @@ def test_transitions_become_events_once():
     evicted = parse_workload(workload(evicted=("10:00", "Preempted", "InCohortReclamation",
                                                raw)), cluster_queue_of=CQ_OF)
     third = transition_events(admitted, evicted, now=NOW, borrowed=Decimal(0))
-    assert [e["kind"] for e in third] == ["preempted"]
+    # Read after its pods stopped: the preemption and the requeue that followed, each at
+    # Kueue's time.
+    assert [(e["kind"], e["at"]) for e in third] == [
+        ("preempted", evicted.stop.at), ("requeued", evicted.requeued_at)]
     assert "globex" not in third[0]["reason"] and third[0]["detail"] == raw
     done = parse_workload(workload(admitted_at="09:30", finished=True), cluster_queue_of={})
     assert [e["kind"] for e in transition_events(admitted, done, now=NOW,
