@@ -18,6 +18,7 @@ from ..kube import (
     LABEL_ALLOCATION,
     MANAGED_BY,
     MANAGER,
+    DryRunBackend,
     KubeBackend,
     KubeError,
     ObjectKey,
@@ -176,7 +177,15 @@ def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
 
 def repair_in_cluster(alloc: Allocation, manifests: list[dict],
                        backend: KubeBackend, *, cause: str = "") -> list[str]:
-    found, probe, checked, live_guards = [], None, False, []
+    """Apply every desired object again, reading each one first. Without a cause, what
+    differed is drift (changed or deleted outside the portal) and is returned and recorded as
+    such; with a cause (a change the portal made, such as a move), the same reads say what
+    carrying the change out did, in one audit sentence (`brought_in_line`)."""
+    # A dry run's record is this process's only (a restart empties it): an object missing
+    # from it was not deleted by anyone, it was only not recorded here.
+    knows_absence = not isinstance(backend, DryRunBackend)
+    missing, changed, removed, released = [], [], [], []
+    probe, checked, live_guards = None, False, []
     for manifest in manifests:
         if is_guard_check(manifest):  # names the guards as they live now (see manifests)
             manifest = stamp_guard_check(manifest, guards_fingerprint(live_guards))
@@ -190,12 +199,13 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
         key = ObjectKey.of(manifest)
         live = backend.get(key.api_version, key.kind, key.name, key.namespace)
         if live is None:
-            found.append(f"{key} was deleted")
+            if knows_absence:
+                missing.append(str(key))
         else:
             paths = [p for p in drift({k: v for k, v in manifest.items()
                                        if k not in ("apiVersion", "kind")}, live)]
             if paths:
-                found.append(f"{key} changed at {', '.join(paths)}")
+                changed.append((str(key), ", ".join(paths)))
         applied = backend.apply(manifest, force=manifest["kind"] != "Node")
         if manifest["kind"] in GUARD_KINDS and not is_guard_check(manifest):
             live_guards.append(applied)
@@ -205,7 +215,7 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
     for key in prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
                      kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
                      keep=desired):
-        found.append(f"{key} is no longer part of it and was removed")
+        removed.append(str(key))
     # Nodes still labelled for it that it no longer reserves (a block moved off a node) lose
     # the labels and taint: otherwise its flavor would still select them.
     reserved = {m["metadata"]["name"] for m in manifests if m["kind"] == "Node"}
@@ -213,20 +223,53 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
         name = node["metadata"]["name"]
         if name not in reserved:
             backend.apply(node_release(name))
-            found.append(f"node {name} is no longer reserved and was released")
+            released.append(name)
+    found = drift_found(missing=missing, changed=changed, removed=removed, released=released)
     report = "; ".join(found)
     with transaction.atomic():  # the report and its audit row together, after the API calls
         Allocation.objects.filter(pk=alloc.pk).update(drift_report="" if cause else report,
                                                       drift_checked_at=timezone.now())
-        if found and cause:
+        if cause:
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.applied",
-                         reason=f"Cluster brought in line after {cause}: {report}.")
+                         reason=brought_in_line(cause, applied=len(manifests),
+                                                missing=missing, changed=changed,
+                                                removed=removed, released=released),
+                         data={"applied": len(manifests), "missing": missing,
+                               "changed": [key for key, _ in changed], "removed": removed,
+                               "released": released})
         elif found:
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.drift",
                          reason=f"Drift repaired by reconcile: {report}.")
     return found
+
+
+def drift_found(*, missing: list[str], changed: list[tuple[str, str]], removed: list[str],
+                released: list[str]) -> list[str]:
+    """What a reconcile found different from the desired state, one phrase per object."""
+    return ([f"{key} was deleted" for key in missing]
+            + [f"{key} changed at {paths}" for key, paths in changed]
+            + [f"{key} is no longer part of it and was removed" for key in removed]
+            + [f"node {name} is no longer reserved and was released" for name in released])
+
+
+def brought_in_line(cause: str, *, applied: int, missing: list[str],
+                    changed: list[tuple[str, str]],
+                    removed: list[str], released: list[str]) -> str:
+    """The one sentence of a change the portal made, carried out in the cluster: every object
+    applied again, which of them it altered, and what it removed or released. Objects that
+    are re-applied are never called deleted."""
+    parts = [f"re-applied all {applied} object(s)"]
+    if changed:
+        parts.append("updated " + "; ".join(f"{key} (at {paths})" for key, paths in changed))
+    if missing:
+        parts.append(f"made again {len(missing)} found missing ({', '.join(missing)})")
+    if removed:
+        parts.append(f"removed {', '.join(removed)} (no longer part of it)")
+    if released:
+        parts.append(f"released node(s) {', '.join(released)}")
+    return f"Cluster brought in line after {cause}: " + "; ".join(parts) + "."
 
 
 def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:
