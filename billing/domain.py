@@ -223,13 +223,18 @@ class BudgetStatus:
         return thresholds_crossed(self.spent, self.budget)
 
     @property
+    def forecast_over(self) -> bool:
+        """On course to end the month over its budget: the one rule every page flags by."""
+        return self.forecast_percent > 100
+
+    @property
     def level(self) -> str:
         """ok / watch (forecast over) / warn (≥ 90 % spent) / over (≥ 100 %)."""
         if self.percent >= 100:
             return "over"
         if self.percent >= 90:
             return "warn"
-        return "watch" if self.forecast_percent > 100 else "ok"
+        return "watch" if self.forecast_over else "ok"
 
     @property
     def summary(self) -> str:
@@ -245,30 +250,36 @@ def thresholds_crossed(spent: Decimal, budget: Decimal) -> list[int]:
     return [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget * t]
 
 
-def forecast_extends(month: dt.date, now: dt.datetime) -> bool:
+def forecast_extends(month: dt.date, now: dt.datetime, covered_until: dt.datetime | None
+                     ) -> bool:
     """Whether the spend so far is extended to the month: not once the month is over, and
-    not before its first full day (the rate is too noisy then)."""
+    not before the rollup has covered its first full day (the rate is too noisy then)."""
     start, end = month_bounds(month)
-    return start <= now < end and (now - start).total_seconds() >= 86400
+    return (start <= now < end and covered_until is not None
+            and (min(covered_until, end) - start).total_seconds() >= 86400)
 
 
-def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime) -> Decimal:
-    """Spend so far, extended to the whole month at the same rate (forecast_extends); else
-    the spend itself."""
-    if not forecast_extends(month, now):
+def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime,
+                      covered_until: dt.datetime | None) -> Decimal:
+    """Spend so far, extended to the whole month at the rate measured: the spend divided by
+    the hours the rollup has covered (the month's start to the end of its latest rolled-up
+    hour, `covered_until`), never by the wall clock, so the forecast holds still while the
+    spend does (forecast_extends); else the spend itself."""
+    if not forecast_extends(month, now, covered_until):
         return money(spent)
     start, end = month_bounds(month)
     return money(spent * Decimal((end - start).total_seconds()) /
-                 Decimal((now - start).total_seconds()))
+                 Decimal((min(covered_until, end) - start).total_seconds()))
 
 
-def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime
-                  ) -> BudgetStatus:
+def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime,
+                  covered_until: dt.datetime | None) -> BudgetStatus:
     start, end = month_bounds(month)
-    # "Not extended" is said only inside the month's first day (a past month is final).
+    # "Not extended" is said only inside the month (a past month is final).
     return BudgetStatus(month=month, budget=money(budget), spent=money(spent),
-                        forecast=run_rate_forecast(spent, month, now),
-                        extended=forecast_extends(month, now) or not start <= now < end)
+                        forecast=run_rate_forecast(spent, month, now, covered_until),
+                        extended=forecast_extends(month, now, covered_until)
+                        or not start <= now < end)
 
 
 # ---------------------------------------------------------------------------------------

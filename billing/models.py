@@ -31,7 +31,9 @@ class UsageHour(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["allocation", "hour"],
                                                name="one_row_per_allocation_hour")]
-        indexes = [models.Index(fields=["tenant", "hour"])]
+        # (hour): how far the rollup has come (billing.budgets.rolled_up_until), one probe.
+        indexes = [models.Index(fields=["tenant", "hour"]),
+                   models.Index(fields=["hour"], name="usage_hour_by_hour")]
 
     def __str__(self) -> str:
         return f"{self.allocation_id} {self.hour:%Y-%m-%d %H:00}"
