@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from fleet.domain import Route, percent_of
-from fleet.inventory.pricing import borrowing_is_billed, money
+from fleet.inventory.pricing import borrowing_is_billed, money, money_text
 
 HOUR = dt.timedelta(hours=1)
 SECONDS_PER_HOUR = Decimal(3600)
@@ -188,6 +188,67 @@ def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime 
     return AllocationHour(allocated, used, credit, charge.charged, rate,
                           amount(charge.charged, rate),
                           borrowed if borrowing_is_billed(route) else Decimal(0))
+
+
+# ---------------------------------------------------------------------------------------
+# Adjustments: how far a closed month may be corrected
+
+# An adjustment larger than this share of the statement's final (or on a final of zero or
+# less) is recorded only once finance confirms it, amount and new final in view.
+ADJUSTMENT_CONFIRM_SHARE = Decimal("0.5")
+
+
+@dataclass(frozen=True)
+class AdjustmentCheck:
+    """An adjustment against the statement's final as it stands (lines plus the
+    adjustments already made): what it makes of it, and whether it needs confirming."""
+
+    amount: Decimal
+    final_before: Decimal
+
+    @property
+    def final_after(self) -> Decimal:
+        return self.final_before + self.amount
+
+    @property
+    def below_zero(self) -> bool:
+        return self.final_after < 0
+
+    @property
+    def large(self) -> bool:
+        return self.final_before <= 0 or \
+            abs(self.amount) > self.final_before * ADJUSTMENT_CONFIRM_SHARE
+
+    @property
+    def needs_confirmation(self) -> bool:
+        return self.below_zero or self.large
+
+    def confirmed_by(self, confirm) -> bool:
+        """Confirmed: `confirm` repeats the amount (the page's checkbox carries it), so a
+        confirmation never carries over to an amount changed after it."""
+        try:
+            return Decimal(str(confirm).strip()) == self.amount
+        except (InvalidOperation, TypeError, ValueError):
+            return False
+
+    @property
+    def problem(self) -> str:
+        """Why it is held for confirmation, in money ('' if it is not)."""
+        words = (f"{money_text(self.amount)} takes this statement's final from "
+                 f"{money_text(self.final_before)} to {money_text(self.final_after)}")
+        if self.below_zero:
+            return (f"{words}: below zero, so the portal would owe the tenant "
+                    f"{money_text(-self.final_after)}. The most this month can be credited "
+                    f"is {money_text(max(self.final_before, Decimal(0)))}; to record more "
+                    "(a refund), confirm it and say why in the reason.")
+        if self.large:
+            return (f"{words}: more than {ADJUSTMENT_CONFIRM_SHARE:.0%} of the bill. "
+                    "Confirm it to record it.")
+        return ""
+
+
+def adjustment_check(amount: Decimal, final_before: Decimal) -> AdjustmentCheck:
+    return AdjustmentCheck(money(amount), money(final_before))
 
 
 # ---------------------------------------------------------------------------------------
