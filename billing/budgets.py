@@ -215,7 +215,7 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
             "top": [{"name": name, "spent": money(v)} for _, v, name in leaders],
             "over": sum(1 for st in statuses if st.level == "over"),
             "near": sum(1 for st in statuses if st.level == "warn"),
-            # On course to end over (BudgetStatus.forecast_over), not over yet.
-            "forecast_over": sum(1 for st in statuses
-                                 if st.forecast_over and st.level != "over"),
+            # On course to end the month over (BudgetStatus.forecast_over): the one rule
+            # the budgets page and the tenant's cost page flag by (the "over" included).
+            "forecast_over": sum(1 for st in statuses if st.forecast_over),
             "budgets": len(statuses)}
