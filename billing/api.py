@@ -1,7 +1,8 @@
 """Billing in the API, scoped exactly like the pages: finance and platform admins read every
 tenant, a tenant's leads and members their own; the figures are the one number
 (billing.figures) the statement, the overview, both exports and /metrics show. Finance and
-platform admins close, reopen and adjust a month through the same services as the pages."""
+platform admins close, reopen and adjust a month, and withdraw an adjustment, through the
+same services as the pages."""
 
 from __future__ import annotations
 
@@ -22,14 +23,17 @@ from tenants.idempotency import IdempotentWritesMixin
 from .domain import MONTH_RULE, parse_month
 from .exports import statement_document, statement_response
 from .figures import month_figures, tenant_month
+from .models import Adjustment
 from .services import (
     BillingError,
+    adjustment_withdraw,
     require_billing_role,
     statement_adjust,
     statement_close,
     statement_for,
     statement_reopen,
 )
+from .validation import adjustment_errors
 
 
 def month_param(value: str, name: str = "month") -> dt.date:
@@ -96,9 +100,42 @@ class ReopenSerializer(serializers.Serializer):
 
 
 class AdjustSerializer(serializers.Serializer):
+    """Checked by billing.validation.adjustment_errors, as the page's form is: pass the
+    statement's final before it as `final_before` in the context."""
+
     amount = serializers.CharField(max_length=40, help_text="EUR-style decimal, at most two "
                                    "places; negative for a credit, e.g. -25.00")
     reason = serializers.CharField(max_length=REASON_MAX, trim_whitespace=True)
+    confirm = serializers.CharField(
+        max_length=40, required=False, default="", allow_blank=True,
+        help_text="the amount again, to record an adjustment that takes the final below "
+                  "zero or exceeds half of it (refused on `amount` without it, the new "
+                  "final in the message)")
+
+    def validate(self, attrs):
+        verdict = adjustment_errors(amount_value=attrs["amount"], reason=attrs["reason"],
+                                    confirm=attrs.get("confirm", ""),
+                                    final_before=self.context["final_before"])
+        if verdict.errors:
+            raise ValidationError({k: [v] for k, v in verdict.errors.items()})
+        return attrs
+
+
+class WithdrawSerializer(serializers.Serializer):
+    adjustment = serializers.IntegerField(help_text="the id of the adjustment to withdraw")
+    reason = serializers.CharField(max_length=REASON_MAX, trim_whitespace=True)
+
+
+def adjustments_of(stmt) -> list[dict]:
+    """A statement's adjustments as the API lists them, withdrawals included: each names
+    the adjustment it withdraws (`withdraws`), each withdrawn one its withdrawal."""
+    rows = (stmt.adjustments.select_related("withdrawal", "withdraws").order_by("at", "pk")
+            if stmt else [])
+    return [{"id": a.pk, "kind": a.kind, "amount": f"{a.amount:.2f}", "reason": a.reason,
+             "description": a.description, "at": a.at.isoformat(),
+             "withdraws": a.withdraws_id,
+             "withdrawn_by": getattr(getattr(a, "withdrawal", None), "pk", None)}
+            for a in rows]
 
 
 STATEMENT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH,
@@ -142,11 +179,9 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
 
     def _answer(self, tenant, m):
         stmt, lines = statement_for(tenant, m)
-        adjustments = [{"amount": f"{a.amount:.2f}", "reason": a.reason,
-                        "at": a.at.isoformat()} for a in (stmt.adjustments.all() if stmt else [])]
         return Response({"figures": _with_currency(tenant_month(tenant.pk, m)),
                          "lines": StatementLineSerializer(lines, many=True).data,
-                         "adjustments": adjustments})
+                         "adjustments": adjustments_of(stmt)})
 
     @extend_schema(request=None, responses=StatementSerializer, parameters=[STATEMENT_ID])
     @action(detail=True, methods=["post"])
@@ -177,14 +212,35 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     def adjust(self, request, pk=None):
         """Finance: a correction to a closed month, with its reason."""
         tenant, m = self._statement_of(request, pk, write=True)
-        body = AdjustSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
         stmt, _ = statement_for(tenant, m)
-        if stmt is None:
-            raise BillingError("Adjust only a closed month.")
+        if stmt is None or not stmt.closed:
+            raise BillingError("Adjust only a closed month; an open one is recomputed from "
+                               "usage.")
+        body = AdjustSerializer(data=request.data,
+                                context={"final_before": tenant_month(tenant.pk, m).final})
+        body.is_valid(raise_exception=True)
         statement_adjust(statement=stmt, by=request.user,
                          amount_value=body.validated_data["amount"],
-                         reason=body.validated_data["reason"])
+                         reason=body.validated_data["reason"],
+                         confirm=body.validated_data["confirm"])
+        return self._answer(tenant, m)
+
+    @extend_schema(request=WithdrawSerializer, responses=StatementSerializer,
+                   parameters=[STATEMENT_ID])
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        """Finance: withdraw an adjustment of a closed month, with a reason: a new entry of
+        the opposite amount (both stay listed; the final no longer counts it)."""
+        tenant, m = self._statement_of(request, pk, write=True)
+        body = WithdrawSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        stmt, _ = statement_for(tenant, m)
+        adjustment = get_object_or_404(Adjustment, pk=body.validated_data["adjustment"],
+                                       statement=stmt) if stmt else None
+        if adjustment is None:
+            raise BillingError(f"{m:%B %Y} has no adjustments.")
+        adjustment_withdraw(adjustment=adjustment, by=request.user,
+                            reason=body.validated_data["reason"])
         return self._answer(tenant, m)
 
     @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR},
@@ -208,9 +264,4 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
     def retrieve(self, request, pk=None):
         """One statement: `<tenant slug>:<YYYY-MM>`, its lines, adjustments and figures."""
         tenant, m = self._statement_of(request, pk)
-        stmt, lines = statement_for(tenant, m)
-        adjustments = [{"amount": f"{a.amount:.2f}", "reason": a.reason,
-                        "at": a.at.isoformat()} for a in (stmt.adjustments.all() if stmt else [])]
-        return Response({"figures": _with_currency(tenant_month(tenant.pk, m)),
-                         "lines": StatementLineSerializer(lines, many=True).data,
-                         "adjustments": adjustments})
+        return self._answer(tenant, m)

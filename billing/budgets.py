@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from billing.figures import figure_sums
@@ -17,9 +18,17 @@ from tenants.fields import decimal_for_column
 from tenants.models import Tenant
 from tenants.notifications import Kind, finance_people, notify, tenant_leads
 
-from .domain import BudgetStatus, budget_status, forecast_extends, month_start, run_rate_forecast
+from .domain import (
+    HOUR,
+    BudgetStatus,
+    budget_status,
+    forecast_extends,
+    month_bounds,
+    month_start,
+    run_rate_forecast,
+)
 from .figures import month_figures
-from .models import Budget, BudgetAlert
+from .models import Budget, BudgetAlert, UsageHour
 from .services import BillingError, require_billing_role
 
 
@@ -28,6 +37,16 @@ def spent_in(tenant_ids, month: dt.date) -> dict[int, Decimal]:
     lines to the cent plus adjustments), so the budget card and the statement agree."""
     return {f.tenant_id: f.final for f in month_figures(tenant_ids=list(tenant_ids),
                                                         months=[month])}
+
+
+def rolled_up_until(month: dt.date) -> dt.datetime | None:
+    """The end of the latest hour of `month` the rollup has recorded: the spend so far is the
+    spend up to here, so the run rate divides by these hours (none rolled up yet: None).
+    One query (the index on the hour answers it)."""
+    start, end = month_bounds(month)
+    last = UsageHour.objects.filter(hour__gte=start, hour__lt=end).aggregate(
+        last=Max("hour"))["last"]
+    return last + HOUR if last else None
 
 
 def budgets_in_force(tenant_ids, month: dt.date) -> dict[int, Decimal]:
@@ -55,7 +74,8 @@ def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
     if amount is None:
         return None
     spent = spent_in([tenant.pk], month).get(tenant.pk, Decimal(0))
-    return budget_status(budget=amount, spent=spent, month=month, now=now)
+    return budget_status(budget=amount, spent=spent, month=month, now=now,
+                         covered_until=rolled_up_until(month))
 
 
 def budgets_overview(now: dt.datetime, tenants=None
@@ -66,8 +86,9 @@ def budgets_overview(now: dt.datetime, tenants=None
     tenants = list(Tenant.objects.order_by("name") if tenants is None else tenants)
     budgets = budgets_in_force([t.pk for t in tenants], month)
     spent = spent_in([t.pk for t in tenants], month)
+    covered = rolled_up_until(month)
     return [(t, budget_status(budget=budgets[t.pk], spent=spent.get(t.pk, Decimal(0)),
-                              month=month, now=now)
+                              month=month, now=now, covered_until=covered)
              if t.pk in budgets else None) for t in tenants]
 
 
@@ -119,11 +140,11 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     spent = spent_in(list(budgets), month)
     done = set(BudgetAlert.objects.filter(month=month).values_list("tenant_id", "threshold",
                                                                    "budget"))
-    created = []
+    created, covered = [], rolled_up_until(month)
     for tenant_id, amount in budgets.items():
         tenant = tenants[tenant_id]
         status = budget_status(budget=amount, spent=spent.get(tenant_id, Decimal(0)),
-                               month=month, now=now)
+                               month=month, now=now, covered_until=covered)
         new = [t for t in status.crossed if (tenant_id, t, status.budget) not in done]
         if not new:
             continue
@@ -183,12 +204,18 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     total = money(sum(spent.values(), Decimal(0)))
     # The budgets of the tenants with spend (read without a list of 5,000 ids to match).
     budgets = {t: b for t, b in budgets_in_force(tenant_ids, month).items() if t in spent}
-    statuses = [budget_status(budget=b, spent=spent.get(t, Decimal(0)), month=month, now=now)
+    covered = rolled_up_until(month)
+    statuses = [budget_status(budget=b, spent=spent.get(t, Decimal(0)), month=month, now=now,
+                              covered_until=covered)
                 for t, b in budgets.items()]
     leaders = _leaders(spent, top)
-    return {"month": month, "spent": total, "forecast": run_rate_forecast(total, month, now),
-            "extended": forecast_extends(month, now),
+    return {"month": month, "spent": total,
+            "forecast": run_rate_forecast(total, month, now, covered),
+            "extended": forecast_extends(month, now, covered),
             "top": [{"name": name, "spent": money(v)} for _, v, name in leaders],
             "over": sum(1 for st in statuses if st.level == "over"),
             "near": sum(1 for st in statuses if st.level == "warn"),
+            # On course to end the month over (BudgetStatus.forecast_over): the one rule
+            # the budgets page and the tenant's cost page flag by (the "over" included).
+            "forecast_over": sum(1 for st in statuses if st.forecast_over),
             "budgets": len(statuses)}

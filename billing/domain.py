@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from fleet.domain import Route, percent_of
-from fleet.inventory.pricing import borrowing_is_billed, money
+from fleet.inventory.pricing import borrowing_is_billed, money, money_text
 
 HOUR = dt.timedelta(hours=1)
 SECONDS_PER_HOUR = Decimal(3600)
@@ -191,6 +191,67 @@ def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime 
 
 
 # ---------------------------------------------------------------------------------------
+# Adjustments: how far a closed month may be corrected
+
+# An adjustment larger than this share of the statement's final (or on a final of zero or
+# less) is recorded only once finance confirms it, amount and new final in view.
+ADJUSTMENT_CONFIRM_SHARE = Decimal("0.5")
+
+
+@dataclass(frozen=True)
+class AdjustmentCheck:
+    """An adjustment against the statement's final as it stands (lines plus the
+    adjustments already made): what it makes of it, and whether it needs confirming."""
+
+    amount: Decimal
+    final_before: Decimal
+
+    @property
+    def final_after(self) -> Decimal:
+        return self.final_before + self.amount
+
+    @property
+    def below_zero(self) -> bool:
+        return self.final_after < 0
+
+    @property
+    def large(self) -> bool:
+        return self.final_before <= 0 or \
+            abs(self.amount) > self.final_before * ADJUSTMENT_CONFIRM_SHARE
+
+    @property
+    def needs_confirmation(self) -> bool:
+        return self.below_zero or self.large
+
+    def confirmed_by(self, confirm) -> bool:
+        """Confirmed: `confirm` repeats the amount (the page's checkbox carries it), so a
+        confirmation never carries over to an amount changed after it."""
+        try:
+            return Decimal(str(confirm).strip()) == self.amount
+        except (InvalidOperation, TypeError, ValueError):
+            return False
+
+    @property
+    def problem(self) -> str:
+        """Why it is held for confirmation, in money ('' if it is not)."""
+        words = (f"{money_text(self.amount)} takes this statement's final from "
+                 f"{money_text(self.final_before)} to {money_text(self.final_after)}")
+        if self.below_zero:
+            return (f"{words}: below zero, so the portal would owe the tenant "
+                    f"{money_text(-self.final_after)}. The most this month can be credited "
+                    f"is {money_text(max(self.final_before, Decimal(0)))}; to record more "
+                    "(a refund), confirm it and say why in the reason.")
+        if self.large:
+            return (f"{words}: more than {ADJUSTMENT_CONFIRM_SHARE:.0%} of the bill. "
+                    "Confirm it to record it.")
+        return ""
+
+
+def adjustment_check(amount: Decimal, final_before: Decimal) -> AdjustmentCheck:
+    return AdjustmentCheck(money(amount), money(final_before))
+
+
+# ---------------------------------------------------------------------------------------
 # Budgets
 
 BUDGET_THRESHOLDS = (50, 75, 90, 100)  # percent of the monthly budget that notify
@@ -223,13 +284,18 @@ class BudgetStatus:
         return thresholds_crossed(self.spent, self.budget)
 
     @property
+    def forecast_over(self) -> bool:
+        """On course to end the month over its budget: the one rule every page flags by."""
+        return self.forecast_percent > 100
+
+    @property
     def level(self) -> str:
         """ok / watch (forecast over) / warn (≥ 90 % spent) / over (≥ 100 %)."""
         if self.percent >= 100:
             return "over"
         if self.percent >= 90:
             return "warn"
-        return "watch" if self.forecast_percent > 100 else "ok"
+        return "watch" if self.forecast_over else "ok"
 
     @property
     def summary(self) -> str:
@@ -245,30 +311,36 @@ def thresholds_crossed(spent: Decimal, budget: Decimal) -> list[int]:
     return [t for t in BUDGET_THRESHOLDS if spent * 100 >= budget * t]
 
 
-def forecast_extends(month: dt.date, now: dt.datetime) -> bool:
+def forecast_extends(month: dt.date, now: dt.datetime, covered_until: dt.datetime | None
+                     ) -> bool:
     """Whether the spend so far is extended to the month: not once the month is over, and
-    not before its first full day (the rate is too noisy then)."""
+    not before the rollup has covered its first full day (the rate is too noisy then)."""
     start, end = month_bounds(month)
-    return start <= now < end and (now - start).total_seconds() >= 86400
+    return (start <= now < end and covered_until is not None
+            and (min(covered_until, end) - start).total_seconds() >= 86400)
 
 
-def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime) -> Decimal:
-    """Spend so far, extended to the whole month at the same rate (forecast_extends); else
-    the spend itself."""
-    if not forecast_extends(month, now):
+def run_rate_forecast(spent: Decimal, month: dt.date, now: dt.datetime,
+                      covered_until: dt.datetime | None) -> Decimal:
+    """Spend so far, extended to the whole month at the rate measured: the spend divided by
+    the hours the rollup has covered (the month's start to the end of its latest rolled-up
+    hour, `covered_until`), never by the wall clock, so the forecast holds still while the
+    spend does (forecast_extends); else the spend itself."""
+    if not forecast_extends(month, now, covered_until):
         return money(spent)
     start, end = month_bounds(month)
     return money(spent * Decimal((end - start).total_seconds()) /
-                 Decimal((now - start).total_seconds()))
+                 Decimal((min(covered_until, end) - start).total_seconds()))
 
 
-def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime
-                  ) -> BudgetStatus:
+def budget_status(*, budget: Decimal, spent: Decimal, month: dt.date, now: dt.datetime,
+                  covered_until: dt.datetime | None) -> BudgetStatus:
     start, end = month_bounds(month)
-    # "Not extended" is said only inside the month's first day (a past month is final).
+    # "Not extended" is said only inside the month (a past month is final).
     return BudgetStatus(month=month, budget=money(budget), spent=money(spent),
-                        forecast=run_rate_forecast(spent, month, now),
-                        extended=forecast_extends(month, now) or not start <= now < end)
+                        forecast=run_rate_forecast(spent, month, now, covered_until),
+                        extended=forecast_extends(month, now, covered_until)
+                        or not start <= now < end)
 
 
 # ---------------------------------------------------------------------------------------

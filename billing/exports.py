@@ -28,7 +28,7 @@ class StatementDocument:
     month: dt.date
     closed: bool
     lines: list
-    adjustments: list  # (amount, reason, at)
+    adjustments: list  # (amount, description, at, kind): kind "adjustment" or "withdrawal"
     figures: MonthFigures
     currency: str
     provider: str
@@ -44,8 +44,10 @@ class StatementDocument:
 
 def statement_document(tenant, month: dt.date) -> StatementDocument:
     stmt, lines = statement_for(tenant, month)
-    adjustments = [(a.amount, a.reason, a.at) for a in
-                   (stmt.adjustments.order_by("at") if stmt else [])]
+    # A withdrawn adjustment stays, and its withdrawal follows it: the two net to nothing.
+    adjustments = [(a.amount, a.description, a.at, a.kind) for a in
+                   (stmt.adjustments.select_related("withdraws").order_by("at", "pk")
+                    if stmt else [])]
     return StatementDocument(
         tenant_slug=tenant.slug, tenant_name=tenant.name, cost_centre=tenant.cost_centre,
         month=month, closed=bool(stmt and stmt.closed), lines=list(lines),
@@ -71,8 +73,8 @@ def statement_csv(doc: StatementDocument) -> str:
     w.writerow([*head, "total", "Usage", "", "", f"{f.allocated_h:.4f}", f"{f.used_h:.4f}",
                 f"{f.idle_h:.4f}", f"{f.credit_h:.4f}", f"{f.charged_h:.4f}",
                 f"{f.usage_amount:.2f}", cur])
-    for amount, reason, _at in doc.adjustments:
-        w.writerow([*head, "adjustment", reason, "", "", "", "", "", "", "", f"{amount:.2f}",
+    for amount, description, _at, kind in doc.adjustments:
+        w.writerow([*head, kind, description, "", "", "", "", "", "", "", f"{amount:.2f}",
                     cur])
     w.writerow([*head, "final", "Final", "", "", "", "", "", "", "", f"{f.final:.2f}", cur])
     return out.getvalue()
@@ -154,8 +156,8 @@ def statement_pdf(doc: StatementDocument) -> bytes:
         with pdf.table(col_widths=(40, 185, 32), text_align=("LEFT", "LEFT", "RIGHT"),
                        headings_style=head, line_height=5.5) as table:
             table.row([text("When (UTC)"), text("Reason"), text(f"Amount ({doc.currency})")])
-            for amount, reason, at in doc.adjustments:
-                table.row([f"{at:%Y-%m-%d %H:%M}", text(reason), f"{amount:,.2f}"])
+            for amount, description, at, _kind in doc.adjustments:
+                table.row([f"{at:%Y-%m-%d %H:%M}", text(description), f"{amount:,.2f}"])
     pdf.ln(4)
     pdf.set_font(family, "B", 13)
     pdf.cell(0, 8, text(f"Final: {doc.currency} {f.final:,.2f}"), new_x="LMARGIN",

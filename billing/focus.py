@@ -84,7 +84,8 @@ class AdjustmentCharge:
     billing_start: dt.datetime
     billing_end: dt.datetime
     amount: Decimal
-    reason: str
+    reason: str  # the statement's words for it (a withdrawal names what it withdraws)
+    withdraws: int | None = None  # a withdrawal: the adjustment it reverses
 
 
 def cents_by_day(amounts: list[Decimal], total: Decimal) -> list[Decimal]:
@@ -166,7 +167,8 @@ def focus_adjustment_row(a: AdjustmentCharge, *, currency: str, provider: str
         "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
         "ChargeDescription": a.reason[:500], "ChargeFrequency": "One-Time",
         "ServiceCategory": "AI and Machine Learning", "ServiceName": "GPU capacity",
-        "Tags": json.dumps({"tenant": a.tenant_slug, "adjustment": a.adjustment_id},
+        "Tags": json.dumps({"tenant": a.tenant_slug, "adjustment": a.adjustment_id,
+                            **({"withdraws": a.withdraws} if a.withdraws else {})},
                            sort_keys=True),
     })
     return row

@@ -1,5 +1,5 @@
 """The finance overview's filters: one form, so the page, the htmx swap and both exports
-read the same validated values."""
+read the same validated values; and the statement's adjustment form."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from django import forms
 from django.utils.http import urlencode
 
 from fleet.domain import Route
+from tenants.audit import REASON_MAX
 from tenants.widgets import FastSelect
+
+from .validation import adjustment_errors
 
 SORT_CHOICES = [("amount", "Charge"), ("allocated", "Allocated"), ("used", "Used"),
                 ("utilisation", "Utilisation"), ("name", "Name")]
@@ -40,3 +43,32 @@ class OverviewFilters(forms.Form):
         """The validated filters as a query string, for links that keep them."""
         data = {**self.values(), **overrides}
         return urlencode({k: v for k, v in data.items() if v not in ("", None)})
+
+
+class AdjustmentForm(forms.Form):
+    """An adjustment to a closed month, checked by billing.validation (the API serializer
+    and the service ask the same function). `confirm` is the page's checkbox, offered once
+    an amount needs confirming; its value repeats the amount it confirms."""
+
+    # Not `required`: billing.validation says what is missing, as it does for the API.
+    amount = forms.CharField(max_length=40, required=False,
+                             label="Amount (negative for a credit)",
+                             widget=forms.TextInput(attrs={"inputmode": "decimal"}))
+    reason = forms.CharField(max_length=REASON_MAX, required=False, label="Reason",
+                             help_text="Kept in the audit trail and printed on the statement.")
+    confirm = forms.CharField(required=False, max_length=40)
+
+    def __init__(self, *args, final_before, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.final_before = final_before
+        self.verdict = None
+
+    def clean(self):
+        data = super().clean()
+        self.verdict = adjustment_errors(
+            amount_value=self.data.get("amount", ""), reason=self.data.get("reason", ""),
+            confirm=data.get("confirm", ""), final_before=self.final_before)
+        for name, message in self.verdict.errors.items():
+            if name not in self.errors:
+                self.add_error(name, message)
+        return data

@@ -6,8 +6,9 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from fleet.inventory.pricing import money_text
 from fleet.models import Allocation, Pool, RateCard  # noqa: F401 - RateCard lives in fleet
-from tenants.models import Tenant
+from tenants.models import AppendOnlyModel, Tenant
 
 from .domain import month_start, right_sizing
 
@@ -31,7 +32,9 @@ class UsageHour(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["allocation", "hour"],
                                                name="one_row_per_allocation_hour")]
-        indexes = [models.Index(fields=["tenant", "hour"])]
+        # (hour): how far the rollup has come (billing.budgets.rolled_up_until), one probe.
+        indexes = [models.Index(fields=["tenant", "hour"]),
+                   models.Index(fields=["hour"], name="usage_hour_by_hour")]
 
     def __str__(self) -> str:
         return f"{self.allocation_id} {self.hour:%Y-%m-%d %H:00}"
@@ -109,17 +112,36 @@ class StatementLine(models.Model):
         return right_sizing(self.route, self.allocated_h, self.used_h)
 
 
-class Adjustment(models.Model):
-    """A correction to a closed month, with its reason; closed lines are never edited."""
+class Adjustment(AppendOnlyModel):
+    """A correction to a closed month, with its reason; closed lines are never edited, nor
+    is an adjustment: a withdrawal is a new adjustment of the opposite amount that names the
+    one it withdraws (`withdraws`; at most one each), so every sum of the month, in every
+    export, nets the two to nothing while both stay on the record."""
 
     statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="adjustments")
     amount = models.DecimalField(max_digits=14, decimal_places=2)
     reason = models.TextField()
     by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     at = models.DateTimeField(auto_now_add=True)
+    withdraws = models.OneToOneField("self", null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="withdrawal")
 
     def __str__(self) -> str:
         return f"{self.amount} on {self.statement}"
+
+    @property
+    def kind(self) -> str:
+        return "withdrawal" if self.withdraws_id else "adjustment"
+
+    @property
+    def description(self) -> str:
+        """What statements, exports and the API call it: the reason, and for a withdrawal
+        which adjustment it withdraws."""
+        if self.withdraws_id:
+            w = self.withdraws
+            return (f"Withdrawal of the {money_text(w.amount)} adjustment of "
+                    f"{w.at:%Y-%m-%d} ({w.reason}): {self.reason}")
+        return self.reason
 
 
 def this_month():

@@ -278,7 +278,7 @@ def adjustment_charges(tenant_ids, months: list[dt.date], *,
                        tenant_slugs: set[str] | None = None):
     """Closed months' adjustments as FOCUS charges (one query)."""
     qs = Adjustment.objects.filter(statement__month__in=months).select_related(
-        "statement__tenant").order_by("statement__month", "at", "pk")
+        "statement__tenant", "withdraws").order_by("statement__month", "at", "pk")
     if tenant_ids is not None:
         qs = qs.filter(statement__tenant_id__in=tenant_ids)
     if tenant_slugs is not None:
@@ -290,7 +290,7 @@ def adjustment_charges(tenant_ids, months: list[dt.date], *,
         out.append(AdjustmentCharge(
             tenant_slug=t.slug, tenant_name=t.name, cost_centre=t.cost_centre,
             adjustment_id=a.pk, billing_start=start, billing_end=end, amount=a.amount,
-            reason=a.reason))
+            reason=a.description, withdraws=a.withdraws_id))
     return out
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -22,13 +22,13 @@ from fleet.models import Allocation, NodeOutage, QueueUsageHour
 from tenants.access import require_billing_writer, require_platform_admin
 from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
-from tenants.fields import decimal_for_column
 from tenants.models import Tenant
 
 from . import prometheus
 from .domain import (
     HOUR,
     POLICIES,
+    adjustment_check,
     allocation_hour,
     floor_hour,
     hours_between,
@@ -37,8 +37,9 @@ from .domain import (
     right_sizing,
     utilisation,
 )
-from .figures import hours
+from .figures import hours, tenant_month
 from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, UsageMonth
+from .validation import adjustment_errors
 
 BILLED = tuple(sorted(lifecycle.BILLED))
 
@@ -320,29 +321,86 @@ def statement_reopen(*, statement: Statement, by, reason: str) -> Statement:
     return statement
 
 
-@transaction.atomic
-def statement_adjust(*, statement: Statement, by, amount_value: Decimal,
-                     reason: str) -> Adjustment:
-    require_billing_role(by)
+def _locked_closed(statement: Statement, what: str) -> Statement:
+    statement = Statement.objects.select_for_update().select_related("tenant").get(
+        pk=statement.pk)
     if not statement.closed:
-        raise BillingError("Adjust only a closed month; an open one is recomputed from usage.")
-    if not reason.strip():
-        raise BillingError("An adjustment needs a reason.")
-    if problem := reason_error(reason, required=True):
-        raise BillingError(problem)
-    try:
-        amount_value = decimal_for_column(amount_value, max_digits=14, decimal_places=2,
-                                          what="The amount")
-    except ValueError as exc:
-        raise BillingError(str(exc)) from None
-    if amount_value == 0:
-        raise BillingError("An adjustment of zero changes nothing.")
-    adj = Adjustment.objects.create(statement=statement, amount=amount_value,
+        raise BillingError(f"{what} only a closed month; an open one is recomputed from "
+                           "usage.")
+    return statement
+
+
+@transaction.atomic
+def statement_adjust(*, statement: Statement, by, amount_value, reason: str,
+                     confirm="") -> Adjustment:
+    """A correction to a closed month, with its reason. One that would take the final below
+    zero, or exceeds half of it, is refused on its amount until `confirm` repeats the amount
+    (billing.validation.adjustment_errors, asked here again under the statement's lock: two
+    credits at once cannot both pass a limit each passes alone)."""
+    require_billing_role(by)
+    statement = _locked_closed(statement, "Adjust")
+    final = tenant_month(statement.tenant_id, statement.month).final
+    verdict = adjustment_errors(amount_value=amount_value, reason=reason, confirm=confirm,
+                                final_before=final)
+    if verdict.errors:
+        raise BillingError(next(iter(verdict.errors.values())), fields=verdict.errors)
+    amount = verdict.amount
+    adj = Adjustment.objects.create(statement=statement, amount=amount,
                                     reason=reason.strip(), by=by)
+    confirmed = verdict.check.needs_confirmation
     audit_record(actor=by, subject=statement, tenant=statement.tenant,
                  action="statement.adjusted",
-                 reason=f"Adjusted by {amount_value:+.2f}: {reason.strip()}")
+                 reason=f"Adjusted by {amount:+.2f}"
+                        + (" (confirmed)" if confirmed else "")
+                        + f": {reason.strip()} Final {final:.2f} → "
+                          f"{verdict.check.final_after:.2f}.",
+                 data={"adjustment": adj.pk, "amount": f"{amount:.2f}",
+                       "final_before": f"{final:.2f}",
+                       "final_after": f"{verdict.check.final_after:.2f}",
+                       "confirmed": confirmed})
     return adj
+
+
+@transaction.atomic
+def adjustment_withdraw(*, adjustment: Adjustment, by, reason: str) -> Adjustment:
+    """Withdraw an adjustment: a new adjustment of the opposite amount that names it (never
+    an edit or a delete), audited with its reason. Once per adjustment; a withdrawal is not
+    itself withdrawn (adjust again instead); refused where it would take the final below
+    zero (withdraw the later credits first)."""
+    require_billing_role(by)
+    if problem := reason_error(reason, required=True):
+        raise BillingError(f"Withdrawing: {problem}", fields={"reason": problem})
+    statement = _locked_closed(adjustment.statement, "Withdraw adjustments of")
+    adjustment = Adjustment.objects.get(pk=adjustment.pk)
+    if adjustment.withdraws_id:
+        raise BillingError(f"Adjustment #{adjustment.pk} is itself a withdrawal: record a "
+                           "new adjustment instead.")
+    done = Adjustment.objects.filter(withdraws=adjustment).first()
+    if done is not None:
+        raise BillingError(f"Adjustment #{adjustment.pk} was withdrawn already "
+                           f"({done.at:%Y-%m-%d %H:%M} by {done.by}).")
+    final = tenant_month(statement.tenant_id, statement.month).final
+    check = adjustment_check(-adjustment.amount, final)
+    if check.below_zero:
+        raise BillingError(f"Withdrawing adjustment #{adjustment.pk} would take the final "
+                           f"from {final:.2f} to {check.final_after:.2f}, below zero: "
+                           "withdraw the credits recorded after it first.")
+    try:
+        with transaction.atomic():
+            withdrawal = Adjustment.objects.create(
+                statement=statement, amount=-adjustment.amount, reason=reason.strip(), by=by,
+                withdraws=adjustment)
+    except IntegrityError:  # another withdrawal of it committed first
+        raise BillingError(f"Adjustment #{adjustment.pk} was withdrawn already.") from None
+    audit_record(actor=by, subject=statement, tenant=statement.tenant,
+                 action="statement.adjustment_withdrawn",
+                 reason=f"Withdrew adjustment #{adjustment.pk} ({adjustment.amount:+.2f}, "
+                        f"{adjustment.reason}): {reason.strip()} Final {final:.2f} → "
+                        f"{check.final_after:.2f}.",
+                 data={"adjustment": adjustment.pk, "withdrawal": withdrawal.pk,
+                       "amount": f"{withdrawal.amount:.2f}", "final_before": f"{final:.2f}",
+                       "final_after": f"{check.final_after:.2f}"})
+    return withdrawal
 
 
 def require_billing_role(user) -> None:

@@ -10,6 +10,8 @@ urlpatterns = [
     path("billing/<slug:slug>/<str:month>/", views.statement, name="statement"),
     path("billing/<slug:slug>/<str:month>/close/", views.statement_close, name="close"),
     path("billing/<slug:slug>/<str:month>/adjust/", views.statement_adjust, name="adjust"),
+    path("billing/<slug:slug>/<str:month>/adjustments/<int:adjustment_id>/withdraw/",
+         views.adjustment_withdraw, name="withdraw"),
     path("billing/<slug:slug>/<str:month>/reopen/", views.statement_reopen, name="reopen"),
     path("billing/<slug:slug>/<str:month>/allocations/<int:allocation_id>/",
          views.allocation_hours, name="hours"),

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fleet.inventory.pricing import money_text
 from fleet.models import Allocation, Pool, Route
 from tenants.access import billing_scope, require_rates_reader, roles_for, visible_tenants
 from tenants.audit import REASON_MAX
@@ -34,8 +35,8 @@ from .figures import (
     tenant_month,
 )
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
-from .forms import OverviewFilters
-from .models import RateCard
+from .forms import AdjustmentForm, OverviewFilters
+from .models import Adjustment, RateCard
 from .selectors import (
     adjustment_charges,
     allocation_month_hours,
@@ -165,18 +166,21 @@ def statement(request, slug: str, month: str):
 
 
 def _statement_page(request, slug: str, month: str, *, typed: dict | None = None,
-                    status: int = 200):
-    """The statement; `typed` keeps what finance typed into a form that was refused."""
+                    status: int = 200, adjust_form: AdjustmentForm | None = None):
+    """The statement; `typed` keeps what finance typed into a form that was refused (the
+    adjustment form keeps its own)."""
     _billing_reader(request.user)
     tenant = _tenant_for(request.user, slug)
     m = _month(month)
     stmt, lines = services.statement_for(tenant, m)
     figures = tenant_month(tenant.pk, m)  # the one number: lines to the cent + adjustments
     total = figures.usage_amount
-    adjustments = list(stmt.adjustments.select_related("by")) if stmt else []
+    adjustments = list(stmt.adjustments.select_related("by", "withdrawal__by")
+                       .order_by("at", "pk")) if stmt else []
     if request.GET.get("format") in ("csv", "pdf"):
         return statement_response(statement_document(tenant, m), request.GET["format"])
     roles = roles_for(request.user)
+    can_adjust = bool((roles.finance or roles.platform_admin) and stmt and stmt.closed)
 
     return render(request, "billing/statement.html", {
         "budget": status_for(tenant, timezone.now(), m) if m <= month_start(timezone.now())
@@ -186,7 +190,14 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
         "final": figures.final,
         "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
         and m < month_start(timezone.now()),
-        "can_adjust": (roles.finance or roles.platform_admin) and stmt and stmt.closed,
+        "can_adjust": can_adjust,
+        "adjust_form": adjust_form or AdjustmentForm(final_before=figures.final),
+        # Each adjustment, and what withdrawing it would leave (finance only).
+        "adjustment_rows": [{"a": a, "withdrawal": getattr(a, "withdrawal", None),
+                             "withdrawable": can_adjust and not a.withdraws_id
+                             and getattr(a, "withdrawal", None) is None,
+                             "final_if_withdrawn": figures.final - a.amount}
+                            for a in adjustments],
         "can_reopen": (roles.finance or roles.platform_admin) and stmt and stmt.closed
         and not adjustments,
         "open_before": services.open_months_before(tenant, m)
@@ -214,19 +225,49 @@ def statement_close(request, slug: str, month: str):
 def statement_adjust(request, slug: str, month: str):
     services.require_billing_role(request.user)  # the role first: 403 before anything else
     tenant = _tenant_for(request.user, slug)
-    stmt, _ = services.statement_for(tenant, _month(month))
-    value = request.POST.get("amount", "")  # checked by the service: one path
+    m = _month(month)
+    stmt, _ = services.statement_for(tenant, m)
+    form = AdjustmentForm(request.POST, final_before=tenant_month(tenant.pk, m).final)
+    if stmt is None or not stmt.closed:
+        messages.error(request, "Adjust only a closed month; an open one is recomputed from "
+                                "usage.")
+    elif form.is_valid():
+        try:  # the service asks the same rule again, under the statement's lock
+            adj = services.statement_adjust(
+                statement=stmt, by=request.user, amount_value=form.cleaned_data["amount"],
+                reason=form.cleaned_data["reason"], confirm=form.cleaned_data["confirm"])
+        except services.BillingError as exc:
+            for name, message in exc.fields.items():
+                form.add_error(name if name in form.fields else None, message)
+            if not exc.fields:
+                form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Adjustment #{adj.pk} of {money_text(adj.amount)} "
+                                      "recorded: the final is now "
+                                      f"{money_text(tenant_month(tenant.pk, m).final)}.")
+            return redirect("billing:statement", slug=slug, month=month)
+    # Shown with what was typed, on its fields, so a corrected amount keeps the reason.
+    return _statement_page(request, slug, month, status=400, adjust_form=form)
+
+
+@login_required
+@require_POST
+def adjustment_withdraw(request, slug: str, month: str, adjustment_id: int):
+    services.require_billing_role(request.user)  # the role first: 403 before anything else
+    tenant = _tenant_for(request.user, slug)
+    adjustment = get_object_or_404(Adjustment, pk=adjustment_id, statement__tenant=tenant,
+                                   statement__month=_month(month))
+    reason = request.POST.get("reason", "")
     try:
-        if stmt is None:
-            raise services.BillingError("Adjust only a closed month.")
-        services.statement_adjust(statement=stmt, by=request.user, amount_value=value,
-                                  reason=request.POST.get("reason", ""))
-        messages.success(request, "Adjustment recorded.")
+        withdrawal = services.adjustment_withdraw(adjustment=adjustment, by=request.user,
+                                                  reason=reason)
     except services.BillingError as exc:
-        # Shown with what was typed, so a corrected amount does not cost the reason.
         messages.error(request, exc.message)
         return _statement_page(request, slug, month, status=400, typed={
-            "amount": value[:40], "reason": request.POST.get("reason", "")[:REASON_MAX]})
+            "withdraw_reason": reason[:REASON_MAX], "withdraw_id": adjustment.pk})
+    messages.success(request, f"Adjustment #{adjustment.pk} withdrawn (#{withdrawal.pk}, "
+                              f"{money_text(withdrawal.amount)}): the final is now "
+                              f"{money_text(tenant_month(tenant.pk, _month(month)).final)}.")
     return redirect("billing:statement", slug=slug, month=month)
 
 

@@ -88,6 +88,11 @@ class KubeBackend(Protocol):
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool: ...
 
+    def was_deleted(self, key: ObjectKey) -> bool:
+        """Whether an object found missing is known to have been deleted (not only never
+        recorded)."""
+        ...
+
     def get_path(self, path: str) -> dict | None: ...
 
     def list_path(self, path: str, *, label_selector: str = "", page: int = 500,
@@ -372,6 +377,9 @@ class KubernetesBackend:
                 return False
             raise
 
+    def was_deleted(self, key: ObjectKey) -> bool:
+        return True  # the API server's store is the truth: missing there is deleted
+
 
 @dataclass
 class DryRunBackend:
@@ -381,6 +389,7 @@ class DryRunBackend:
     enforces_admission = False
     objects: dict[ObjectKey, dict] = field(default_factory=dict)
     log: list[tuple[str, ObjectKey]] = field(default_factory=list)
+    deleted: set[ObjectKey] = field(default_factory=set)
 
     def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict:
         key = ObjectKey.of(manifest)
@@ -389,8 +398,14 @@ class DryRunBackend:
             {"manager": self.field_manager, "operation": "Apply"}])
         if not dry_run:
             self.objects[key] = stored
+            self.deleted.discard(key)
             self.log.append(("apply", key))
         return stored
+
+    def was_deleted(self, key: ObjectKey) -> bool:
+        # The record is this process's only (a restart empties it): an object it lacks was
+        # deleted only if it saw the delete; otherwise it was merely not recorded here.
+        return key in self.deleted
 
     def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
         found = self.objects.get(ObjectKey(api_version, kind, namespace, name))
@@ -418,6 +433,7 @@ class DryRunBackend:
     def delete(self, api_version: str, kind: str, name: str, namespace: str = "") -> bool:
         key = ObjectKey(api_version, kind, namespace, name)
         self.log.append(("delete", key))
+        self.deleted.add(key)
         return self.objects.pop(key, None) is not None
 
 

@@ -153,6 +153,13 @@ class DecisionForm(forms.Form):
     override_reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
                                       max_length=REASON_MAX, label="Why override")
 
+    def __init__(self, *args, objects_url: str = "", **kwargs):
+        super().__init__(*args, **kwargs)
+        if objects_url:  # choosing a route fetches the objects approval would create under it
+            self.fields["override_route"].widget.attrs.update({
+                "hx-get": objects_url, "hx-trigger": "change", "hx-target": "#objects",
+                "hx-swap": "outerHTML", "aria-controls": "objects"})
+
     def clean(self):
         data = super().clean()
         if data.get("override_route") and data.get("action") != "approve":

@@ -308,6 +308,37 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
                         whole_devices=whole, nodes=nodes)
 
 
+def approval_decision(request: CapacityRequest, override_route: str = "",
+                      why: str = "") -> tuple[RouteDecision, Pool | None]:
+    """The decision approval takes, and the pool it would look in first: the matrix's route
+    and the pool the request names; or, overridden to another route, the matrix's decision
+    resized for it (`override_decision`) and that route's own pool. Raises ValueError for a
+    route the request cannot take. The review's previews and `request_approve` both ask
+    here, so what is previewed under an override is what approval creates under it."""
+    decision = request_decision(request)
+    if not override_route or override_route == request.route:
+        return decision, (Pool.objects.filter(pk=request.pool_id).first()
+                          if request.pool_id else None)
+    try:
+        route = Route(override_route)
+    except ValueError:
+        raise ValueError(f"{override_route!r} is not a route.") from None
+    return override_decision(decision, route, why), None
+
+
+def override_plan(request: CapacityRequest, override_route: str, *,
+                  facts: dict | None = None) -> ApprovalPlan:
+    """What approving under `override_route` would do, planned as approval plans it (its
+    pool chosen as approval chooses it). Raises ValueError as `approval_decision` does."""
+    decision, pool = approval_decision(request, override_route, "preview")
+    if not decision.ok:
+        return ApprovalPlan(decision, None, None)
+    pool = pool_for_route(decision, request.gpu_model, pool)
+    if pool is None:
+        return ApprovalPlan(decision, None, None)
+    return approval_plan(request, decision=decision, pool=pool, facts=facts)
+
+
 def override_options(request: CapacityRequest, facts: dict | None = None) -> list[dict]:
     """For the review page: what approving under each other route would mean now — its pool,
     size, monthly price and fit, from the same plan approval uses — or why it cannot be.
@@ -321,11 +352,10 @@ def override_options(request: CapacityRequest, facts: dict | None = None) -> lis
             continue
         row = {"route": route.value, "label": route.label}
         try:
-            decision = override_decision(base, route, "preview")
+            approval = override_plan(request, route.value, facts=facts)
         except ValueError as exc:
             out.append({**row, "ok": False, "why": str(exc)})
             continue
-        approval = approval_plan(request, decision=decision, facts=facts)
         if approval.pool is None or approval.plan is None:
             out.append({**row, "ok": False, "why": no_pool_message(route) + "."})
             continue

@@ -29,10 +29,14 @@ from .domain import (
     Status,
     check_transition,
     no_pool_message,
-    override_decision,
 )
 from .models import CapacityRequest
-from .selectors import approval_plan, plan_for_request, pool_for_route, request_decision
+from .selectors import (
+    approval_decision,
+    approval_plan,
+    plan_for_request,
+    pool_for_route,
+)
 from .validation import normalised, request_field_errors
 
 EDITABLE_FIELDS = (
@@ -193,20 +197,17 @@ def request_approve(*, request: CapacityRequest, by, reason: str, override_route
     to_state = _check(request, "approve", by, reason)
     if request.renews_id:
         return _approve_renewal(request, by, reason, to_state)
-    decision = request_decision(request)
     overridden = bool(override_route) and override_route != request.route
-    if overridden:
-        if not override_reason.strip():
-            raise IntakeError("Overriding the route needs a written reason.",
-                              fields={"override_reason": "Say why the route is overridden."})
-        try:
-            decision = override_decision(decision, Route(override_route), override_reason)
-        except ValueError as exc:
-            raise IntakeError(str(exc), fields={"override_route": str(exc)}) from exc
+    if overridden and not override_reason.strip():
+        raise IntakeError("Overriding the route needs a written reason.",
+                          fields={"override_reason": "Say why the route is overridden."})
+    try:
+        decision, pool = approval_decision(request, override_route, override_reason)
+    except ValueError as exc:
+        raise IntakeError(str(exc), fields={"override_route": str(exc)}) from exc
     if not decision.ok:
         raise IntakeError(decision.reason)
-    pool = pool_for_route(decision, request.gpu_model,
-                          None if overridden else (request.pool if request.pool_id else None))
+    pool = pool_for_route(decision, request.gpu_model, pool)
     if pool is None:
         raise IntakeError(no_pool_message(decision.route) + ".")
     # Lock the pool, then plan once: numbers read before the lock could be stale.

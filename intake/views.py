@@ -341,7 +341,8 @@ def review_detail(request, pk: int):
     obj = get_object_or_404(CapacityRequest.objects.select_related(
         "tenant", "requester", "pool", "decided_by", "allocation"), pk=pk)
     queue_form, queue, query = _queue_filter(request)
-    form = DecisionForm(request.POST or None)
+    form = DecisionForm(request.POST or None,
+                        objects_url=reverse("intake:manifests", args=[obj.pk]))
     if request.method == "POST" and form.is_valid():
         action = form.cleaned_data["action"]
         was_at = obj.updated_at  # its place in the queue: the decision moves updated_at
@@ -404,7 +405,9 @@ def request_allocation(request, pk: int):
 def request_manifests(request, pk: int):
     """The Kubernetes objects of a request: what approval would create, or what it did."""
     obj = get_request_for(request.user, pk)
-    objects = request_objects(obj, platform_admin=roles_for(request.user).platform_admin)
+    # The review page's route override asks for the objects of the route chosen.
+    objects = request_objects(obj, platform_admin=roles_for(request.user).platform_admin,
+                              override_route=request.GET.get("override_route", ""))
     template = "intake/manifests.html" + ("#objects" if request.htmx else "")
     return render(request, template, {"req": obj, **objects})
 

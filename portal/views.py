@@ -17,7 +17,7 @@ from django.views.defaults import page_not_found
 from billing.figures import figure_sums
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
-from fleet.queues.explain import seam_histograms
+from fleet.queues.seams import seam_histograms
 from fleet.queues.utilisation import utilisation_histograms
 from intake.domain import Status
 from intake.models import CapacityRequest

@@ -38,6 +38,7 @@ from .manifests import (
     node_release,
     stamp_guard_check,
 )
+from .repair import Repair
 from .transitions import allocation_transition, record_progress
 
 S = Allocation.Status
@@ -175,11 +176,19 @@ def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
 
 
 def repair_in_cluster(alloc: Allocation, manifests: list[dict],
-                       backend: KubeBackend, *, cause: str = "", record: bool = True
-                       ) -> list[str]:
-    """Re-apply `manifests` in one cluster; what had drifted, in words. With `record`
-    (the allocation's own cluster), the report and its audit row are written too."""
-    found, probe, checked, live_guards = [], None, False, []
+                       backend: KubeBackend, *, cause: str = "") -> list[str]:
+    """Apply every desired object again in the allocation's own cluster, reading each one
+    first, and record what the round found (`record_repair`); what had drifted, in words."""
+    repair = reapply(alloc, manifests, backend)
+    record_repair(alloc, repair, cause=cause)
+    return repair.found
+
+
+def reapply(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> Repair:
+    """Re-apply `manifests` in one cluster, reading each first; what differed (no database
+    write: the caller records one round, over one cluster or several)."""
+    repair = Repair(applied=len(manifests))
+    probe, checked, live_guards = None, False, []
     for manifest in manifests:
         if is_guard_check(manifest):  # names the guards as they live now (see manifests)
             manifest = stamp_guard_check(manifest, guards_fingerprint(live_guards))
@@ -193,12 +202,13 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
         key = ObjectKey.of(manifest)
         live = backend.get(key.api_version, key.kind, key.name, key.namespace)
         if live is None:
-            found.append(f"{key} was deleted")
+            if backend.was_deleted(key):  # not merely unrecorded (a dry run's restart)
+                repair.missing.append(str(key))
         else:
             paths = [p for p in drift({k: v for k, v in manifest.items()
                                        if k not in ("apiVersion", "kind")}, live)]
             if paths:
-                found.append(f"{key} changed at {', '.join(paths)}")
+                repair.changed.append((str(key), ", ".join(paths)))
         applied = backend.apply(manifest, force=manifest["kind"] != "Node")
         if manifest["kind"] in GUARD_KINDS and not is_guard_check(manifest):
             live_guards.append(applied)
@@ -208,7 +218,7 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
     for key in prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
                      kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
                      keep=desired):
-        found.append(f"{key} is no longer part of it and was removed")
+        repair.removed.append(str(key))
     # Nodes still labelled for it that it no longer reserves (a block moved off a node) lose
     # the labels and taint: otherwise its flavor would still select them.
     reserved = {m["metadata"]["name"] for m in manifests if m["kind"] == "Node"}
@@ -216,35 +226,34 @@ def repair_in_cluster(alloc: Allocation, manifests: list[dict],
         name = node["metadata"]["name"]
         if name not in reserved:
             backend.apply(node_release(name))
-            found.append(f"node {name} is no longer reserved and was released")
-    if record:
-        record_repair(alloc, found, cause=cause)
-    return found
+            repair.released.append(name)
+    return repair
 
 
-def record_repair(alloc: Allocation, found: list[str], *, cause: str = "",
+def record_repair(alloc: Allocation, repair: Repair, *, cause: str = "",
                   append: bool = False) -> None:
-    """What a reconcile found, as the allocation's drift report with its audit row (after
-    the API calls); `append` adds to the report of the same round (another cluster's)."""
+    """A round's findings as the allocation's drift report with its audit row (after the API
+    calls). Without a cause what differed is drift; with one (a change the portal made, such
+    as a move) the same reads say what carrying it out did, in one sentence. `append` adds
+    to the report of the same round (the workers' after the manager's)."""
+    found = repair.found
     if append and not found:
         return
     report = "; ".join(found)
     if append:
         earlier = Allocation.objects.values_list("drift_report", flat=True).get(pk=alloc.pk)
-        report_kept = "; ".join(x for x in (earlier, report) if x)
-    else:
-        report_kept = report
+        report = "; ".join(x for x in (earlier, report) if x)
     with transaction.atomic():  # the report and its audit row together, after the API calls
-        Allocation.objects.filter(pk=alloc.pk).update(
-            drift_report="" if cause else report_kept, drift_checked_at=timezone.now())
-        if found and cause:
+        Allocation.objects.filter(pk=alloc.pk).update(drift_report="" if cause else report,
+                                                      drift_checked_at=timezone.now())
+        if cause:
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
-                         action="allocation.applied",
-                         reason=f"Cluster brought in line after {cause}: {report}.")
+                         action="allocation.applied", reason=repair.brought_in_line(cause),
+                         data=repair.data)
         elif found:
             audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                          action="allocation.drift",
-                         reason=f"Drift repaired by reconcile: {report}.")
+                         reason=f"Drift repaired by reconcile: {'; '.join(found)}.")
 
 
 def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:

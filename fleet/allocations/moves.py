@@ -57,6 +57,29 @@ def retirement_plan(node: GpuNode) -> list[MoveStep]:
     return steps
 
 
+@dataclass(frozen=True)
+class MoveWords:
+    audit: str
+    notice: str
+
+
+def move_words(*, old: str, new: str, pool: str, namespace: str, retiring_reason: str,
+               reason: str) -> MoveWords:
+    """What a move says in the allocation's history and to its tenant: why the node leaves
+    and the reason given, each once (the page offers the node's retiring reason as the move's
+    reason; given unchanged, it is said once, not twice)."""
+    given, leaving = reason.strip(), retiring_reason.strip()
+    same = given.casefold() == leaving.casefold()
+    audit = (f"Moved off {old} onto {new}, a free validated node of {pool}: "
+             + (given if same or not leaving else f"{given} ({old} is retiring: {leaving})"))
+    notice = (f"{old} is leaving the fleet" + (f" ({leaving})" if leaving else "")
+              + f". Your dedicated block {namespace} now runs on {new} in the same pool, at "
+              f"the same price. Pods still on {old} keep running until they finish or are "
+              f"moved; new pods are placed on {new}."
+              + ("" if same else f"\n\nReason given: {given}"))
+    return MoveWords(audit, notice)
+
+
 def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
                         backend: KubeBackend | None = None) -> str:
     """Move a dedicated block off one of its nodes onto a free validated node of its pool.
@@ -86,19 +109,15 @@ def allocation_move_off(*, allocation_id: int, node_name: str, by, reason: str,
         new = GpuNode.objects.get(pool=alloc.pool, name=free[0])
         alloc.nodes.remove(old)
         alloc.nodes.add(new)
-        why = f" ({old.retiring_reason})" if old.retiring_reason else ""
+        words = move_words(old=old.name, new=new.name, pool=alloc.pool.name,
+                           namespace=alloc.namespace, retiring_reason=old.retiring_reason,
+                           reason=reason)
         audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.moved",
-                     reason=f"Moved off {old.name}{why} onto {new.name}, a free validated node "
-                            f"of {alloc.pool.name}: {reason.strip()}",
-                     data={"from": old.name, "to": new.name})
+                     reason=words.audit, data={"from": old.name, "to": new.name})
         notify(tenant_leads(alloc.tenant), Kind.CAPACITY_CHANGED,
-               f"{alloc.namespace} moves to another node",
-               f"{old.name} is leaving the fleet{why}. Your dedicated block {alloc.namespace} "
-               f"now runs on {new.name} in the same pool, at the same price. Pods still on "
-               f"{old.name} keep running until they finish or are moved; new pods are "
-               f"placed on {new.name}.\n\nReason given: {reason.strip()}")
+               f"{alloc.namespace} moves to another node", words.notice)
     try:
-        allocation_reconcile(alloc.pk, backend=backend, cause="the move")
+        allocation_reconcile(alloc.pk, backend=backend, cause=f"the move onto {new.name}")
     except KubeError as exc:  # the periodic reconcile finishes it
         log.warning("move of allocation %s: cluster update deferred: %s", alloc.pk, exc)
         Allocation.objects.filter(pk=alloc.pk).update(

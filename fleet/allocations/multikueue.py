@@ -13,10 +13,11 @@ from tenants.audit import audit_record
 from ..inventory.connections import backend_of, dispatch_kubeconfig
 from ..kube import LABEL_ALLOCATION, KubeBackend, KubeError, ObjectKey, prune
 from ..models import Allocation, Cluster
-from .apply import apply_together, record_repair, repair_in_cluster
+from .apply import apply_together, reapply, record_repair
 from .desired import WorkerTarget, decided_shares, worker_targets
 from .dispatch import kubeconfig_secret
 from .manifests import OWNED_KINDS, apply_waves
+from .repair import Repair
 
 
 def shares_decide(alloc: Allocation) -> dict[str, int]:
@@ -72,18 +73,18 @@ def workers_provision(alloc: Allocation) -> tuple[list[WorkerTarget], list[str]]
 
 
 def workers_repair(alloc: Allocation, *, cause: str = "") -> list[str]:
-    """Reconcile on every worker that answers; one that does not is said so."""
-    found = []
+    """Reconcile on every worker that answers (one that does not is tried next round); the
+    workers' findings added to the round's report, each named with its worker."""
+    repair = Repair()
     for target in worker_targets(alloc):
         try:
-            found += [f"on {target.cluster.slug}, {f}" for f in repair_in_cluster(
-                alloc, target.manifests, backend_of(target.cluster), cause=cause,
-                record=False)]
+            repair += reapply(alloc, target.manifests,
+                              backend_of(target.cluster)).on(target.cluster.slug)
         except KubeError as exc:
             if not exc.retriable:
                 raise
-    record_repair(alloc, found, cause=cause, append=True)
-    return found
+    record_repair(alloc, repair, cause=cause, append=True)
+    return repair.found
 
 
 def workers_withdraw(alloc: Allocation) -> tuple[list[ObjectKey], list[str]]:

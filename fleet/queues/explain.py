@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from ..domain import in_devices
@@ -361,32 +361,6 @@ def history_chart(days: list[DayFigures]) -> dict:
                        "p95_min": [None if d.p95 is None else round(d.p95 / 60, 1)
                                    for d in days],
                        "admitted": [d.admissions for d in days]}}
-
-
-# Bucket bounds (seconds) of the seam histograms on /metrics: sub-second steps after
-# admission up to queue waits of days (Kueue's own wait histograms stop near 2.8 h).
-SEAM_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600,
-                12 * 3600, 24 * 3600, 3 * 86400)
-
-
-def seam_histograms() -> list[dict]:
-    """Per tenant, queue (namespace/LocalQueue), the cluster it is queued in, and seam:
-    cumulative bucket counts, count and
-    sum over the whole ledger. The ledger is append-only, so these only grow, as a
-    Prometheus histogram must. One aggregate query."""
-    buckets = {f"le{i}": Count("id", filter=Q(seam_seconds__lte=b))
-               for i, b in enumerate(SEAM_BUCKETS)}
-    rows = (QueueEvent.objects.filter(seam_seconds__isnull=False)
-            .values("allocation__tenant__slug", "allocation__namespace", "local_queue", "kind",
-                    "allocation__pool__cluster__slug")
-            .annotate(n=Count("id"), total=Sum("seam_seconds"), **buckets)
-            .order_by("allocation__tenant__slug", "allocation__namespace", "local_queue",
-                      "kind"))
-    return [{"tenant": r["allocation__tenant__slug"],
-             "cluster": r["allocation__pool__cluster__slug"],
-             "queue": f"{r['allocation__namespace']}/{r['local_queue']}", "seam": r["kind"],
-             "buckets": [(b, r[f"le{i}"]) for i, b in enumerate(SEAM_BUCKETS)],
-             "count": r["n"], "sum": r["total"] or 0.0} for r in rows]
 
 
 def queue_stamp(alloc) -> str:

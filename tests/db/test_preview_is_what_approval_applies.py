@@ -92,3 +92,42 @@ def test_approval_plans_once(tenant, lead, admin_user, pools, monkeypatch):
     calls.clear()
     services.request_approve(request=req, by=admin_user, reason="ok")
     assert len(calls) == 1
+
+
+OVERRIDES = [(Route.SHARED_POOL, Route.DEDICATED_BLOCK), (Route.SHARED_POOL,
+             Route.CONFIDENTIAL_POOL), (Route.MIG_VCLUSTER, Route.SHARED_POOL),
+             (Route.DEDICATED_BLOCK, Route.SHARED_POOL)]
+
+
+@pytest.mark.parametrize(("matrix", "chosen"), OVERRIDES)
+def test_the_override_preview_is_exactly_what_approval_with_it_applies(
+        matrix, chosen, tenant, lead, admin_user, synced_fleet):
+    """Issue #46: under an override the review page listed the matrix route's objects while
+    approval applied the chosen route's. The preview of the route chosen is now what
+    approval with that override applies, object for object."""
+    req = make_request(tenant, lead, submit=True, **ANSWERS[matrix])
+    assert req.route == matrix
+    previewed = request_manifests(req, chosen.value)
+    assert previewed and previewed != request_manifests(req)
+    req = services.request_approve(request=req, by=admin_user, reason="ok",
+                                   override_route=chosen.value,
+                                   override_reason="the tenant asked for it")
+    assert req.allocation.route == chosen
+    assert _without_allocation_id(previewed, 0) == \
+        _without_allocation_id(allocation_manifests(req.allocation), req.allocation.pk)
+
+
+def test_an_override_the_request_cannot_take_is_said_not_previewed(tenant, lead, synced_fleet):
+    """A MIG override of a request sized in whole devices has no objects, and says why."""
+    from intake.preview import request_objects
+
+    req = make_request(tenant, lead, submit=True, **ANSWERS[Route.SHARED_POOL])
+    objects = request_objects(req, platform_admin=True, override_route=Route.MIG_VCLUSTER)
+    assert objects["docs"] == [] and "MIG profile" in objects["why"]
+    # Someone else's view, or a route that is not one, is the request's own objects.
+    own = request_objects(req, platform_admin=True)
+    assert request_objects(req, platform_admin=False, override_route=Route.DEDICATED_BLOCK
+                           )["override"] == ""
+    nonsense = request_objects(req, platform_admin=True, override_route="nonsense")
+    assert nonsense["docs"] == [] and "not a route" in nonsense["why"]
+    assert own["docs"] and own["override"] == ""

@@ -51,6 +51,7 @@ FULL_VALUES = {
     "gitops": {"enabled": True, "repo": "ssh://git@git.example.com/platform/cluster.git",
                "statusObject": "argocd:argocd/tenants",
                "credentials": {"existingSecret": "portal-git"}},
+    "rbac": {"create": True, "multikueueManager": True, "kueueNamespace": "kueue-system"},
     "nodeSelector": {"node-role.kubernetes.io/platform": ""},
     "tolerations": [{"key": "platform", "operator": "Exists", "effect": "NoSchedule"}],
 }
@@ -192,6 +193,12 @@ def test_chart_rbac_is_deploy_rbac(helm, tmp_path):
         ("ClusterRole", "aifactory-portal"), ("ClusterRole", "aifactory-tenant-member"),
         ("Role", "aifactory-portal-cluster-credentials")}
     assert charted == plain
+    # On a MultiKueue manager, the Role in Kueue's namespace is the plain manifest's too.
+    manager = roles(load_all(ROOT / "deploy" / "rbac-multikueue-manager.yaml"))
+    charted = roles(docs_of(render(helm, tmp_path, None,
+                                   "--set", "rbac.multikueueManager=true")))
+    assert set(manager) == {("Role", "aifactory-portal-multikueue")}
+    assert charted == plain | manager
 
 
 def test_the_controllers_act_on_what_the_chart_renders(helm, admin_kube, tmp_path):

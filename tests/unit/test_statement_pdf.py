@@ -24,7 +24,13 @@ def _doc(name: str) -> StatementDocument:
                               charged_h=Decimal("10"), usage_amount=Decimal("25.00"),
                               final=Decimal("1234.50"))
     return StatementDocument("acme", name, "CC-1", dt.date(2026, 10, 1), False, [line],
-                             [(Decimal("1209.50"), "Late DCGM data", dt.datetime(2026, 11, 2))],
+                             [(Decimal("1209.50"), "Late DCGM data", dt.datetime(2026, 11, 2),
+                               "adjustment"),
+                              (Decimal("-50.00"), "Goodwill", dt.datetime(2026, 11, 2),
+                               "adjustment"),
+                              (Decimal("50.00"), "Withdrawal of the EUR -50.00 adjustment "
+                               "(Goodwill): entered twice", dt.datetime(2026, 11, 3),
+                               "withdrawal")],
                              figures, "USD", "AI Factory")
 
 
@@ -44,5 +50,8 @@ def test_the_pdf_says_what_the_csv_says(settings, font):
         assert "Acme Øresund ????" in text
     else:  # DejaVu (installed by the test command) has no CJK glyphs; Latin ones print
         assert "Acme Øresund" in text
+    assert "Withdrawal of the EUR -50.00 adjustment (Goodwill): entered twice" in text
     rows = statement_csv(doc).splitlines()
     assert rows[-1].endswith("final,Final,,,,,,,,1234.50,USD")
+    assert [r.split(",")[4] for r in rows[-4:-1]] == ["adjustment", "adjustment",
+                                                      "withdrawal"]

@@ -113,6 +113,9 @@ MATRIX: dict[str, Row] = {
                                                 admin=400, finance=400)),
     "billing:reopen": Row("post", "month", page(member=403, lead=403, other_lead=403,
                                                 admin=400, finance=400)),
+    # The world's month has no adjustment to withdraw: 404 to finance, the role first.
+    "billing:withdraw": Row("post", "adjustment", page(member=403, lead=403, other_lead=403,
+                                                       admin=404, finance=404)),
     "api-root": Row("get", "", everyone(200, anonymous=API_ANON)),
     "api-schema": Row("get", "", everyone(200, anonymous=200)),
     "api-docs": Row("get", "", everyone(200, anonymous=200)),
@@ -150,6 +153,9 @@ MATRIX: dict[str, Row] = {
     "billing-adjust": Row("post", "statement", {"anonymous": API_ANON, "member": 403,
                                                 "lead": 403, "other_lead": 403, "admin": 400,
                                                 "finance": 400}),  # only a closed month
+    "billing-withdraw": Row("post", "statement", {"anonymous": API_ANON, "member": 403,
+                                                  "lead": 403, "other_lead": 403,
+                                                  "admin": 400, "finance": 400}),  # no id
     "allocation-detail": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-queue": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
     "allocation-connect": Row("get", "allocation", {"anonymous": API_ANON, **TENANT_OWN}),
@@ -270,6 +276,7 @@ def _args(kind: str, world) -> list:
         "pool": [world["pool"].slug], "cluster": [world["pool"].cluster.slug],
         "month": ["acme", month], "hours": ["acme", month, world["allocation"].pk],
         "preview": [], "statement": [f"acme:{month}"],
+        "adjustment": ["acme", month, 999999],
     }[kind]
 
 

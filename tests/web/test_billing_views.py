@@ -66,7 +66,7 @@ def test_overview_sorts_filters_and_exports_csv(client, finance_user, billed):
 
     closed = statement_close(tenant=billed[0].tenant, month=LAST_MONTH, by=finance_user)
     statement_adjust(statement=closed, by=finance_user, amount_value=Decimal("-6.00"),
-                     reason="credit")
+                     reason="credit", confirm="-6.00")  # over half the bill: confirmed
     body = client.get(reverse("billing:overview"), {"sort": "amount"}).content.decode()
     assert body.index("Globex") < body.index("Acme")
     rows = client.get(reverse("billing:overview"), {"q": "glob"}, HTTP_HX_REQUEST="true")

@@ -214,3 +214,39 @@ def test_a_budget_set_below_the_spend_sends_one_notice_and_is_rearmed_by_a_chang
         budgets.budget_set(tenant=tenant, amount_value="200", by=finance_user)  # 63.5 %
     assert len(smtp_server.wait_for(lambda m: lead.email in m["to"] and "63.5%" in
                                     m["subject"])) == 1
+
+
+def test_the_forecast_holds_still_between_rollups_and_over_budget_is_flagged(
+        client, finance_user, lead, tenant, pools):
+    """Issue #46: the run-rate forecast fell by the minute with the spend unchanged, and a
+    tenant forecast at 108.6 % of its budget read "none over · 0 at 90 % or more". Ten days
+    rolled up at EUR 362 of a 1,000 budget: EUR 1,086.00 (108.6 %) whenever it is read
+    before the next rollup, flagged on the overview, the budgets page and the lead's page."""
+    from billing.services import refresh_months
+    from portal.demo_clock import clock_at
+    from tests.factories import usage_hour
+
+    month = dt.date(2026, 11, 1)
+    covered = dt.datetime(2026, 11, 11, tzinfo=dt.UTC)
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=2, device_equivalents=Decimal(2), namespace="acme-f1", status="active",
+        starts_at=dt.datetime(2026, 11, 1, tzinfo=dt.UTC))
+    usage_hour(alloc, covered - dt.timedelta(hours=1), Decimal(7200), Decimal(7200),
+               Decimal("362.00"))
+    refresh_months({(alloc.pk, month)})
+    Budget.objects.create(tenant=tenant, monthly_amount=Decimal(1000), from_month=month)
+    for late in (dt.timedelta(minutes=5), dt.timedelta(minutes=55), dt.timedelta(hours=2)):
+        with clock_at(covered + late):
+            client.force_login(finance_user)
+            response = client.get(reverse("billing:overview"))
+            this = response.context["this_month"]
+            assert this["spent"] == Decimal("362.00")
+            assert this["forecast"] == Decimal("1086.00")
+            assert (this["over"], this["near"], this["forecast_over"]) == (0, 0, 1)
+            assert "1 forecast over budget" in response.content.decode()
+            budgets = client.get(reverse("billing:budgets")).content.decode()
+            assert "forecast 108.6% of budget" in budgets
+            client.force_login(lead)
+            own = client.get(reverse("billing:overview")).content.decode()
+            assert "forecast 108.6%: over budget" in own and "EUR\u00a01,086.00" in own

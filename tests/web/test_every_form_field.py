@@ -34,11 +34,18 @@ def test_forms_are_found():
     assert {"CapacityRequestForm", "PoolForm", "PoolCreateForm"} <= names, names
 
 
+# What forms that take context beside their data are given (a keyword-only argument each).
+CONTEXT = {"final_before": Decimal("1000.00")}
+
+
 def _build(form_class, data):
+    context = {name: CONTEXT[name] for name, p in
+               inspect.signature(form_class.__init__).parameters.items()
+               if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
     try:
-        return form_class(data)
+        return form_class(data, **context)
     except TypeError:  # forms that take their data second (a user first)
-        return form_class(None, data)
+        return form_class(None, data, **context)
 
 
 @pytest.mark.django_db
@@ -64,6 +71,18 @@ def test_every_number_field_refuses_foreign_digits_and_sizes_no_column_holds(
             assert not bound.is_valid()
             assert bound.errors.get(name), (form_class.__name__, name, value,
                                             dict(bound.errors))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("value", ["١٠", "99999999999999", "1e3", "12.345"])
+def test_an_adjustments_amount_is_read_by_the_money_parser(value):
+    """The amount is text (the money parser, not Django's DecimalField): foreign digits,
+    more than the column holds, exponents and sub-cent amounts are refused on the field."""
+    from billing.forms import AdjustmentForm
+
+    bound = _build(AdjustmentForm, {"amount": value, "reason": "goodwill credit"})
+    assert not bound.is_valid()
+    assert bound.errors.get("amount"), (value, dict(bound.errors))
 
 
 @pytest.mark.django_db

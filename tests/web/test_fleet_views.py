@@ -198,6 +198,75 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
     assert "Nothing depends on it" in page
 
 
+def test_a_move_tells_the_history_what_happened_not_that_everything_was_deleted(
+        client, admin_user, lead, tenant, pools, fleet, django_capture_on_commit_callbacks):
+    """Issue #46: after a move the history read "Namespace … was deleted … Node … was
+    deleted" for every object (the dry run's record, empty in a fresh process, was read as
+    the cluster) and the move's entry gave its reason twice. Now: the move once, with its
+    reason once; the cluster step says every object was re-applied and which it updated and
+    released, and never that one was deleted."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.allocations.desired import allocation_manifests
+    from fleet.kube import using_backend
+    from fleet.models import Allocation
+    from tenants.audit import audit_for
+
+    pool = pools[Route.DEDICATED_BLOCK]
+    first = GpuNode.objects.filter(pool=pool, state="schedulable").order_by("name").first()
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pool, route=Route.DEDICATED_BLOCK, whole_devices=first.gpu_count,
+        device_equivalents=Decimal(first.gpu_count), namespace="acme-block", status="active",
+        starts_at=timezone.now() - dt.timedelta(days=1))
+    alloc.nodes.add(first)
+    total = len(allocation_manifests(alloc))
+    client.force_login(admin_user)
+    client.post(reverse("fleet:node_retire", args=["local", first.name]),
+                {"retiring": "true", "reason": "End of warranty"})
+
+    # A process that never applied the block (the embedded run after a restart): its dry
+    # run has no record of the objects, which does not make them deleted.
+    with using_backend(DryRunBackend()), django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("fleet:node_move_off", args=["local", first.name]),
+                    {"allocation": [alloc.pk], "reason": "End of warranty"})
+    alloc.refresh_from_db()
+    (new,) = alloc.nodes.values_list("name", flat=True)
+    assert new != first.name
+    history = " ".join(audit_for(alloc).values_list("reason", flat=True))
+    assert "deleted" not in history
+    moved = audit_for(alloc).get(action="allocation.moved").reason
+    assert moved.count("End of warranty") == 1 and first.name in moved and new in moved
+    applied = audit_for(alloc).get(action="allocation.applied").reason
+    assert applied == (f"Cluster brought in line after the move onto {new}: re-applied all "
+                       f"{total} object(s).")
+
+    # Where the cluster holds the block: the same move says what it updated and released.
+    second = GpuNode.objects.get(name=new)
+    backend = DryRunBackend()
+    with using_backend(backend):
+        for manifest in [*demo_fleet(), *allocation_manifests(alloc)]:
+            backend.apply(manifest)
+        client.post(reverse("fleet:node_retire", args=["local", new]),
+                    {"retiring": "true", "reason": "Fan failure"})
+        with django_capture_on_commit_callbacks(execute=True):
+            client.post(reverse("fleet:node_move_off", args=["local", new]),
+                        {"allocation": [alloc.pk], "reason": "Replace before the fans go"})
+    alloc.refresh_from_db()
+    (third,) = alloc.nodes.values_list("name", flat=True)
+    moved = audit_for(alloc).filter(action="allocation.moved").latest("at", "id").reason
+    assert moved == (f"Moved off {new} onto {third}, a free validated node of {pool.name}: "
+                     f"Replace before the fans go ({new} is retiring: Fan failure)")
+    applied = audit_for(alloc).filter(action="allocation.applied").latest("at", "id").reason
+    assert applied.startswith(f"Cluster brought in line after the move onto {third}: "
+                              f"re-applied all {total} object(s); updated ")
+    assert f"Node {third} (at metadata.labels" in applied
+    assert applied.endswith(f"; released node(s) {second.name}.")
+    assert "deleted" not in applied and "missing" not in applied
+
+
 def test_moving_is_refused_where_there_is_nothing_to_move(client, admin_user, tenant, pools,
                                                           fleet):
     import datetime as dt

@@ -425,6 +425,28 @@ def test_review_page_loads_the_dry_run_as_a_fragment(client, admin_user, submitt
     assert "kind: ResourceQuota" in fragment
 
 
+def test_choosing_an_override_route_previews_that_routes_objects(client, admin_user,
+                                                                 submitted, lead):
+    """Issue #46: the override select asks for the objects of the route chosen, and the
+    fragment it gets is that route's (a dedicated block's guards and nodes), not the
+    matrix route's; a lead asking the same is shown the request's own objects."""
+    client.force_login(admin_user)
+    url = reverse("intake:manifests", args=[submitted.pk])
+    page = client.get(reverse("intake:review_detail", args=[submitted.pk])).content.decode()
+    select = page[page.index('name="override_route"') - 200:page.index('name="override_route"')
+                  + 300]
+    assert f'hx-get="{url}"' in select and 'hx-target="#objects"' in select
+    matrix = client.get(url, HTTP_HX_REQUEST="true").content.decode()
+    chosen = client.get(url, {"override_route": "dedicated_block"},
+                        HTTP_HX_REQUEST="true").content.decode()
+    assert "kind: ValidatingAdmissionPolicy" not in matrix and "Under the override" not in matrix
+    assert "Under the override to Dedicated block" in chosen
+    assert "kind: ValidatingAdmissionPolicy" in chosen and "kind: Node" in chosen
+    client.force_login(lead)
+    own = client.get(url, {"override_route": "dedicated_block"}).content.decode()
+    assert "kind: ValidatingAdmissionPolicy" not in own and "Under the override" not in own
+
+
 def test_why_not_yet_names_the_day_capacity_frees_up(client, lead, admin_user, tenant,
                                                      pools):
     import datetime as dt
