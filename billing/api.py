@@ -20,6 +20,7 @@ from tenants.access import billing_scope, visible_tenants
 from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 
+from .cluster_usage import where_it_ran
 from .domain import MONTH_RULE, parse_month
 from .exports import statement_document, statement_response
 from .figures import month_figures, tenant_month
@@ -85,10 +86,24 @@ class StatementLineSerializer(serializers.Serializer):
     amount = serializers.DecimalField(max_digits=14, decimal_places=2)
 
 
+class WhereItRanSerializer(serializers.Serializer):
+    """A dispatched allocation's part of the month in one cluster (the parts add up to its
+    line)."""
+
+    allocation = serializers.IntegerField()
+    cluster = serializers.CharField()
+    allocated_device_hours = serializers.DecimalField(max_digits=16, decimal_places=4,
+                                                      source="allocated_h")
+    used_device_hours = serializers.DecimalField(max_digits=16, decimal_places=4,
+                                                 source="used_h", allow_null=True)
+    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+
+
 class StatementSerializer(serializers.Serializer):
     figures = MonthFiguresSerializer()
     lines = StatementLineSerializer(many=True)
     adjustments = serializers.ListField(child=serializers.DictField())
+    where_it_ran = WhereItRanSerializer(many=True)
 
 
 def _with_currency(f) -> dict:
@@ -179,9 +194,14 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
 
     def _answer(self, tenant, m):
         stmt, lines = statement_for(tenant, m)
+        ran = where_it_ran([line.allocation_id for line in lines], m)
         return Response({"figures": _with_currency(tenant_month(tenant.pk, m)),
                          "lines": StatementLineSerializer(lines, many=True).data,
-                         "adjustments": adjustments_of(stmt)})
+                         "adjustments": adjustments_of(stmt),
+                         "where_it_ran": WhereItRanSerializer(
+                             [{"allocation": alloc_id, **vars(part)}
+                              for alloc_id, parts in ran.items() for part in parts],
+                             many=True).data})
 
     @extend_schema(request=None, responses=StatementSerializer, parameters=[STATEMENT_ID])
     @action(detail=True, methods=["post"])

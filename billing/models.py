@@ -44,6 +44,25 @@ class UsageHour(models.Model):
         return self.used_s is None
 
 
+class ClusterUsageHour(models.Model):
+    """A dispatched allocation's hour in one cluster (billing.clusters): its part of the
+    quota, of the use measured and of the amount. The parts add up to the UsageHour."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="+")
+    hour = models.DateTimeField()
+    cluster = models.CharField(max_length=63)  # the registry's slug; kept after a retire
+    allocated_s = models.DecimalField(max_digits=16, decimal_places=4)
+    used_s = models.DecimalField(max_digits=16, decimal_places=4, null=True, blank=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=4)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["allocation", "hour", "cluster"],
+                                               name="one_row_per_allocation_hour_cluster")]
+
+    def __str__(self) -> str:
+        return f"{self.allocation_id} {self.hour:%Y-%m-%d %H:00} {self.cluster}"
+
+
 class UsageMonth(models.Model):
     """Monthly totals per allocation, refreshed from UsageHour by every rollup."""
 

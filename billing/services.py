@@ -25,6 +25,7 @@ from tenants.errors import DomainError
 from tenants.models import Tenant
 
 from . import prometheus
+from .cluster_usage import record_cluster_parts
 from .domain import (
     HOUR,
     POLICIES,
@@ -38,7 +39,14 @@ from .domain import (
     utilisation,
 )
 from .figures import hours, tenant_month
-from .models import Adjustment, RateCard, Statement, StatementLine, UsageHour, UsageMonth
+from .models import (
+    Adjustment,
+    RateCard,
+    Statement,
+    StatementLine,
+    UsageHour,
+    UsageMonth,
+)
 from .validation import adjustment_errors
 
 BILLED = tuple(sorted(lifecycle.BILLED))
@@ -87,15 +95,23 @@ def rollup_usage(*, start: dt.datetime, end: dt.datetime, prometheus_url: str | 
     if not _billed_between(start, end).exists():
         return report
     measured: dict[dt.datetime, dict[str, Decimal] | None] = {}
+    per_cluster: dict[dt.datetime, dict[str, dict[str, Decimal]]] = {}
+    by_cluster = bool(settings.PORTAL_PROMETHEUS_CLUSTER_LABEL)
     for hour in hours_between(start, end):
         report.hours += 1
         try:
-            measured[hour] = usage_source()(hour, base_url=prometheus_url,
-                                            weights=mig_weights())
+            answer = usage_source()(hour, base_url=prometheus_url, weights=mig_weights(),
+                                    **({"by_cluster": True} if by_cluster else {}))
         except prometheus.PrometheusError:
             measured[hour] = None
             report.pending_hours.append(hour)
+            continue
+        if by_cluster:
+            per_cluster[hour] = answer
+            answer = {ns: sum(parts.values(), Decimal(0)) for ns, parts in answer.items()}
+        measured[hour] = answer
     report.rows = _record_hours(start, end, measured)
+    record_cluster_parts(start, end, per_cluster if by_cluster else None)
     return report
 
 

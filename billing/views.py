@@ -25,6 +25,7 @@ from tenants.models import Tenant
 from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
+from .cluster_usage import where_it_ran
 from .domain import month_start, parse_month
 from .exports import statement_document, statement_response
 from .figures import (
@@ -187,6 +188,7 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
         else None,
         "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
         "adjustments": adjustments,
+        "where_it_ran": where_it_ran([line.allocation_id for line in lines], m),
         "final": figures.final,
         "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
         and m < month_start(timezone.now()),

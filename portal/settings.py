@@ -431,6 +431,10 @@ CELERY_BEAT_SCHEDULE["compact-request-tally"] = {
 
 # --- Billing
 PROMETHEUS_URL = env_str("PROMETHEUS_URL", "http://127.0.0.1:9090")
+# The label naming the cluster a DCGM series came from, when one Prometheus holds several
+# clusters' series (an external label, or federation's): use is then measured per cluster.
+# Blank: the series are not told apart by cluster (one cluster, or one Prometheus each).
+PORTAL_PROMETHEUS_CLUSTER_LABEL = env_str("PORTAL_PROMETHEUS_CLUSTER_LABEL", "")
 # Per-profile device weights, e.g. "1g.10gb=0.125,3g.40gb=0.4"; default compute slices / 7.
 PORTAL_MIG_WEIGHTS = {
     k.strip(): v.strip() for k, v in (item.split("=", 1) for item in env_list(

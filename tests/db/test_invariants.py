@@ -44,11 +44,22 @@ HOURS = 6  # the generated world lives in the month's first hours (a rollup per 
 
 # What the usage source answers, per (hour, namespace): the generated world's DCGM.
 MEASURED: dict[dt.datetime, dict[str, Decimal]] = {}
+# A dispatched allocation's namespace → its use's split over the workers (weights).
+SPREAD: dict[str, dict[str, int]] = {}
 
 
-def generated_usage(hour: dt.datetime, *, base_url=None, weights=None) -> dict[str, Decimal]:
-    """PORTAL_USAGE_SOURCE for these tests."""
-    return dict(MEASURED.get(hour, {}))
+def generated_usage(hour: dt.datetime, *, base_url=None, weights=None, by_cluster=False):
+    """PORTAL_USAGE_SOURCE for these tests; `by_cluster` as one Prometheus with a cluster
+    label answers (a dispatched allocation's use on each worker, others in one cluster)."""
+    measured = dict(MEASURED.get(hour, {}))
+    if not by_cluster:
+        return measured
+    out = {}
+    for ns, used in measured.items():
+        split = SPREAD.get(ns, {"": 1})
+        whole = sum(split.values())
+        out[ns] = {c: used * n / whole for c, n in split.items()}
+    return out
 
 
 allocation_st = st.fixed_dictionaries({
@@ -66,6 +77,10 @@ world_st = st.fixed_dictionaries({
     "close": st.booleans(),
     # Two clusters: the confidential pool (where overrides land) in a cluster of its own.
     "clusters": st.integers(1, 2),
+    # Shared allocations dispatched by MultiKueue over two workers (shares 1 : 2), their use
+    # measured per cluster (a Prometheus cluster label) or not.
+    "dispatched": st.booleans(),
+    "cluster_label": st.booleans(),
     "adjustment": st.one_of(st.none(), st.decimals("-50", "50", places=2).filter(
         lambda d: d != 0)),
 })
@@ -90,6 +105,10 @@ def _build(world, tenant, lead, admin_user, capture) -> list[Allocation]:
         ends = None if a["length_min"] is None else starts + dt.timedelta(
             minutes=a["length_min"])
         Allocation.objects.filter(pk=alloc.pk).update(starts_at=starts, ends_at=ends)
+        if world.get("dispatched") and alloc.route == Route.SHARED_POOL:
+            Allocation.objects.filter(pk=alloc.pk).update(
+                cluster_shares={"w1": 1, "w2": 2})
+            SPREAD[alloc.namespace] = {"w1": 1, "w2": 3}  # use need not follow the shares
         alloc.refresh_from_db()
         for h in range(HOURS):
             hour = START + dt.timedelta(hours=h)
@@ -118,6 +137,7 @@ def check_invariants(allocs, tenant, finance_user) -> None:
     check_hours(allocs)
     check_month_totals([MONTH])
     figures = check_tenant_month(tenant, MONTH, finance_user)
+    check_where_it_ran(allocs, tenant, MONTH, finance_user)
     check_metrics(tenant, finance_user, Decimal(figures["final"]))
     check_request_tally()
     # the statement's hours are the API's
@@ -239,6 +259,43 @@ def check_clusters(tenant, month: dt.date, focus: list[dict]) -> None:
                                                         if v}, (exported, by_cluster)
 
 
+def check_where_it_ran(allocs, tenant, month: dt.date, finance_user) -> None:
+    """The sum over clusters is the statement for a dispatched allocation too: its hours'
+    parts add up to each hour, and the page's and the API's parts per cluster add up to its
+    line (allocated and used hours, amount); use per cluster only where it was measured."""
+    from billing.models import ClusterUsageHour
+
+    dispatched = [a for a in allocs if a.cluster_shares]
+    for alloc in dispatched:
+        for hour in UsageHour.objects.filter(allocation=alloc):
+            parts = list(ClusterUsageHour.objects.filter(allocation=alloc, hour=hour.hour))
+            assert {p.cluster for p in parts} >= {"w1", "w2"}
+            assert sum(p.allocated_s for p in parts) == hour.allocated_s
+            assert sum(p.amount for p in parts) == hour.amount
+            if all(p.used_s is not None for p in parts):
+                assert sum(p.used_s for p in parts) == hour.used_s
+    api = APIClient()
+    api.force_authenticate(finance_user)
+    body = api.get(f"/api/billing/{tenant.slug}:{month:%Y-%m}/").json()
+    client = Client()
+    client.force_login(finance_user)
+    page = client.get(reverse("billing:statement", args=[tenant.slug, f"{month:%Y-%m}"]))
+    for line in body["lines"]:
+        parts = [p for p in body["where_it_ran"] if p["allocation"] == line["allocation"]]
+        shown = page.context["where_it_ran"].get(line["allocation"], [])
+        assert len(parts) == len(shown)
+        if not any(a.pk == line["allocation"] for a in dispatched):
+            assert parts == []
+            continue
+        assert sum(Decimal(p["amount"]) for p in parts) == Decimal(line["amount"])
+        assert sum(Decimal(p["allocated_device_hours"]) for p in parts) == Decimal(
+            line["allocated_device_hours"])
+        assert sum(p.amount for p in shown) == Decimal(line["amount"])
+        if all(p["used_device_hours"] is not None for p in parts):
+            assert sum(Decimal(p["used_device_hours"]) for p in parts) == Decimal(
+                line["used_device_hours"])
+
+
 def check_metrics(tenant, finance_user, finals: Decimal) -> None:
     """/metrics: a tenant's statements added up (every month, adjustments included)."""
     client = Client()
@@ -255,6 +312,8 @@ def test_every_number_agrees_in_generated_worlds(world, tenant, lead, admin_user
                                                  finance_user, pools, django_settings,
                                                  django_capture_on_commit_callbacks):
     MEASURED.clear()
+    SPREAD.clear()
+    django_settings.PORTAL_PROMETHEUS_CLUSTER_LABEL = "cluster" if world["cluster_label"] else ""
     with transaction.atomic():  # every example starts from the same empty world
         allocs = _build(world, tenant, lead, admin_user, django_capture_on_commit_callbacks)
         rollup_usage(start=START, end=START + dt.timedelta(hours=HOURS))
@@ -289,14 +348,28 @@ REGRESSIONS = [
                       "use": [100] * HOURS, "borrow": [1800] * HOURS}],
      "rate_change_min": 90, "new_rate": Decimal("3.33"), "close": True,
      "adjustment": Decimal("-10.00"), "clusters": 2},
+    # A closed month with two shared allocations dispatched over two workers, their use
+    # measured per cluster, and a rate change mid-hour.
+    {"allocations": [{"devices": 3, "start_min": 20, "length_min": None, "override": False,
+                      "use": [5000] * HOURS, "borrow": [900] * HOURS},
+                     {"devices": 1, "start_min": 0, "length_min": 95, "override": False,
+                      "use": [777] * HOURS, "borrow": [0] * HOURS}],
+     "rate_change_min": 50, "new_rate": Decimal("1.11"), "close": True,
+     "adjustment": Decimal("5.00"), "clusters": 1, "dispatched": True,
+     "cluster_label": True},
 ]
 
 
-@pytest.mark.parametrize("world", REGRESSIONS, ids=["mid-hour-start", "closed-with-credit"])
+@pytest.mark.parametrize("world", REGRESSIONS,
+                         ids=["mid-hour-start", "closed-with-credit", "dispatched-closed"])
 def test_regression_worlds(world, tenant, lead, admin_user, finance_user, pools,
                            django_settings, django_capture_on_commit_callbacks):
     MEASURED.clear()
+    SPREAD.clear()
+    django_settings.PORTAL_PROMETHEUS_CLUSTER_LABEL = (
+        "cluster" if world.get("cluster_label") else "")
     allocs = _build(world, tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    assert bool(world.get("dispatched")) == any(a.cluster_shares for a in allocs)
     rollup_usage(start=START, end=START + dt.timedelta(hours=HOURS))
     if world["close"]:
         statement_close(tenant=tenant, month=MONTH, by=finance_user)

@@ -36,17 +36,25 @@ SERIES = {
      ("GPU_I_PROFILE", "3g.40gb"), ("GPU_I_ID", "1")): lambda k: 0.25 if k % 2 else 0.75,
     (("gpu", "3"), ("UUID", "GPU-d3"), ("namespace", "acme-r3"), ("pod", "secure-0"),
      ("GPU_I_PROFILE", "")): lambda k: 1.0,
+    # A dispatched allocation's pods on two MultiKueue workers, told apart by the cluster
+    # label one Prometheus gives each worker's series.
+    (("gpu", "0"), ("UUID", "GPU-w1"), ("namespace", "acme-r9"), ("pod", "spread-0"),
+     ("GPU_I_PROFILE", ""), ("cluster", "w1")): lambda k: 0.8,
+    (("gpu", "1"), ("UUID", "GPU-w1b"), ("namespace", "acme-r9"), ("pod", "spread-0"),
+     ("GPU_I_PROFILE", ""), ("cluster", "w1")): lambda k: (k % 4) / 4,
+    (("gpu", "0"), ("UUID", "GPU-w2"), ("namespace", "acme-r9"), ("pod", "spread-1"),
+     ("GPU_I_PROFILE", ""), ("cluster", "w2")): lambda k: 0.4,
 }
 WEIGHT = {"": Decimal(1), "1g.10gb": Decimal(1) / 7, "3g.40gb": Decimal(3) / 7}
 
 
-def expected_used(namespace: str, hour_index: int) -> Decimal:
+def expected_used(namespace: str, hour_index: int, cluster: str | None = None) -> Decimal:
     """Σ value × STEP × MIG weight over the samples inside (hour, hour + 1h]."""
     total = Decimal(0)
     per_hour = 3600 // STEP
     for labels, value in SERIES.items():
         d = dict(labels)
-        if d["namespace"] != namespace:
+        if d["namespace"] != namespace or cluster not in (None, d.get("cluster")):
             continue
         for k in range(hour_index * per_hour + 1, (hour_index + 1) * per_hour + 1):
             total += Decimal(str(value(k))) * STEP * WEIGHT[d["GPU_I_PROFILE"]]
@@ -179,3 +187,37 @@ def test_borrowing_is_charged_from_admissions_not_from_dcgm(prometheus, allocati
     share = Decimal(1200) * mig_share(globex.mig_profile)  # a slice is its share of a device
     assert mig.borrowed_s.quantize(Decimal("0.01")) == share.quantize(Decimal("0.01"))
     assert mig.charged_s == mig.allocated_s - mig.credit_s + mig.borrowed_s
+
+
+def test_a_dispatched_allocations_use_is_measured_per_cluster(prometheus, allocations, tenant,
+                                                              pools, settings):
+    """With PORTAL_PROMETHEUS_CLUSTER_LABEL set, a dispatched allocation's hour is split over
+    its workers: the quota and the amount by its shares (3 : 1), the use as each worker's
+    series measured it; the parts add up to the hour exactly. Without the label the hour's
+    figures are the same and the use is not split."""
+    from billing.models import ClusterUsageHour
+
+    spread = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL, whole_devices=4,
+        device_equivalents=Decimal(4), namespace="acme-r9", status="active", starts_at=BASE,
+        cluster_shares={"w1": 3, "w2": 1})
+    window = {"start": BASE, "end": BASE + dt.timedelta(hours=HOURS),
+              "prometheus_url": prometheus.url}
+    rollup_usage(**window)
+    unsplit = [(r.used_s, r.allocated_s, r.amount) for r in rows(spread)]
+    assert {p.used_s for p in ClusterUsageHour.objects.filter(allocation=spread)} == {None}
+    settings.PORTAL_PROMETHEUS_CLUSTER_LABEL = "cluster"
+    rollup_usage(**window)
+    assert [(r.used_s, r.allocated_s, r.amount) for r in rows(spread)] == unsplit
+    for i, row in enumerate(rows(spread)):
+        parts = {p.cluster: p for p in ClusterUsageHour.objects.filter(allocation=spread,
+                                                                        hour=row.hour)}
+        assert set(parts) == {"w1", "w2"}
+        for cluster in ("w1", "w2"):
+            assert abs(parts[cluster].used_s - expected_used("acme-r9", i, cluster)) < 1
+        assert parts["w1"].allocated_s == 3 * 3600 and parts["w2"].allocated_s == 3600
+        for column in ("allocated_s", "used_s", "amount"):
+            assert sum(getattr(p, column) for p in parts.values()) == getattr(row, column)
+    # Re-running the window replaces the parts, never adds them twice.
+    rollup_usage(**window)
+    assert ClusterUsageHour.objects.filter(allocation=spread).count() == 2 * HOURS
