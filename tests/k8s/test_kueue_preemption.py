@@ -144,6 +144,19 @@ def test_a_preempted_job_is_being_preempted_then_requeued_then_running_again(
         admin.delete(VAP, "ValidatingAdmissionPolicyBinding", binding["metadata"]["name"])
         admin.delete(VAP, "ValidatingAdmissionPolicy", policy["metadata"]["name"])
         admin.delete("batch/v1", "Job", probe, "default")
+        # Leave the fleet as found: the ten-minute jobs' pods and the block's reserved nodes
+        # would otherwise stand in the way of the blocks later tests place work on.
+        from fleet.allocations.retirement import allocation_retire
+
+        for job_name in ("batch", "urgent"):
+            admin.delete("batch/v1", "Job", job_name, alloc.namespace)
+        allocation_retire(alloc.pk)
+        eventually(lambda: _no_pods(admin, alloc.namespace), timeout=60)
+
+
+def _no_pods(admin, namespace: str) -> None:
+    left = [p["metadata"]["name"] for p in admin.list("v1", "Pod", namespace=namespace)]
+    assert not left, left
 
 
 def _scenario(admin, kube, kueue, placement, alloc, lead, tag):
