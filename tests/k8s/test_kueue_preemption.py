@@ -14,6 +14,7 @@ the policy. A probe Job's refused dry run says the policy is in force before it 
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 import pytest
@@ -232,7 +233,14 @@ def _scenario(admin, kube, kueue, placement, alloc, lead, tag):
         len(kinds) - 1 - kinds[::-1].index("admitted") < len(kinds) - 1 - \
         kinds[::-1].index("running"), kinds
     assert ledger["state"] == "admitted" and ledger["preemptions"] == 1
-    assert ledger["lost_run_seconds"] > 0
+    # Run time lost: from its start to the preemption, as Kubernetes stamped them (whole
+    # seconds: a preemption within the second it started loses 0 s).
+    steps = ledger["steps"]
+    stop = next(i for i, st in enumerate(steps) if st["kind"] == "preempted")
+    start = max(i for i in range(stop) if steps[i]["kind"] == "running")
+    lost = (dt.datetime.fromisoformat(steps[stop]["at"].replace("Z", "+00:00"))
+            - dt.datetime.fromisoformat(steps[start]["at"].replace("Z", "+00:00")))
+    assert ledger["lost_run_seconds"] == pytest.approx(lost.total_seconds())
     assert "preempted 1×" in _section(page, "Jobs, step by step")
 
 
