@@ -11,6 +11,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.db.models import Sum
 
+from fleet.allocations.desired import decided_shares
 from fleet.inventory.pricing import money
 from fleet.models import Cluster
 
@@ -32,7 +33,7 @@ def record_cluster_parts(start: dt.datetime, end: dt.datetime,
              if h.used_s is not None and (per_cluster is None or h.hour in per_cluster)]
     rows = []
     for h in hours:
-        shares = {k: int(v) for k, v in (h.allocation.cluster_shares or {}).items()}
+        shares = decided_shares(h.allocation)  # stored: rows without shares are excluded
         measured = None if per_cluster is None else \
             per_cluster[h.hour].get(h.allocation.namespace, {})
         rows += [ClusterUsageHour(allocation_id=h.allocation_id, hour=h.hour, cluster=p.cluster,

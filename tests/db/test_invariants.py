@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from billing.domain import SECONDS_PER_HOUR, month_start
-from billing.models import Adjustment, Statement, StatementLine, UsageHour
+from billing.models import Adjustment, ClusterUsageHour, Statement, StatementLine, UsageHour
 from billing.services import ratecard_create, rollup_usage, statement_close
 from fleet.inventory.pricing import pool_rate
 from fleet.models import Allocation, GpuNode, Pool, QueueUsageHour, Route
@@ -263,8 +263,6 @@ def check_where_it_ran(allocs, tenant, month: dt.date, finance_user) -> None:
     """The sum over clusters is the statement for a dispatched allocation too: its hours'
     parts add up to each hour, and the page's and the API's parts per cluster add up to its
     line (allocated and used hours, amount); use per cluster only where it was measured."""
-    from billing.models import ClusterUsageHour
-
     dispatched = [a for a in allocs if a.cluster_shares]
     for alloc in dispatched:
         for hour in UsageHour.objects.filter(allocation=alloc):

@@ -20,6 +20,7 @@ import uuid
 import pytest
 from django.test import Client
 
+from fleet.allocations.retirement import allocation_retire
 from fleet.models import Route
 from fleet.queues.sync import queue_sync
 from tests.harness.placement import start_delays
@@ -147,8 +148,6 @@ def test_a_preempted_job_is_being_preempted_then_requeued_then_running_again(
         admin.delete("batch/v1", "Job", probe, "default")
         # Leave the fleet as found: the ten-minute jobs' pods and the block's reserved nodes
         # would otherwise stand in the way of the blocks later tests place work on.
-        from fleet.allocations.retirement import allocation_retire
-
         for job_name in ("batch", "urgent"):
             admin.delete("batch/v1", "Job", job_name, alloc.namespace)
         allocation_retire(alloc.pk)

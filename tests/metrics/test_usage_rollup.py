@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from billing.domain import floor_hour
-from billing.models import UsageHour, UsageMonth
+from billing.models import ClusterUsageHour, UsageHour, UsageMonth
 from billing.services import rollup_usage
 from fleet.models import Allocation, GpuNode, NodeOutage, Route
 from tests.harness.prometheus import PrometheusServer, write_openmetrics
@@ -195,8 +195,6 @@ def test_a_dispatched_allocations_use_is_measured_per_cluster(prometheus, alloca
     its workers: the quota and the amount by its shares (3 : 1), the use as each worker's
     series measured it; the parts add up to the hour exactly. Without the label the hour's
     figures are the same and the use is not split."""
-    from billing.models import ClusterUsageHour
-
     spread = Allocation.objects.create(
         tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL, whole_devices=4,
         device_equivalents=Decimal(4), namespace="acme-r9", status="active", starts_at=BASE,
