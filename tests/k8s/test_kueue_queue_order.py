@@ -43,7 +43,11 @@ def test_three_waiting_jobs_are_shown_in_kueues_one_order(
     fleet.apply({"apiVersion": KUEUE, "kind": "WorkloadPriorityClass",
                  "metadata": {"name": "order-urgent"}, "value": 500,
                  "description": "test priority 500"}, force=True)
-    fleet.apply(job(alloc.namespace, devices=alloc.whole_devices, name="fill"))
+    # The filler runs at the urgent priority too: the ClusterQueue preempts lower priorities
+    # within itself, and an "urgent" allowed to evict it would be admitted, not waiting.
+    filler = job(alloc.namespace, devices=alloc.whole_devices, name="fill")
+    filler["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "order-urgent"
+    fleet.apply(filler)
     wait_workload(fleet, alloc.namespace, "fill", want="Admitted", kueue=kueue)
     devices = {"first": 3, "second": 1, "urgent": 2}
     for name in ("first", "second", "urgent"):
