@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from tenants.audit import audit_record
 
+from ..inventory.connections import backend_of
 from ..kube import (
     LABEL_ALLOCATION,
     MANAGED_BY,
@@ -67,6 +68,18 @@ class ApplySink:
             done += len(wave)
             record_progress(alloc.pk, done, total)
         return _provisioned(alloc, total, None)
+
+    def publish_part(self, alloc, cluster, manifests):
+        backend = backend_of(cluster)
+        for wave in apply_waves(manifests):
+            apply_together(backend, wave)
+
+    def withdraw_part(self, alloc, cluster):
+        return prune(backend_of(cluster), label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                     kinds=OWNED_KINDS)
+
+    def repair_part(self, alloc, cluster, manifests):
+        return reapply(alloc, manifests, backend_of(cluster)).on(cluster.slug)
 
     def resume(self, alloc, manifests, backend, pending, defer=None):
         waves = apply_waves(manifests)

@@ -14,10 +14,11 @@ from ..inventory.connections import backend_of
 from ..kube import KubeBackend, KubeError, ObjectKey
 from ..models import Allocation
 from . import gitops
-from .desired import allocation_manifests
+from .desired import allocation_manifests, worker_targets
 from .gitops_status import parse_ref, tool_status
 from .guards import guards_in_force
 from .manifests import guard_probe
+from .repair import Repair
 from .transitions import allocation_transition, record_progress
 
 S = Allocation.Status
@@ -51,6 +52,16 @@ class GitSink:
     def prune_leftovers(self, backend):
         return []
 
+    def publish_part(self, alloc, cluster, manifests):
+        _commit(alloc, cluster.slug, manifests)
+
+    def withdraw_part(self, alloc, cluster):
+        return _unpublish(alloc, cluster.slug)
+
+    def repair_part(self, alloc, cluster, manifests):
+        _commit(alloc, cluster.slug, manifests)  # Git is the desired state: said again
+        return Repair()
+
 
 def gitops_mode() -> bool:
     return settings.PORTAL_PROVISIONING == "gitops"
@@ -65,36 +76,42 @@ def _provenance(alloc: Allocation) -> dict[str, str]:
             "approver": created.actor_name if created else "—"}
 
 
+def _commit(alloc: Allocation, cluster: str, manifests: list[dict]) -> gitops.Publication:
+    """The allocation's directory for one cluster written and committed (idempotent), with
+    its audit row when it changed something."""
+    files = gitops.directory_files(manifests)
+    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace, cluster=cluster)
+    published = gitops.Repository().change(path, files, gitops.commit_message(
+        action="publish", objects=len(files) - 1, **_provenance(alloc)))
+    if published.changed:
+        audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
+                     action="allocation.committed",
+                     reason=f"Committed {published.commit[:12]} to "
+                            f"{settings.PORTAL_GITOPS_REPO} ({path}).",
+                     data={"commit": published.commit, "path": path, "cluster": cluster})
+    return published
+
+
 def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> Allocation:
     """Commit the allocation's directory (idempotent) and leave it provisioning until the
     cluster shows every object (follow_gitops), which then reserves its dedicated nodes."""
-    files = gitops.directory_files(manifests)
-    info = _provenance(alloc)
-    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
-    published = gitops.Repository().change(path, files, gitops.commit_message(
-        action="publish", objects=len(files) - 1, **info))
-    note = (f"Committed {published.commit[:12]} to {settings.PORTAL_GITOPS_REPO} "
-            f"({path}); waiting for the cluster to apply it.")
-    with transaction.atomic():
-        Allocation.objects.filter(pk=alloc.pk).update(status_message=note)
-        if published.changed:
-            audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
-                         action="allocation.committed", reason=note,
-                         data={"commit": published.commit, "path": path})
-    record_progress(alloc.pk, 0, len(files) - 1)
+    published = _commit(alloc, alloc.pool.cluster.slug, manifests)
+    Allocation.objects.filter(pk=alloc.pk).update(
+        status_message=f"Committed {published.commit[:12]} to {settings.PORTAL_GITOPS_REPO} "
+                       f"({published.path}); waiting for the cluster to apply it.")
+    record_progress(alloc.pk, 0, len(gitops.directory_files(manifests)) - 1)
     return Allocation.objects.get(pk=alloc.pk)
 
 
 def _publish_only(alloc: Allocation):
-    files = gitops.directory_files(allocation_manifests(alloc))
-    return gitops.Repository().change(
-        gitops.allocation_path(alloc.tenant.slug, alloc.namespace), files,
-        gitops.commit_message(action="publish", objects=len(files) - 1, **_provenance(alloc)))
+    return _commit(alloc, alloc.pool.cluster.slug, allocation_manifests(alloc))
 
 
-def _unpublish(alloc: Allocation) -> list[str]:
-    """Remove the allocation's directory from Git; [commit] if one was made."""
-    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace)
+def _unpublish(alloc: Allocation, cluster: str = "") -> list[str]:
+    """Remove the allocation's directory (of its pool's cluster, or of `cluster`) from Git;
+    [commit] if one was made."""
+    path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace,
+                                  cluster=cluster or alloc.pool.cluster.slug)
     removed = gitops.Repository().change(path, None, gitops.commit_message(
         action="retire", objects=0, **_provenance(alloc)))
     if removed.changed:
@@ -114,11 +131,17 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
         return alloc
     manifests = allocation_manifests(alloc)
     wanted = [m for m in manifests if m["kind"] not in gitops.NOT_COMMITTED]
-    present = 0
-    for m in wanted:
-        key = ObjectKey.of(m)
-        if backend.get(key.api_version, key.kind, key.name, key.namespace) is not None:
-            present += 1
+    present = _present(backend, wanted)
+    # A dispatched allocation's parts on its workers, each applied by the worker's own
+    # GitOps tool; one that does not answer is not waited for (the others take its work).
+    unreached = []
+    for target in worker_targets(alloc):
+        try:
+            here = _present(backend_of(target.cluster), target.manifests)
+        except KubeError as exc:
+            unreached.append(f"{target.cluster.described}: {exc.message}")
+            continue
+        present, wanted = present + here, wanted + target.manifests
     record_progress(allocation_id, present, len(wanted))
     if present == len(wanted) and not _guards_answer(alloc, manifests, backend):
         return Allocation.objects.get(pk=allocation_id)
@@ -128,12 +151,25 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
         for node in manifests:
             if node["kind"] in gitops.NOT_COMMITTED:
                 backend.apply(node, force=False)
+        where = "the cluster" if not alloc.pool.dispatched else \
+            "the manager and every worker that answers" + (
+                f" (not answering: {'; '.join(unreached)})" if unreached else "")
         allocation_transition(allocation_id, from_states=(S.PROVISIONING,), to=S.ACTIVE,
                               reason=f"Applied from Git: all {len(wanted)} object(s) are in "
-                                     f"the cluster in namespace {alloc.namespace}.")
+                                     f"{where} in namespace {alloc.namespace}.")
     else:
         _explain_waiting(alloc, present, len(wanted), backend)
     return Allocation.objects.get(pk=allocation_id)
+
+
+def _present(backend: KubeBackend, manifests: list[dict]) -> int:
+    """How many of `manifests` the cluster has."""
+    found = 0
+    for m in manifests:
+        key = ObjectKey.of(m)
+        if backend.get(key.api_version, key.kind, key.name, key.namespace) is not None:
+            found += 1
+    return found
 
 
 def _guards_answer(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> bool:

@@ -29,6 +29,7 @@ import yaml
 from django.conf import settings
 
 from ..kube import KubeError
+from ..vocabulary import HOME_CLUSTER
 
 NOT_COMMITTED = frozenset({"Node"})
 
@@ -75,9 +76,14 @@ class Publication:
 # Pure parts
 
 
-def allocation_path(tenant_slug: str, namespace: str, *, root: str = "") -> str:
+def allocation_path(tenant_slug: str, namespace: str, *, cluster: str = HOME_CLUSTER,
+                    root: str = "") -> str:
+    """An allocation's directory in one cluster: the home cluster's under the root, any
+    other's under `clusters/<slug>/` (each cluster's GitOps tool applies its own tree, so
+    no object is applied where it does not belong)."""
     root = root if root else settings.PORTAL_GITOPS_PATH
-    return "/".join(p for p in (root, tenant_slug, namespace) if p)
+    where = () if cluster == HOME_CLUSTER else ("clusters", cluster)
+    return "/".join(p for p in (*where, root, tenant_slug, namespace) if p)
 
 
 def directory_files(manifests: list[dict]) -> dict[str, str]:

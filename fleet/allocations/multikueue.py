@@ -1,8 +1,10 @@
 """A dispatched allocation's side effects on its workers and on the manager's MultiKueue
 wiring (the decisions are fleet/allocations/dispatch.py). The manager's own part goes
-through the provisioning sink like any allocation's; the workers' parts are applied here,
-each worker on its own, so one that does not answer holds up nobody: it is named, and
-reconcile applies its part once it answers."""
+through the provisioning sink like any allocation's, and so does each worker's part
+(applied to the worker, or committed to its directory in Git), each worker on its own, so
+one that does not answer holds up nobody: it is named, and reconcile applies its part once
+it answers. The workers' kubeconfig Secrets are applied to the manager in either mode: a
+credential is never committed to Git."""
 
 from __future__ import annotations
 
@@ -10,14 +12,14 @@ from django.db import transaction
 
 from tenants.audit import audit_record
 
-from ..inventory.connections import backend_of, dispatch_kubeconfig
-from ..kube import LABEL_ALLOCATION, KubeBackend, KubeError, ObjectKey, prune
+from ..inventory.connections import dispatch_kubeconfig
+from ..kube import KubeBackend, KubeError, ObjectKey
 from ..models import Allocation, Cluster
-from .apply import apply_together, reapply, record_repair
+from .apply import apply_together, record_repair
 from .desired import WorkerTarget, decided_shares, worker_targets
 from .dispatch import kubeconfig_secret
-from .manifests import OWNED_KINDS, apply_waves
 from .repair import Repair
+from .sinks import provisioning_sink
 
 
 def shares_decide(alloc: Allocation) -> dict[str, int]:
@@ -45,12 +47,6 @@ def wiring_apply(manager: KubeBackend, workers: list[Cluster]) -> None:
                              for w in workers])
 
 
-def _apply_worker(target: WorkerTarget) -> None:
-    backend = backend_of(target.cluster)
-    for wave in apply_waves(target.manifests):
-        apply_together(backend, wave)
-
-
 def workers_provision(alloc: Allocation) -> tuple[list[WorkerTarget], list[str]]:
     """Apply every worker's part; (the targets, the workers not reached and why). A
     non-retriable failure (a refused object, a broken reference) is raised."""
@@ -58,7 +54,7 @@ def workers_provision(alloc: Allocation) -> tuple[list[WorkerTarget], list[str]]
     targets, missed = worker_targets(alloc), []
     for target in targets:
         try:
-            _apply_worker(target)
+            provisioning_sink().publish_part(alloc, target.cluster, target.manifests)
         except KubeError as exc:
             if not exc.retriable:
                 raise
@@ -78,8 +74,7 @@ def workers_repair(alloc: Allocation, *, cause: str = "") -> list[str]:
     repair = Repair()
     for target in worker_targets(alloc):
         try:
-            repair += reapply(alloc, target.manifests,
-                              backend_of(target.cluster)).on(target.cluster.slug)
+            repair += provisioning_sink().repair_part(alloc, target.cluster, target.manifests)
         except KubeError as exc:
             if not exc.retriable:
                 raise
@@ -97,8 +92,7 @@ def workers_withdraw(alloc: Allocation) -> tuple[list[ObjectKey], list[str]]:
         if cluster is None:
             continue
         try:
-            removed += prune(backend_of(cluster), label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
-                             kinds=OWNED_KINDS)
+            removed += provisioning_sink().withdraw_part(alloc, cluster)
         except KubeError as exc:
             missed.append(f"{cluster.described}: {exc.message}")
     return removed, missed

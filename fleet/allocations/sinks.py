@@ -8,10 +8,11 @@ from typing import Protocol
 from django.conf import settings
 
 from ..kube import KubeBackend
-from ..models import Allocation
+from ..models import Allocation, Cluster
 from .apply import ApplySink
 from .git_sink import GitSink
 from .guards import Defer, GuardsPending
+from .repair import Repair
 
 
 class ProvisioningSink(Protocol):
@@ -34,6 +35,17 @@ class ProvisioningSink(Protocol):
         own change altered), in words."""
 
     def prune_leftovers(self, backend: KubeBackend) -> list: ...
+
+    # A dispatched allocation's part on one MultiKueue worker (fleet/allocations/multikueue):
+    # the same three steps, in the worker's cluster (or its directory in Git).
+    def publish_part(self, alloc: Allocation, cluster: Cluster, manifests: list[dict]
+                     ) -> None: ...
+
+    def withdraw_part(self, alloc: Allocation, cluster: Cluster) -> list: ...
+
+    def repair_part(self, alloc: Allocation, cluster: Cluster, manifests: list[dict]
+                    ) -> Repair:
+        """What differed in that cluster, named with it (no database write)."""
 
 
 SINKS: dict[str, ProvisioningSink] = {"apply": ApplySink(), "gitops": GitSink()}

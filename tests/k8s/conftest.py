@@ -152,6 +152,7 @@ def simulated_fleet(fleet, placement, pools):
     from .kwok_nodes import FAKE, kwok_node, untaint
 
     admin = fleet
+    _no_leftover_work(admin)
     for name in ("blk-0", "blk-1"):
         patch_node(admin, name, {"metadata": {"annotations": FAKE}})  # a merge: labels stay
         untaint(admin, name)
@@ -169,6 +170,28 @@ def simulated_fleet(fleet, placement, pools):
     for name in ("shr-0", "conf-0", "mig-0"):
         admin.delete("v1", "Node", name)
     admin.delete("resource.k8s.io/v1", "ResourceSlice", "mig-0-gpu.nvidia.com")
+
+
+def _no_leftover_work(admin) -> None:
+    """A simulated fleet starts with no earlier module's work: a Job admitted while no
+    scheduler ran (tests/k8s/test_kueue_queue_order.py's filler, the admission tests' jobs)
+    keeps its pods pending, and the scheduler started here would place them on these nodes,
+    taking devices a scenario counts on (seen: b-sweep's pods left unschedulable)."""
+    for j in admin.list("batch/v1", "Job"):
+        meta = j["metadata"]
+        if not meta["namespace"].startswith("kube-"):
+            admin.delete("batch/v1", "Job", meta["name"], meta["namespace"])
+
+    def gone() -> None:
+        left = [f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                for p in admin.list("v1", "Pod")
+                if not p["metadata"]["namespace"].startswith("kube-")]
+        for name in left:
+            namespace, pod = name.split("/", 1)
+            admin.delete("v1", "Pod", pod, namespace)
+        assert not left, left
+
+    eventually(gone, timeout=120, interval=0.5)  # a pod of a deleted node: podgc, ~40 s
 
 
 def eventually(fn, timeout: float = 10, **options):

@@ -7,20 +7,25 @@ cluster; a worker that stops answering mid-run is given up and its job run elsew
 
 from __future__ import annotations
 
+import shutil
 from decimal import Decimal
 
 import pytest
+import yaml
 from django.db.models import Count
 from django.urls import reverse
 
 from fleet.allocations.dispatch import check_name
+from fleet.allocations.manifests import OWNED_KINDS
 from fleet.allocations.retirement import allocation_retire
 from fleet.forms import ClusterCreateForm
 from fleet.inventory.services import cluster_check, cluster_register
 from fleet.inventory.sync import fleet_sync_all
+from fleet.kube import LABEL_ALLOCATION
 from fleet.models import Allocation, Cluster, GpuNode, QueueEvent, QueueWorkload, Route
 from fleet.queues.sync import queue_sync
 from fleet.queues.truth import DISPATCHING
+from fleet.tasks import follow_gitops
 from intake import services
 from tests.factories import PoolFactory, TenantFactory, make_lead, make_request
 from tests.harness.placement import start_delays
@@ -29,6 +34,7 @@ from .conftest import ROOT, eventually, load_all
 from .identities import as_identity
 from .kwok_nodes import kwok_node
 from .multikueue import start_all, stop_all
+from .test_gitops import GitServer, git
 from .workloads import job
 
 pytestmark = pytest.mark.django_db
@@ -183,6 +189,82 @@ def test_shared_work_dispatched_to_workers_where_and_why(
     for w in workers:
         assert w.admin.get(KUEUE, "ClusterQueue", alloc_a.namespace) is None
         assert w.admin.get(KUEUE, "LocalQueue", "gpu", alloc_a.namespace) is None
+
+
+def _agent_sync(server, trees: dict, work) -> None:
+    """Each cluster's GitOps agent (as Argo CD or Flux would, one per cluster): apply its own
+    tree of allocation directories in kustomization order, prune the portal's objects whose
+    allocation its tree no longer holds."""
+    shutil.rmtree(work, ignore_errors=True)
+    git("clone", "-q", server.url, str(work), cwd=server.root)
+    for tree, admin in trees.items():
+        held = set()
+        for kustomization in sorted(work.glob(f"{tree}/*/*/kustomization.yaml")):
+            for name in yaml.safe_load(kustomization.read_text())["resources"]:
+                doc = yaml.safe_load((kustomization.parent / name).read_text())
+                admin.apply(doc, force=True)
+                held.add((doc["metadata"].get("labels") or {}).get(LABEL_ALLOCATION))
+        for api_version, kind in OWNED_KINDS:
+            for obj in admin.list(api_version, kind, label_selector=LABEL_ALLOCATION):
+                meta = obj["metadata"]
+                if meta["labels"][LABEL_ALLOCATION] not in held:
+                    admin.delete(api_version, kind, meta["name"], meta.get("namespace", ""))
+
+
+def test_in_gitops_mode_each_cluster_gets_its_own_directory(
+        dispatching, workers, kube, admin_kube, admin_user, settings, tmp_path,
+        django_capture_on_commit_callbacks):
+    """PORTAL_PROVISIONING=gitops with MultiKueue: the manager's part is committed under
+    tenants/, each worker's under clusters/<worker>/tenants/, so each cluster's GitOps tool
+    applies only its own; the workers' kubeconfigs go to the manager by the API, never into
+    Git; the portal follows every cluster until all parts are there; retirement removes
+    every directory."""
+    server = GitServer(tmp_path / "git")
+    server.start()
+    settings.PORTAL_PROVISIONING = "gitops"
+    settings.PORTAL_GITOPS_REPO = server.url
+    settings.PORTAL_GITOPS_WORKDIR = tmp_path / "portal-worktree"
+    trees = {"tenants": admin_kube, **{f"clusters/{w.name}/tenants": w.admin
+                                       for w in workers}}
+    try:
+        g = TenantFactory(slug="mkg", name="MK G")
+        lead = make_lead(g, "lead-mkg")
+        req = make_request(g, lead, submit=True, whole_devices=4, gpu_model=L40S)
+        with django_capture_on_commit_callbacks(execute=True):
+            services.request_approve(request=req, by=admin_user, reason="ok")
+        req.refresh_from_db()
+        alloc = Allocation.objects.get(pk=req.allocation_id)
+        assert alloc.status == "provisioning", alloc.status_message
+        assert alloc.cluster_shares == {"w1": 2, "w2": 2}
+        for tree in trees:
+            assert "kustomization.yaml" in server.files(f"{tree}/mkg/{alloc.namespace}"), tree
+        listed = git("ls-tree", "-r", "--name-only", "main", cwd=server.bare).splitlines()
+        shown = "\n".join(git("show", f"main:{f}", cwd=server.bare) for f in listed
+                          if alloc.namespace in f)
+        assert "kind: Secret" not in shown  # the workers' credentials never in Git
+        # Committed, not applied: no cluster has it before its agent applies it.
+        assert all(w.admin.get("v1", "Namespace", alloc.namespace) is None for w in workers)
+
+        _agent_sync(server, trees, tmp_path / "agent")
+        with django_capture_on_commit_callbacks(execute=True):
+            follow_gitops()
+        alloc.refresh_from_db()
+        assert alloc.status == "active", alloc.status_message
+        assert alloc.progress_done == alloc.progress_total
+        for w in workers:  # each worker's queue holds its share, the manager's their sum
+            assert quota(w.admin, alloc.namespace) == 2
+        assert quota(admin_kube, alloc.namespace) == 4
+
+        allocation_retire(alloc.pk)
+        alloc.refresh_from_db()
+        assert alloc.status == "retired"
+        for tree in trees:
+            assert server.files(f"{tree}/mkg/{alloc.namespace}") == [], tree
+        _agent_sync(server, trees, tmp_path / "agent")
+        for w in workers:
+            assert w.admin.get(KUEUE, "ClusterQueue", alloc.namespace) is None
+    finally:
+        server.stop()
 
 
 def test_a_worker_lost_mid_run_its_job_runs_elsewhere_and_the_portal_says_so(

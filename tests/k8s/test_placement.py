@@ -433,8 +433,6 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
 # Known, reported (not skipped): in the full suite's order this scenario's last job sometimes
 # keeps its pods unscheduled after other modules' work on the shared kwok nodes; it passes
 # alone and after the preemption scenario. Non-strict so a pass still counts; to be found.
-@pytest.mark.xfail(strict=False, reason="order-dependent in the full k8s run: b-sweep's pods "
-                   "left unscheduled after other modules' work on the shared kwok nodes")
 def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
         control_plane, simulated_fleet, placement, admin_user,
         django_capture_on_commit_callbacks):

@@ -29,6 +29,14 @@ def test_one_file_per_object_in_apply_order_with_its_kustomization(route):
 def test_paths_and_messages_read_well():
     assert allocation_path("acme", "acme-r7", root="tenants") == "tenants/acme/acme-r7"
     assert allocation_path("acme", "acme-r7", root="") .startswith(("tenants/", "acme/"))
+    # Each cluster's tree apart: the home cluster's tool applies tenants/, worker w1's
+    # clusters/w1/tenants/, so neither applies the other's objects.
+    assert allocation_path("acme", "acme-r7", cluster="local", root="tenants") == \
+        "tenants/acme/acme-r7"
+    assert allocation_path("acme", "acme-r7", cluster="w1", root="tenants") == \
+        "clusters/w1/tenants/acme/acme-r7"
+    assert not allocation_path("acme", "acme-r7", cluster="w1", root="tenants").startswith(
+        "tenants/")
     text = commit_message(action="publish", tenant="acme", namespace="acme-r7",
                           route="Shared pool", request="request #12", approver="Ada",
                           objects=11)
