@@ -23,7 +23,7 @@ from .placement import (
     pods_by_job,
 )
 from .timing import RECORDED_BY, Clue
-from .truth import WorkloadFacts
+from .truth import WorkloadFacts, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +43,27 @@ class KueueView:
     claims: list[dict] | None = None
     versions: dict[str, str] = field(default_factory=dict)
     parsed: dict | None = None  # the watch's memo of parsed Workloads
-    # What the watch saw (a list sees none of it): kind → (namespace, name) → when the
-    # object's current version arrived; (namespace, kind, name) → [(reason, eventTime)] of
-    # events.k8s.io Events about it; the watch's measured lag, seconds.
-    seen: dict[str, dict[tuple[str, str], dt.datetime]] = field(default_factory=dict)
+    # What the watch saw (a list sees none of it): kind → (namespace, name) → mark (`marks`)
+    # → when the first version showing it arrived (None: it was listed); (namespace, kind,
+    # name) → [(reason, eventTime)] of events.k8s.io Events about it; the watch's lag, s.
+    arrivals: dict[str, dict[tuple[str, str], dict[tuple[str, str], dt.datetime | None]]] = \
+        field(default_factory=dict)
     events: dict[tuple[str, str, str], list[tuple[str, dt.datetime]]] = field(
         default_factory=dict)
     lag: float | None = None
 
-    def seen_at(self, kind: str, obj: dict) -> dt.datetime | None:
+    def arrival(self, kind: str, obj: dict, mark: str, stamp: dt.datetime | None = None
+                ) -> dt.datetime | None:
+        """When the watch received the first version of `obj` showing `mark` (with the
+        value `stamp`, if given); None if it never did or the fact was there when listed."""
         meta = obj.get("metadata") or {}
-        return self.seen.get(kind, {}).get((meta.get("namespace", ""), meta.get("name", "")))
+        found = self.arrivals.get(kind, {}).get((meta.get("namespace", ""),
+                                                 meta.get("name", "")), {})
+        times = [t for (name, value), t in found.items() if name == mark and (
+            stamp is None or parse_time(value) == stamp)]
+        if not times or None in times:
+            return None
+        return min(times)
 
     def event_times(self, namespace: str, kind: str, name: str, reasons: tuple[str, ...]
                     ) -> tuple[dt.datetime, ...]:
@@ -64,21 +74,58 @@ class KueueView:
 Clues = dict[str, dict[str, Clue]]  # uid → step → what the watch saw of it
 
 
+def marks(kind: str, obj: dict) -> set[tuple[str, str]]:
+    """The facts a version of an object shows that a ledger step is read from, as (mark,
+    value): created; each condition as "Type=Status" with its transition time; for a pod
+    each container start; for a claim its allocation. The watch keeps when each first
+    arrived: a later version's arrival is no time for a step an earlier one showed."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    out = {("created", str(meta.get("creationTimestamp") or ""))}
+    for c in status.get("conditions") or []:
+        if isinstance(c, dict):
+            out.add((f"{c.get('type')}={c.get('status')}", str(c.get("lastTransitionTime")
+                                                                 or "")))
+    if kind == "pods":
+        for container in status.get("containerStatuses") or []:
+            state = (container.get("state") or {}) if isinstance(container, dict) else {}
+            for phase in ("running", "terminated"):
+                if started := (state.get(phase) or {}).get("startedAt"):
+                    out.add(("started", str(started)))
+    if kind == "claims" and status.get("allocation"):
+        out.add(("allocated", ""))
+    return out
+
+
+# The condition each of the Workload's steps is stamped from, in the order parse_workload
+# prefers them (fleet.queues.truth), and "created" for the submission.
+WORKLOAD_MARKS = {LedgerEvent.SUBMITTED: ("created",),
+                  LedgerEvent.ADMITTED: ("Admitted=True", "QuotaReserved=True"),
+                  LedgerEvent.PREEMPTED: ("Evicted=True", "Preempted=True"),
+                  LedgerEvent.EVICTED: ("Evicted=True",),
+                  LedgerEvent.REQUEUED: ("QuotaReserved=False", "Requeued=True"),
+                  LedgerEvent.FINISHED: ("Finished=True",)}
+
+
 def workload_clues(facts: list[WorkloadFacts], view: KueueView, clues: Clues) -> Clues:
-    """The steps Kueue's Workload shows, seen when its current version arrived, with the
-    Events about it (its Job's, for the submission)."""
-    by_key = {(f.namespace, f.name): f for f in facts}
-    for (namespace, name), when in view.seen.get("workloads", {}).items():
-        f = by_key.get((namespace, name))
-        if f is None:
-            continue
+    """The steps Kueue's Workload shows: when the first version showing each (its condition
+    with the step's stamp) arrived, and the Events about it (its Job's, for the
+    submission)."""
+    if not view.arrivals and not view.events:
+        return clues
+    for f in facts:
+        obj = {"metadata": {"namespace": f.namespace, "name": f.name}}
+        stamps = {LedgerEvent.SUBMITTED: f.submitted_at, LedgerEvent.ADMITTED: f.admitted_at,
+                  LedgerEvent.PREEMPTED: f.stop.at if f.stop else None,
+                  LedgerEvent.EVICTED: f.stop.at if f.stop else None,
+                  LedgerEvent.REQUEUED: f.requeued_at, LedgerEvent.FINISHED: f.finished_at}
         steps = clues.setdefault(f.uid, {})
-        for step in (LedgerEvent.SUBMITTED, LedgerEvent.ADMITTED, LedgerEvent.PREEMPTED,
-                     LedgerEvent.EVICTED, LedgerEvent.REQUEUED, LedgerEvent.FINISHED,
-                     LedgerEvent.DISPATCHED):
+        for step, names in WORKLOAD_MARKS.items():
+            stamp = None if step == LedgerEvent.SUBMITTED else stamps[step]
+            seen = next((t for name in names if (t := view.arrival(
+                "workloads", obj, name, stamp)) is not None), None)
             about, reasons = RECORDED_BY.get(step, ("", ()))
-            steps[step] = Clue(when, view.event_times(
-                namespace, about, f.job if about == "Job" else f.name, reasons)
+            steps[step] = Clue(seen, view.event_times(
+                f.namespace, about, f.job if about == "Job" else f.name, reasons)
                 if reasons else ())
     return clues
 
@@ -137,8 +184,8 @@ def _placements_in(backend: KubeBackend, admitted: list[WorkloadFacts],
         claims = {}
     placements = {f.uid: placement_of(pods.get((f.namespace, f.job), []), claims,
                                       f.admitted_at) for f in admitted}
-    if view is None or not view.seen and not view.events:
+    if view is None or not view.arrivals and not view.events:
         return placements, {}
     return placements, {f.uid: placement_clues(
-        pods.get((f.namespace, f.job), []), claims, f.admitted_at, seen=view.seen_at,
+        pods.get((f.namespace, f.job), []), claims, f.admitted_at, seen=view.arrival,
         events=view.event_times) for f in admitted}

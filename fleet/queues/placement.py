@@ -253,7 +253,7 @@ def preemption_tally(steps: list[tuple[str, dt.datetime]]) -> Preemptions:
     return Preemptions(preempted, evicted, lost)
 
 
-Seen = Callable[[str, dict], dt.datetime | None]
+Seen = Callable[[str, dict, str], dt.datetime | None]
 EventTimes = Callable[[str, str, str, tuple[str, ...]], tuple[dt.datetime, ...]]
 
 
@@ -263,8 +263,9 @@ def placement_clues(pods: list[dict], claims: dict[tuple[str, str], list[dict]],
     """What the watch saw of the steps `placement_of` reads from the same pods and claims:
     for each step, the earliest arrival of a version showing it (of any of the admission's
     pods: each is later than the first pod's step) and the Events recording it
-    (fleet.queues.timing.RECORDED_BY). `seen(kind, obj)`: when the watch received `obj` (None:
-    read by a list); `events(namespace, kind, name, reasons)`: eventTimes. Pure."""
+    (fleet.queues.timing.RECORDED_BY). `seen(kind, obj, mark)`: when the watch received the
+    first version of `obj` showing `mark` (None: never, or read by a list);
+    `events(namespace, kind, name, reasons)`: eventTimes. Pure."""
     if admitted_at is None:
         return {}
     current = [p for p in pods
@@ -273,8 +274,8 @@ def placement_clues(pods: list[dict], claims: dict[tuple[str, str], list[dict]],
     if not current:
         return {}
 
-    def earliest(objs, kind: str) -> dt.datetime | None:
-        return min((t for o in objs if (t := seen(kind, o)) is not None), default=None)
+    def earliest(objs, kind: str, mark: str) -> dt.datetime | None:
+        return min((t for o in objs if (t := seen(kind, o, mark)) is not None), default=None)
 
     def recorded(step: str, objs) -> tuple[dt.datetime, ...]:
         about, reasons = RECORDED_BY[step]
@@ -287,10 +288,10 @@ def placement_clues(pods: list[dict], claims: dict[tuple[str, str], list[dict]],
     allocated = [c for p in current for c in claims.get(
         (_s(_d(p.get("metadata")).get("namespace")), _s(_d(p.get("metadata")).get("name"))), [])
         if claim_allocation(c)[1]]
-    return {LedgerEvent.PODS: Clue(earliest(current, "pods"),
+    return {LedgerEvent.PODS: Clue(earliest(current, "pods", "created"),
                                    recorded(LedgerEvent.PODS, current[:1])),
-            LedgerEvent.SCHEDULED: Clue(earliest(placed, "pods"),
+            LedgerEvent.SCHEDULED: Clue(earliest(placed, "pods", "PodScheduled=True"),
                                         recorded(LedgerEvent.SCHEDULED, placed)),
-            LedgerEvent.RUNNING: Clue(earliest(started, "pods"),
+            LedgerEvent.RUNNING: Clue(earliest(started, "pods", "started"),
                                       recorded(LedgerEvent.RUNNING, started)),
-            LedgerEvent.CLAIMED: Clue(earliest(allocated, "claims"))}
+            LedgerEvent.CLAIMED: Clue(earliest(allocated, "claims", "allocated"))}

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from ..kube import DryRunBackend, KubeBackend, KubeError
-from .afterwards import CLAIMS_PATH, PODS_PATH, KueueView
+from .afterwards import CLAIMS_PATH, PODS_PATH, KueueView, marks
 from .placement import JOB_LABELS
 from .sync import (
     KUEUE_BASE,
@@ -79,8 +79,10 @@ class Mirror:
     cohorts: int = 0
     listed_at: object = None
     parsed: dict = field(default_factory=dict)
-    # kind → key → when the watch received the object's current version (a listed one: not)
-    seen: dict[str, dict[tuple[str, str], dt.datetime]] = field(default_factory=dict)
+    # kind → key → mark → when the watch received the first version showing it (None: it
+    # was there when listed): fleet.queues.afterwards.marks
+    arrivals: dict[str, dict[tuple[str, str], dict[tuple[str, str], dt.datetime | None]]] = \
+        field(default_factory=dict)
     # (namespace, kind, name) → {Event key: (reason, eventTime)}
     timed: dict[tuple[str, str, str], dict[tuple[str, str], tuple[str, dt.datetime]]] = \
         field(default_factory=dict)
@@ -93,6 +95,10 @@ class Mirror:
                                                               optional=OPTIONAL)
         events = items.pop("events", None)
         mirror.objects = {kind: {_key(o): o for o in found} for kind, found in items.items()}
+        for kind in ("workloads", "pods", "claims"):
+            # What a list shows was there before the watch: no arrival times it.
+            mirror.arrivals[kind] = {key: dict.fromkeys(marks(kind, o))
+                                     for key, o in mirror.objects.get(kind, {}).items()}
         if events is not None:
             mirror.objects["events"] = {}
             for o in events:
@@ -110,7 +116,7 @@ class Mirror:
                          local_queues=items("localqueues"), workloads=items("workloads"),
                          cohorts=self.cohorts, listed_at=self.listed_at, pods=items("pods"),
                          claims=items("claims"), versions=dict(self.versions),
-                         seen=self.seen,
+                         arrivals=self.arrivals,
                          events={k: list(v.values()) for k, v in self.timed.items()},
                          lag=watch_lag(list(self.lags)))
 
@@ -135,13 +141,14 @@ class Mirror:
             return self._apply_event(event, obj, seen)
         if event == "DELETED":
             self.objects[kind].pop(key, None)
-            self.seen.get(kind, {}).pop(key, None)
+            self.arrivals.get(kind, {}).pop(key, None)
             return
         self.objects[kind][key] = obj
-        if seen is not None:
-            self.seen.setdefault(kind, {})[key] = seen
-        else:
-            self.seen.get(kind, {}).pop(key, None)
+        if kind in ("clusterqueues", "localqueues"):
+            return  # no step is read from a queue
+        first = self.arrivals.setdefault(kind, {}).setdefault(key, {})
+        for mark in marks(kind, obj):
+            first.setdefault(mark, seen)
 
     def _apply_event(self, event: str, obj: dict, seen: dt.datetime | None) -> None:
         """Only what an Event times is kept (the cluster's other Events cost no memory);

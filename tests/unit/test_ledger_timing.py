@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 
+from fleet.queues.afterwards import marks
 from fleet.queues.ledger import StoredWorkload, ledger_changes
 from fleet.queues.placement import Placement, placement_clues, step_reason
 from fleet.queues.timing import (
@@ -205,7 +206,7 @@ def test_placement_clues_take_the_earliest_arrival_and_the_scheduler_events():
     other = {**pod, "metadata": {**pod["metadata"], "name": "train-fghij"}}
     seen = {"train-abcde": ms(1300), "train-fghij": ms(1100)}
     got = placement_clues(
-        [pod, other], {}, T, seen=lambda kind, o: seen[o["metadata"]["name"]],
+        [pod, other], {}, T, seen=lambda kind, o, mark: seen[o["metadata"]["name"]],
         events=lambda ns, kind, name, reasons: (ms(1050),) if (kind, name) == (
             "Pod", "train-abcde") and "Scheduled" in reasons else ())
     assert got[K.PODS] == Clue(ms(1100), ())
@@ -234,10 +235,49 @@ def test_the_mirror_keeps_only_events_that_time_a_step_and_measures_the_watch_la
     mirror.apply("events", "DELETED", _event("e2", "Scheduled", "2026-12-04T12:00:01.25Z"))
     mirror.apply("events", "DELETED", _event("e3", "Scheduled", "2026-12-04T12:00:02Z"))
     assert mirror.timed == {}
-    # An object's arrival is kept while its version stands; a listed one has none.
-    wl = {"metadata": {"name": "w", "namespace": "ns"}}
-    mirror.apply("workloads", "MODIFIED", wl, ms(10))
-    assert mirror.view().seen_at("workloads", wl) == ms(10)
-    mirror.apply("workloads", "MODIFIED", wl)
-    assert mirror.view().seen_at("workloads", wl) is None
     assert best_time(T, NO_CLUE, lag=None, now=NOW).source == OBJECT
+
+
+def _wl(*conditions) -> dict:
+    return {"metadata": {"name": "w", "namespace": "ns",
+                         "creationTimestamp": "2026-12-04T12:00:00Z"},
+            "status": {"conditions": [{"type": t, "status": st, "lastTransitionTime": at}
+                                      for t, st, at in conditions]}}
+
+
+def test_a_step_is_seen_when_the_first_version_showing_it_arrived():
+    mirror = Mirror(objects={"workloads": {}})
+    mirror.apply("workloads", "ADDED", _wl(), ms(5))
+    admitted = ("Admitted", "True", "2026-12-04T12:00:02Z")
+    mirror.apply("workloads", "MODIFIED", _wl(("QuotaReserved", "True",
+                                                "2026-12-04T12:00:02Z"), admitted), ms(2010))
+    # Later versions (a status write of its own) do not move what was seen.
+    mirror.apply("workloads", "MODIFIED", _wl(admitted, ("Finished", "True",
+                                                          "2026-12-04T12:00:09Z")), ms(9020))
+    view = mirror.view()
+    wl = _wl()
+    assert view.arrival("workloads", wl, "created") == ms(5)
+    assert view.arrival("workloads", wl, "Admitted=True", T + dt.timedelta(seconds=2)) == \
+        ms(2010)
+    assert view.arrival("workloads", wl, "Admitted=True", T) is None  # another stamp
+    assert view.arrival("workloads", wl, "Finished=True") == ms(9020)
+    assert view.arrival("workloads", wl, "Evicted=True") is None
+    # What a list shows was there before: no arrival times it, not even a later one's.
+    listed = Mirror(objects={"workloads": {}})
+    listed.apply("workloads", "ADDED", _wl(admitted))
+    listed.apply("workloads", "MODIFIED", _wl(admitted), ms(3000))
+    assert listed.view().arrival("workloads", wl, "Admitted=True") is None
+    mirror.apply("workloads", "DELETED", wl, ms(9999))
+    assert mirror.view().arrival("workloads", wl, "created") is None
+
+
+def test_marks_read_what_the_steps_are_read_from_and_never_fail():
+    pod = {"metadata": {"creationTimestamp": "t0"},
+           "status": {"conditions": [{"type": "PodScheduled", "status": "True",
+                                      "lastTransitionTime": "t1"}, "junk"],
+                      "containerStatuses": [{"state": {"terminated": {"startedAt": "t2"}}},
+                                            "junk"]}}
+    assert marks("pods", pod) == {("created", "t0"), ("PodScheduled=True", "t1"),
+                                  ("started", "t2")}
+    assert ("allocated", "") in marks("claims", {"status": {"allocation": {"devices": {}}}})
+    assert marks("workloads", {}) == {("created", "")}
