@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
+
+from .clusters import split_exactly
 
 # The columns, in the specification's order of mention, with their FOCUS data types.
 FOCUS_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -86,6 +88,38 @@ class AdjustmentCharge:
     amount: Decimal
     reason: str  # the statement's words for it (a withdrawal names what it withdraws)
     withdraws: int | None = None  # a withdrawal: the adjustment it reverses
+
+
+@dataclass(frozen=True)
+class ClusterDay:
+    """A dispatched allocation's charge period in one cluster: the sums of its hours' parts
+    (billing.clusters), and the cluster in the registry's words."""
+
+    cluster_slug: str
+    cluster_name: str
+    cluster_region: str
+    allocated_seconds: Decimal
+    used_seconds: Decimal | None  # None: use was not measured per cluster
+    amount: Decimal
+
+
+def by_cluster(day: ChargeDay, parts: list[ClusterDay]) -> list[ChargeDay]:
+    """The charge period as one row per cluster it ran in, where use was measured per
+    cluster (otherwise one row, in the cluster that holds the quota: a split of use nobody
+    measured would be made up). The parts' amounts and use add up to the period's (the hours
+    were split exactly); its priced quantity follows the quota held in each cluster."""
+    if not parts or any(p.used_seconds is None for p in parts):
+        return [day]
+    charged = split_exactly(day.charged_seconds,
+                            {p.cluster_slug: p.allocated_seconds for p in parts})
+    if not charged:  # nothing held anywhere: the priced quantity follows the money
+        charged = split_exactly(day.charged_seconds,
+                                {p.cluster_slug: p.amount for p in parts})
+    return [replace(day, used_seconds=p.used_seconds, amount=p.amount,
+                    charged_seconds=charged.get(p.cluster_slug, Decimal(0)),
+                    cluster_slug=p.cluster_slug, cluster_name=p.cluster_name,
+                    cluster_region=p.cluster_region)
+            for p in sorted(parts, key=lambda p: p.cluster_slug)]
 
 
 def cents_by_day(amounts: list[Decimal], total: Decimal) -> list[Decimal]:

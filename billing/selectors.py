@@ -10,21 +10,23 @@ from decimal import Decimal
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.db import connection
-from django.db.models import F, Q, Sum
+from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncDay
 from django.urls import reverse
 from django.utils import timezone
 
 from fleet.domain import Route
 from fleet.inventory.pricing import money, money_text
-from fleet.models import Allocation
+from fleet.models import Allocation, Cluster
 from tenants.models import Tenant
 
 from . import budgets
+from .cluster_usage import CENT
+from .clusters import split_exactly
 from .domain import POLICIES, SECONDS_PER_HOUR, hours_text, month_bounds, month_start, utilisation
 from .figures import hours as to_hours
-from .focus import AdjustmentCharge, ChargeDay, cents_by_day
-from .models import Adjustment, StatementLine, UsageHour, UsageMonth
+from .focus import AdjustmentCharge, ChargeDay, ClusterDay, by_cluster, cents_by_day
+from .models import Adjustment, ClusterUsageHour, StatementLine, UsageHour, UsageMonth
 
 
 @dataclass
@@ -251,7 +253,33 @@ def charge_days(tenant_ids, months: list[dt.date], *, route: str = "",
             charged_seconds=d["charged"] or Decimal(0), rate=d["rate"],
             amount=d["amount"] or Decimal(0), cluster_slug=a.pool.cluster.slug,
             cluster_name=a.pool.cluster.name, cluster_region=a.pool.cluster.region))
-    return _in_cents(out)
+    parts = _cluster_days(qs, start, end)
+    return _in_cents([row for d in out for row in by_cluster(
+        d, parts.get((d.allocation_id, d.period_start, d.rate), []))])
+
+
+def _cluster_days(hours, start: dt.datetime, end: dt.datetime
+                  ) -> dict[tuple[int, dt.datetime, Decimal], list[ClusterDay]]:
+    """Dispatched allocations' charge periods per cluster (one query): their hours' parts
+    summed by day and by the rate of the hour they split."""
+    rate = UsageHour.objects.filter(allocation_id=OuterRef("allocation_id"),
+                                    hour=OuterRef("hour")).values("rate")[:1]
+    rows = (ClusterUsageHour.objects.filter(
+        allocation_id__in=hours.values("allocation_id"), hour__gte=start, hour__lt=end)
+        .annotate(day=TruncDay("hour", tzinfo=dt.UTC), rate=Subquery(rate))
+        .values("allocation_id", "day", "rate", "cluster")
+        .annotate(allocated=Sum("allocated_s"), used=Sum("used_s"), amt=Sum("amount"),
+                  unmeasured=Count("pk", filter=Q(used_s__isnull=True)))
+        .order_by("allocation_id", "day", "rate", "cluster"))
+    clusters = {c.slug: c for c in Cluster.objects.all()}
+    out: dict[tuple[int, dt.datetime, Decimal], list[ClusterDay]] = defaultdict(list)
+    for r in rows:
+        c = clusters.get(r["cluster"])  # a retired cluster keeps its slug in the parts
+        out[(r["allocation_id"], r["day"], r["rate"])].append(ClusterDay(
+            cluster_slug=r["cluster"], cluster_name=c.name if c else r["cluster"],
+            cluster_region=c.region if c else "", allocated_seconds=r["allocated"],
+            used_seconds=None if r["unmeasured"] else r["used"], amount=r["amt"]))
+    return out
 
 
 def _in_cents(days):
@@ -269,8 +297,19 @@ def _in_cents(days):
     for (alloc_id, billing_start), idx in groups.items():
         exact = [days[i].amount for i in idx]
         total = frozen.get((alloc_id, billing_start.date()), money(sum(exact, Decimal(0))))
-        for i, cents in zip(idx, cents_by_day(exact, total), strict=True):
-            out[i] = replace(days[i], billed=cents)
+        # A line that ran in several clusters: first its cents per cluster, as the statement
+        # shows them (where_it_ran's split), then each cluster's days.
+        per_cluster: dict[str, list[int]] = defaultdict(list)
+        for i in idx:
+            per_cluster[days[i].cluster_slug].append(i)
+        shares = split_exactly(total, {c: sum((days[i].amount for i in rows), Decimal(0))
+                                       for c, rows in per_cluster.items()}, places=CENT)
+        if len(per_cluster) < 2 or not shares:
+            per_cluster, shares = {"": idx}, {"": total}
+        for c, rows in per_cluster.items():
+            for i, cents in zip(rows, cents_by_day([days[i].amount for i in rows], shares[c]),
+                                strict=True):
+                out[i] = replace(days[i], billed=cents)
     return out
 
 

@@ -31,7 +31,7 @@ from billing.domain import SECONDS_PER_HOUR, month_start
 from billing.models import Adjustment, ClusterUsageHour, Statement, StatementLine, UsageHour
 from billing.services import ratecard_create, rollup_usage, statement_close
 from fleet.inventory.pricing import pool_rate
-from fleet.models import Allocation, GpuNode, Pool, QueueUsageHour, Route
+from fleet.models import Allocation, Cluster, GpuNode, Pool, QueueUsageHour, Route
 from intake import services
 from tests.factories import ClusterFactory, make_request
 
@@ -204,7 +204,8 @@ def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
     ym = f"{month:%Y-%m}"
     api = APIClient()
     api.force_authenticate(finance_user)
-    figures = api.get(f"/api/billing/{tenant.slug}:{ym}/").json()["figures"]
+    body = api.get(f"/api/billing/{tenant.slug}:{ym}/").json()
+    figures = body["figures"]
     listed = [f for f in api.get(f"/api/billing/?tenant={tenant.slug}").json()
               if f["month"] == str(month)]
     assert listed == [figures]
@@ -232,24 +233,48 @@ def check_tenant_month(tenant, month: dt.date, finance_user) -> dict:
         overview + "&format=focus").content.decode()))
         if r["SubAccountId"] == tenant.slug and r["BillingPeriodStart"].startswith(ym)]
     assert sum((Decimal(r["BilledCost"]) for r in focus), Decimal(0)) == final, ym
-    check_clusters(tenant, month, focus)
+    check_clusters(tenant, month, focus, body["where_it_ran"])
     return figures
 
 
-def check_clusters(tenant, month: dt.date, focus: list[dict]) -> None:
+def check_clusters(tenant, month: dt.date, focus: list[dict], where_it_ran: list[dict]
+                   ) -> None:
     """The sum over clusters is the statement: FOCUS's usage rows of each cluster (its
-    region) add up to the statement lines of the allocations whose pool is there; with the
-    adjustments (which belong to no cluster) they make the month's final."""
+    region) add up to the statement lines of the allocations whose pool is there — a line
+    that ran in several clusters, measured in each, by the parts the statement shows under
+    it (exactly, cluster by cluster); with the adjustments (which belong to no cluster) they
+    make the month's final."""
+    parts: dict[int, list[dict]] = {}
+    for p in where_it_ran:
+        parts.setdefault(p["allocation"], []).append(p)
+    split = {a for a, ps in parts.items() if all(p["used_device_hours"] is not None
+                                                 for p in ps)}
+    for alloc_id, ps in parts.items():
+        rows = [r for r in focus if r["ResourceId"] == f"allocation/{alloc_id}"]
+        exported: dict[str, Decimal] = {}
+        for r in rows:
+            exported[r["RegionName"]] = exported.get(r["RegionName"], Decimal(0)) + \
+                Decimal(r["BilledCost"])
+        if alloc_id in split:
+            assert {k: v for k, v in exported.items() if v} == {
+                p["cluster"]: Decimal(p["amount"]) for p in ps if Decimal(p["amount"])}, (
+                exported, ps)
+        else:  # use not measured per cluster: not split, where the quota is held
+            assert len(exported) <= 1, exported
     statement = Statement.objects.filter(tenant=tenant, month=month,
                                          closed_at__isnull=False).first()
     if statement is None:
         return  # an open month's lines are live: the per-allocation sum is checked above
+    region_of = {c.name: c.region or c.slug for c in Cluster.objects.all()}
     by_cluster: dict[str, Decimal] = {}
     for line in StatementLine.objects.filter(statement=statement).select_related(
             "allocation__pool__cluster"):
         c = line.allocation.pool.cluster
-        by_cluster[c.region or c.slug] = by_cluster.get(c.region or c.slug, Decimal(0)) + \
-            line.amount
+        here = [(region_of.get(p["cluster"], p["cluster"]), Decimal(p["amount"]))
+                for p in parts[line.allocation_id]] if line.allocation_id in split else \
+            [(c.region or c.slug, line.amount)]
+        for region, amount in here:
+            by_cluster[region] = by_cluster.get(region, Decimal(0)) + amount
     exported: dict[str, Decimal] = {}
     for r in focus:
         if r["ChargeCategory"] == "Usage":
