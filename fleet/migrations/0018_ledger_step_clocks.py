@@ -2,6 +2,23 @@
 
 from django.db import migrations, models
 
+# SQLite adds a NOT NULL column by rebuilding the table, which drops its triggers: the
+# append-only guard of 0004 is put back after the new columns (PostgreSQL keeps its own).
+SQLITE = [
+    "DROP TRIGGER IF EXISTS fleet_queueevent_no_update;",
+    "DROP TRIGGER IF EXISTS fleet_queueevent_no_delete;",
+    """CREATE TRIGGER fleet_queueevent_no_update BEFORE UPDATE ON fleet_queueevent
+       BEGIN SELECT RAISE(ABORT, 'queue history is append-only'); END;""",
+    """CREATE TRIGGER fleet_queueevent_no_delete BEFORE DELETE ON fleet_queueevent
+       BEGIN SELECT RAISE(ABORT, 'queue history is append-only'); END;""",
+]
+
+
+def append_only_again(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":
+        for statement in SQLITE:
+            schema_editor.execute(statement)
+
 
 class Migration(migrations.Migration):
 
@@ -29,4 +46,5 @@ class Migration(migrations.Migration):
             model_name='queueevent',
             index=models.Index(fields=['workload_uid', 'kind'], name='fleet_queue_workloa_5b700d_idx'),
         ),
+        migrations.RunPython(append_only_again, migrations.RunPython.noop),
     ]
