@@ -153,10 +153,21 @@ class LedgerStepSerializer(serializers.Serializer):
                                             "scheduled", "running", "preempted", "evicted",
                                             "requeued", "finished", "gone"])
     label = serializers.CharField()
-    at = serializers.DateTimeField(help_text="as Kubernetes recorded it (conditions, pod "
-                                             "and claim status)")
+    at = serializers.DateTimeField(help_text="when it happened, as finely as Kubernetes "
+                                             "tells (see at_source)")
+    kube_at = serializers.DateTimeField(allow_null=True,
+                                        help_text="the stamp Kubernetes recorded (whole "
+                                                  "seconds; null: none)")
+    at_source = serializers.ChoiceField(
+        choices=["event", "watch", "object", "portal", ""],
+        help_text="event: an events.k8s.io Event's eventTime; watch: when the portal's watch "
+                  "saw the change; object: the object's stamp; portal: the portal's clock; "
+                  "empty: recorded before sources were kept")
+    at_bound_seconds = serializers.FloatField(
+        allow_null=True, help_text="the step happened within this many seconds of `at`")
     seam_seconds = serializers.FloatField(allow_null=True,
-                                          help_text="the seam this step closes")
+                                          help_text="the seam this step closes, to the "
+                                                    "millisecond where both ends are")
     reason = serializers.CharField()
 
 

@@ -503,7 +503,17 @@ class QueueEvent(AppendOnlyModel):
     local_queue = models.CharField(max_length=253, blank=True)
     priority = models.IntegerField(default=0)
     kind = models.CharField(max_length=12, choices=Kind.choices)
+    # When the step happened, as well as the portal can tell (fleet/queues/timing.py:
+    # best_time): an Event's MicroTime, the moment its watch saw the change, or the stamp
+    # Kubernetes recorded (`kube_at`, whole seconds; null where it recorded none). `at_source`
+    # says which ("" on rows recorded before sources were kept: the stamp, or the portal's
+    # clock); the step happened within `at_bound_seconds` of `at` (null: unknown).
     at = models.DateTimeField(db_index=True)
+    kube_at = models.DateTimeField(null=True, blank=True)
+    at_source = models.CharField(max_length=8, blank=True, choices=[
+        ("event", "Event time"), ("watch", "Seen by the watch"), ("object", "Object stamp"),
+        ("portal", "Portal's clock")])
+    at_bound_seconds = models.FloatField(null=True, blank=True)
     devices = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     borrowed = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     wait_seconds = models.FloatField(null=True, blank=True)
@@ -517,7 +527,9 @@ class QueueEvent(AppendOnlyModel):
 
     class Meta:
         ordering = ["at", "id"]
-        indexes = [models.Index(fields=["allocation", "kind", "at"])]
+        indexes = [models.Index(fields=["allocation", "kind", "at"]),
+                   # the steps a workload already has, read to measure its next seam
+                   models.Index(fields=["workload_uid", "kind"])]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M} {self.workload} {self.kind}"

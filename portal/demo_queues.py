@@ -24,6 +24,7 @@ from fleet.models import (
 )
 from fleet.queues.ledger import REQUEUED_WORDS
 from fleet.queues.placement import NOTHING, Placement, placement_events
+from fleet.queues.timing import EVENT, MICRO, WATCH
 from fleet.queues.truth import Stop, explain_stop
 from fleet.vocabulary import MIG_RESOURCE_PREFIX, WHOLE_GPU
 
@@ -144,9 +145,22 @@ def _history(alloc: Allocation, rng: random.Random, now: dt.datetime, nominal: D
                     allocation=alloc, hour=base.replace(hour=h),
                     used_s=(nominal + 2) * 3600, borrowed_s=Decimal(2 * 3600)))
     QueueWorkload.objects.bulk_create(done)
+    for e in events:
+        _clocked(e)
     QueueEvent.objects.bulk_create(events)
     QueueUsageHour.objects.bulk_create(hours)
     return len(events)
+
+
+def _clocked(e: QueueEvent) -> None:
+    """A step's clocks as the watch records them (fleet/queues/timing.py): Kubernetes' stamp
+    in whole seconds; the scheduler's Event for a placement, the watch's arrival, a few
+    milliseconds late, for the rest."""
+    e.kube_at = e.at.replace(microsecond=0)
+    if e.kind == QueueEvent.Kind.SCHEDULED:
+        e.at_source, e.at_bound_seconds = EVENT, MICRO
+    else:
+        e.at_source, e.at_bound_seconds = WATCH, 0.004
 
 
 def _node_names(alloc: Allocation) -> list[str]:

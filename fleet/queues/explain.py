@@ -32,6 +32,7 @@ from .reading import (
     queue_facts_of,
     row_facts,
 )
+from .timing import clock_words, is_fine
 from .truth import (
     ADMITTED,
     DEACTIVATED,
@@ -256,6 +257,9 @@ def job_ledgers(alloc: Allocation, *, limit: int = 8) -> list[dict]:
         gpu = measured.get(uid) or {}
         out.append({"name": steps[-1].workload, "state": gpu.get("state", "gone"), "steps": [
             {"kind": e.kind, "label": e.get_kind_display(), "at": e.at,
+             "kube_at": e.kube_at, "at_source": e.at_source,
+             "at_bound_seconds": e.at_bound_seconds, "fine": is_fine(e.at_source),
+             "clock": clock_words(e.at_source, e.at_bound_seconds),
              "seam_seconds": e.seam_seconds, "reason": e.reason} for e in steps],
             **preemption_tally([(e.kind, e.at) for e in steps]).fields(),  # what stops cost
             "gpu_busy": gpu.get("gpu_busy"), "gpu_memory_gb": gpu.get("gpu_memory_gb"),

@@ -20,7 +20,8 @@ from decimal import Decimal
 from ..domain import devices_text
 from ..vocabulary import LedgerEvent
 from .dispatched import dispatch_words
-from .placement import NOTHING, Placement, placement_events
+from .placement import NOTHING, Placement, placement_events, step_reason
+from .timing import NO_CLUE, Clue, Recorded, best_time, timed_steps
 from .truth import (
     DEACTIVATED,
     FINISHED,
@@ -194,16 +195,40 @@ def _kept_steps(stored: Placement, read: Placement) -> Placement:
                        for k in fields(Placement)))
 
 
+AFTER_ADMISSION = (LedgerEvent.PODS, LedgerEvent.CLAIMED, LedgerEvent.SCHEDULED,
+                   LedgerEvent.RUNNING)
+
+
+def _stamps(f: WorkloadFacts, placed: Placement, events: list[dict], now: dt.datetime
+            ) -> dict[str, dt.datetime | None]:
+    """Each step's stamp in the workload's current run (what its successors follow)."""
+    stop = f.stop.at if f.stop else None
+    stamps = {LedgerEvent.SUBMITTED: f.submitted_at, LedgerEvent.ADMITTED: f.admitted_at,
+              LedgerEvent.PREEMPTED: stop, LedgerEvent.EVICTED: stop,
+              LedgerEvent.REQUEUED: f.requeued_at, LedgerEvent.PODS: placed.pods_at,
+              LedgerEvent.CLAIMED: placed.claimed_at,
+              LedgerEvent.SCHEDULED: placed.scheduled_at,
+              LedgerEvent.RUNNING: placed.running_at}
+    stamps.update({e["kind"]: e["at"] for e in events if e["at"] is not now})
+    return stamps
+
+
 def ledger_changes(stored: dict[str, StoredWorkload], read: Iterable[WorkloadFacts],
                    vanished: Iterable[str], *, positions: dict[str, tuple[int, str]],
                    placements: dict[str, Placement], allocation_of: dict[str, int],
-                   borrowed: dict[str, Decimal], now: dt.datetime) -> LedgerChanges:
+                   borrowed: dict[str, Decimal], now: dt.datetime,
+                   clues: dict[str, dict[str, Clue]] | None = None,
+                   recorded: dict[str, Recorded] | None = None,
+                   lag: float | None = None) -> LedgerChanges:
     """What the ledger records of the Workloads `read` (each in a followed namespace:
     `allocation_of` maps it to its allocation) and of the uids that `vanished`.
 
     `positions`: uid → (place in its queue, where that came from) for waiting workloads;
     `placements`: uid → the steps read after its current admission (absent: none read);
-    `borrowed`: ClusterQueue → devices it borrows now (said in the admission's reason)."""
+    `borrowed`: ClusterQueue → devices it borrows now (said in the admission's reason);
+    each step timed by fleet.queues.timing from `clues` (uid → step → what the watch saw),
+    `recorded` (uid → the times of its steps recorded before) and the watch's `lag`."""
+    clues, recorded = clues or {}, recorded or {}
     out = LedgerChanges()
     for f in read:
         row = stored.get(f.uid)
@@ -213,13 +238,20 @@ def ledger_changes(stored: dict[str, StoredWorkload], read: Iterable[WorkloadFac
         base = {"workload_uid": f.uid, "workload": f.display_name,
                 "local_queue": f.local_queue, "priority": f.priority, "devices": f.devices}
         old = row.facts if row else None
-        out.events.extend({"allocation_id": allocation_id, **e} for e in transition_events(
-            old, f, now=now, borrowed=borrowed.get(f.cluster_queue, Decimal(0))))
+        steps = transition_events(old, f, now=now,
+                                  borrowed=borrowed.get(f.cluster_queue, Decimal(0)))
         was = row.placement if row and row.facts.admitted_at == f.admitted_at else NOTHING
         placed = _kept_steps(was, placements.get(f.uid, was))
         if f.admitted_at:
-            out.events.extend({"allocation_id": allocation_id, **e} for e in placement_events(
-                was, placed, admitted_at=f.admitted_at, base=base))
+            steps += placement_events(was, placed, admitted_at=f.admitted_at, base=base)
+        if steps:
+            def retell(e: dict, placed: Placement = placed) -> str:
+                return step_reason(e["kind"], e["seam_seconds"], placed) \
+                    if e["kind"] in AFTER_ADMISSION else e["reason"]
+
+            out.events.extend({"allocation_id": allocation_id, **e} for e in timed_steps(
+                steps, stamps=_stamps(f, placed, steps, now), clues=clues.get(f.uid, {}),
+                recorded=recorded.get(f.uid, {}), lag=lag, now=now, retell=retell))
         position, source = positions.get(f.uid, (None, "")) if f.state == PENDING else \
             (None, "")
         values = {**fact_values(f), **placement_values(placed)}
@@ -245,6 +277,7 @@ def ledger_changes(stored: dict[str, StoredWorkload], read: Iterable[WorkloadFac
             out.events.append({
                 "allocation_id": row.allocation_id, "workload_uid": uid,
                 "workload": f.display_name, "local_queue": f.local_queue,
-                "priority": f.priority, "kind": LedgerEvent.GONE, "at": now, "devices": f.devices,
+                "priority": f.priority, "kind": LedgerEvent.GONE, "devices": f.devices,
+                **best_time(None, NO_CLUE, lag=lag, now=now).columns(),
                 "reason": "Deleted (its job was removed)."})
     return out

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..vocabulary import LedgerEvent
+from .timing import RECORDED_BY, Clue
 from .truth import _d, _l, _s, parse_time
 
 JOB_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -146,31 +148,37 @@ def placement_events(old: Placement, new: Placement, *, admitted_at: dt.datetime
     """The ledger rows for the steps `new` has that `old` (what was stored for the same
     admission) had not, each with the seam it closes in seconds. Pure."""
     events = []
-    if new.pods_at and not old.pods_at:
-        s = _secs(new.pods_at, admitted_at)
-        events.append({**base, "kind": LedgerEvent.PODS, "at": new.pods_at, "seam_seconds": s,
-                       "reason": f"Pods created, {_words(s)} after admission."})
-    if new.claimed_at and not old.claimed_at:
-        s = _secs(new.claimed_at, new.pods_at)
-        events.append({**base, "kind": LedgerEvent.CLAIMED, "at": new.claimed_at, "seam_seconds": s,
-                       "reason": f"Devices allocated to its claim ({'; '.join(new.devices)}), "
-                                 f"{_words(s)} after its pods were created."})
-    if new.scheduled_at and not old.scheduled_at:
-        s = _secs(new.scheduled_at, new.pods_at)
-        events.append({**base, "kind": LedgerEvent.SCHEDULED, "at": new.scheduled_at,
-                       "seam_seconds": s, "detail": new.node,
-                       "reason": f"Placed on node {new.node or 'unknown'} by the scheduler, "
-                                 f"{_words(s)} after its pods were created."})
-    if new.running_at and not old.running_at:
-        s = _secs(new.running_at, admitted_at)
-        events.append({**base, "kind": LedgerEvent.RUNNING, "at": new.running_at, "seam_seconds": s,
-                       "reason": f"Running, {_words(s)} after admission."})
+    for kind, at, since, present in (
+            (LedgerEvent.PODS, new.pods_at, admitted_at, old.pods_at),
+            (LedgerEvent.CLAIMED, new.claimed_at, new.pods_at, old.claimed_at),
+            (LedgerEvent.SCHEDULED, new.scheduled_at, new.pods_at, old.scheduled_at),
+            (LedgerEvent.RUNNING, new.running_at, admitted_at, old.running_at)):
+        if at and not present:
+            s = _secs(at, since)
+            events.append({**base, "kind": kind, "at": at, "seam_seconds": s,
+                           "reason": step_reason(kind, s, new),
+                           **({"detail": new.node} if kind == LedgerEvent.SCHEDULED else {})})
     return events
+
+
+def step_reason(kind: str, seconds: float | None, p: Placement) -> str:
+    """A step after admission in words, with the seam it closes."""
+    if kind == LedgerEvent.PODS:
+        return f"Pods created, {_words(seconds)} after admission."
+    if kind == LedgerEvent.CLAIMED:
+        return (f"Devices allocated to its claim ({'; '.join(p.devices)}), "
+                f"{_words(seconds)} after its pods were created.")
+    if kind == LedgerEvent.SCHEDULED:
+        return (f"Placed on node {p.node or 'unknown'} by the scheduler, "
+                f"{_words(seconds)} after its pods were created.")
+    return f"Running, {_words(seconds)} after admission."
 
 
 def _words(seconds: float | None) -> str:
     if seconds is None:
         return "an unknown time"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
         return f"{seconds:.1f} s"
     if seconds < 3600:
@@ -243,3 +251,47 @@ def preemption_tally(steps: list[tuple[str, dt.datetime]]) -> Preemptions:
                 lost += max(0.0, (at - started).total_seconds())
             started = None
     return Preemptions(preempted, evicted, lost)
+
+
+Seen = Callable[[str, dict, str], dt.datetime | None]
+EventTimes = Callable[[str, str, str, tuple[str, ...]], tuple[dt.datetime, ...]]
+
+
+def placement_clues(pods: list[dict], claims: dict[tuple[str, str], list[dict]],
+                    admitted_at: dt.datetime | None, *, seen: Seen, events: EventTimes
+                    ) -> dict[str, Clue]:
+    """What the watch saw of the steps `placement_of` reads from the same pods and claims:
+    for each step, the earliest arrival of a version showing it (of any of the admission's
+    pods: each is later than the first pod's step) and the Events recording it
+    (fleet.queues.timing.RECORDED_BY). `seen(kind, obj, mark)`: when the watch received the
+    first version of `obj` showing `mark` (None: never, or read by a list);
+    `events(namespace, kind, name, reasons)`: eventTimes. Pure."""
+    if admitted_at is None:
+        return {}
+    current = [p for p in pods
+               if (parse_time(_d(p.get("metadata")).get("creationTimestamp")) or admitted_at)
+               >= admitted_at - SKEW]
+    if not current:
+        return {}
+
+    def earliest(objs, kind: str, mark: str) -> dt.datetime | None:
+        return min((t for o in objs if (t := seen(kind, o, mark)) is not None), default=None)
+
+    def recorded(step: str, objs) -> tuple[dt.datetime, ...]:
+        about, reasons = RECORDED_BY[step]
+        return tuple(t for o in objs for t in events(
+            _s(_d(o.get("metadata")).get("namespace")), about,
+            _s(_d(o.get("metadata")).get("name")) if about == "Pod" else job_of(o), reasons))
+
+    placed = [p for p in current if _scheduled(p)]
+    started = [p for p in current if _started(p)]
+    allocated = [c for p in current for c in claims.get(
+        (_s(_d(p.get("metadata")).get("namespace")), _s(_d(p.get("metadata")).get("name"))), [])
+        if claim_allocation(c)[1]]
+    return {LedgerEvent.PODS: Clue(earliest(current, "pods", "created"),
+                                   recorded(LedgerEvent.PODS, current[:1])),
+            LedgerEvent.SCHEDULED: Clue(earliest(placed, "pods", "PodScheduled=True"),
+                                        recorded(LedgerEvent.SCHEDULED, placed)),
+            LedgerEvent.RUNNING: Clue(earliest(started, "pods", "started"),
+                                      recorded(LedgerEvent.RUNNING, started)),
+            LedgerEvent.CLAIMED: Clue(earliest(allocated, "claims", "allocated"))}

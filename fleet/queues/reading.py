@@ -63,6 +63,20 @@ def stored_workload(row: QueueWorkload) -> StoredWorkload:
         position=row.position, position_source=row.position_source)
 
 
+def recorded_steps(uids: set[str]) -> dict[str, dict[tuple[str, dt.datetime],
+                                                    tuple[dt.datetime, float | None]]]:
+    """uid → (step, the stamp it was recorded for) → (its time, bound): what a workload's
+    next seams are measured from (fleet.queues.timing)."""
+    out: dict[str, dict] = defaultdict(dict)
+    if not uids:
+        return out
+    for uid, kind, kube_at, at, bound in QueueEvent.objects.filter(
+            workload_uid__any=list(uids), kube_at__isnull=False).values_list(
+            "workload_uid", "kind", "kube_at", "at", "at_bound_seconds"):
+        out[uid][(kind, kube_at)] = (at, bound)
+    return out
+
+
 def queue_facts_of(state: ClusterQueueState) -> QueueFacts:
     return QueueFacts(name=state.name, cohort=state.cohort, resource=state.resource,
                       nominal=state.nominal, borrowing_limit=state.borrowing_limit,

@@ -33,17 +33,19 @@ from ..inventory.connections import backend_of, each_live_cluster, home_cluster
 from ..kube import MANAGED_BY, MANAGER, DryRunBackend, KubeBackend, KubeError
 from ..models import Allocation, Cluster, ClusterQueueState, QueueEvent, QueueWorkload
 from ..vocabulary import KUEUE
+from .afterwards import (
+    Clues,
+    KueueView,
+    placements_read,
+    workload_clues,
+)
 from .ledger import UPDATED, LedgerChanges, StoredWorkload, ledger_changes
 from .placement import (
-    JOB_LABELS,
     Placement,
-    claims_by_pod,
-    placement_of,
-    pods_by_job,
 )
 from .positions import positions_kept, positions_source, store_positions, visibility_positions
 from .queue_hours import held_by_admissions, integrate_usage, integration_due, store_queues
-from .reading import first_estimates, stored_workload
+from .reading import first_estimates, recorded_steps, stored_workload
 from .truth import (
     PENDING,
     QueueFacts,
@@ -78,26 +80,10 @@ class QueueSyncReport:
                 f"{self.seconds:.2f}s")
 
 
-@dataclass
-class KueueView:
-    """Kueue's objects as one reader sees them (from a list, or kept by the watch), with
-    the moment the read began: a row seen after it is not judged gone by this view."""
-    cluster_queues: list[dict]
-    local_queues: list[dict]
-    workloads: list[dict]
-    cohorts: int = 0
-    listed_at: dt.datetime | None = None
-    pods: list[dict] | None = None  # None: list them when the ledger needs them
-    claims: list[dict] | None = None
-    versions: dict[str, str] = field(default_factory=dict)
-    parsed: dict | None = None  # the watch's memo of parsed Workloads
-
-
 KUEUE_BASE = f"/apis/{KUEUE}"
 SELECTOR = f"{MANAGED_BY}={MANAGER}"
 # What the reader lists: path → label selector (the portal's own queues; every Workload).
 KUEUE_LISTS = {"clusterqueues": SELECTOR, "localqueues": SELECTOR, "workloads": ""}
-PODS_PATH, CLAIMS_PATH = "/api/v1/pods", "/apis/resource.k8s.io/v1/resourceclaims"
 
 
 def list_at_once(backend: KubeBackend, paths: dict[str, tuple[str, str]], *,
@@ -210,7 +196,8 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
         moved = {uid for uid, (pos, _src) in positions.items()
                  if known.get(uid, (None, None, None))[1] != pos}
         facts = [f for f in facts if f.uid in only or f.uid in moved]
-    placements = _placements(backend, facts, view)
+    placements, clues = placements_read(backend, facts, view)
+    clues = workload_clues(facts, view, clues)
     report.timings["read"] = time.monotonic() - started
 
     with transaction.atomic():
@@ -221,7 +208,7 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
         written, report.events = record_workloads(
             facts, queues=queues, positions=positions, allocations=allocations, now=now,
             placements=placements, listed_at=view.listed_at if only is None else None,
-            gone=gone)
+            gone=gone, clues=clues, lag=view.lag)
     report.timings["store"] = time.monotonic() - started  # every workload on the pages
     # Kueue's own positions after the rows are on the page (at hundreds of changed queues the
     # visibility calls take seconds), then the first estimates, which read the positions.
@@ -238,60 +225,6 @@ def record_view(backend: KubeBackend, view: KueueView, *, now: dt.datetime | Non
     report.changed = len(written)
     report.seconds = time.monotonic() - started
     return report
-
-
-def _placements(backend: KubeBackend, facts: list[WorkloadFacts], view: KueueView
-                ) -> dict[str, Placement]:
-    """Workload uid → the steps its current admission took after Kueue (pods, claims,
-    node, start), read from the Pods and ResourceClaims of the followed namespaces."""
-    admitted = [f for f in facts if f.admitted_at and f.job]
-    # Admissions whose steps are all recorded need no pods read (a finished history costs
-    # nothing on each sync).
-    done = set(QueueWorkload.objects.filter(
-        uid__any=[f.uid for f in admitted], scheduled_at__isnull=False,
-        running_at__isnull=False).values_list("uid", "admitted_at"))
-    admitted = [f for f in admitted if (f.uid, f.admitted_at) not in done]
-    here = [f for f in admitted if not f.ran_on]
-    out = _placements_in(backend, here, view) if here else {}
-    # Dispatched work (MultiKueue): its pods are on the worker that admitted it.
-    by_worker: dict[str, list[WorkloadFacts]] = defaultdict(list)
-    for f in admitted:
-        if f.ran_on:
-            by_worker[f.ran_on].append(f)
-    workers = {c.multikueue_cluster: c for c in Cluster.objects.live().filter(
-        role=Cluster.Role.WORKER)} if by_worker else {}
-    for name, found in by_worker.items():
-        if name not in workers:
-            continue
-        try:
-            out |= _placements_in(backend_of(workers[name]), found, None)
-        except KubeError as exc:  # the worker away: its steps are read when it answers
-            log.info("workload ledger: worker %s not read (%s)", name, exc.message)
-    return out
-
-
-def _placements_in(backend: KubeBackend, admitted: list[WorkloadFacts],
-                   view: KueueView | None) -> dict[str, Placement]:
-    """The steps after admission of `admitted`, from one cluster's Pods and claims."""
-    namespaces = {f.namespace for f in admitted}
-    try:
-        pod_objs = view.pods if view is not None and view.pods is not None else \
-            backend.list_path(PODS_PATH, label_selector=JOB_LABELS[0])
-        pods = {key: found for key, found in pods_by_job(pod_objs).items()
-                if key[0] in namespaces}
-    except KubeError as exc:  # e.g. an older ClusterRole without pods: Kueue's view stands
-        log.warning("workload ledger: pods not readable (%s); steps after admission skipped",
-                    exc)
-        return {}
-    try:
-        claim_objs = view.claims if view is not None and view.claims is not None else \
-            backend.list_path(CLAIMS_PATH)
-        claims = claims_by_pod([c for c in claim_objs
-                                if (c.get("metadata") or {}).get("namespace") in namespaces])
-    except KubeError:  # a cluster without DRA's v1 API: no claims to follow
-        claims = {}
-    return {f.uid: placement_of(pods.get((f.namespace, f.job), []), claims, f.admitted_at)
-            for f in admitted}
 
 
 def _listed_snapshot(facts: list[WorkloadFacts], *, positions: dict[str, tuple[int, str]],
@@ -352,7 +285,8 @@ def record_workloads(facts: list[WorkloadFacts], *, queues: dict[str, QueueFacts
                      positions: dict[str, tuple[int, str]],
                      allocations: dict[str, Allocation], now: dt.datetime,
                      placements: dict[str, Placement] | None = None,
-                     listed_at: dt.datetime | None = None, gone: set[str] | None = None
+                     listed_at: dt.datetime | None = None, gone: set[str] | None = None,
+                     clues: Clues | None = None, lag: float | None = None
                      ) -> tuple[set[str], int]:
     """Record the Workloads read (every followed one: a list, `gone` None; or those a watch's
     events touched, with the uids it saw deleted in `gone`): read the ledger, decide
@@ -367,6 +301,7 @@ def record_workloads(facts: list[WorkloadFacts], *, queues: dict[str, QueueFacts
     changes = ledger_changes(
         stored, facts, vanished, positions=positions, placements=placements,
         allocation_of={ns: a.pk for ns, a in allocations.items()},
-        borrowed={name: q.borrowed for name, q in queues.items()}, now=now)
+        borrowed={name: q.borrowed for name, q in queues.items()}, now=now,
+        clues=clues, recorded=recorded_steps({f.uid for f in facts}), lag=lag)
     _write_ledger(changes, now)
     return changes.written, len(changes.events)

@@ -393,7 +393,9 @@ def _clock(t: dt.datetime | None, now: dt.datetime) -> str:
 
 
 def duration(seconds: float) -> str:
-    if 0 < seconds < 10 and seconds != int(seconds):  # seams are often sub-second
+    if 0 < seconds < 0.9995:  # seams are often sub-second, timed to the millisecond
+        return f"{max(1, round(seconds * 1000))} ms"
+    if 0 < seconds < 10 and seconds != int(seconds):
         return f"{seconds:.1f} s"
     seconds = max(0, int(seconds))
     if seconds < 90:

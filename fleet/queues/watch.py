@@ -13,36 +13,56 @@ cannot undo each other). Run it as its own process: `manage.py watch_queues`.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.utils import timezone
 
 from ..kube import DryRunBackend, KubeBackend, KubeError
+from .afterwards import CLAIMS_PATH, PODS_PATH, KueueView, marks
 from .placement import JOB_LABELS
 from .sync import (
-    CLAIMS_PATH,
     KUEUE_BASE,
     KUEUE_LISTS,
-    PODS_PATH,
-    KueueView,
     QueueSyncReport,
     list_at_once,
     record_view,
 )
+from .timing import RECORDED_BY, watch_lag
+from .truth import parse_time
 
 log = logging.getLogger(__name__)
 
-# kind → (path, label selector). Pods and claims are optional: a cluster without DRA (or an
-# identity without pods) still has its queues followed.
+EVENTS_PATH = "/apis/events.k8s.io/v1/events"
+# kind → (path, label selector). Pods, claims and Events are optional: a cluster without DRA
+# (or an identity without pods or events) still has its queues followed.
 FOLLOWED = {**{kind: (f"{KUEUE_BASE}/{kind}", selector)
                for kind, selector in KUEUE_LISTS.items()},
-            "pods": (PODS_PATH, JOB_LABELS[0]), "claims": (CLAIMS_PATH, "")}
-OPTIONAL = {"pods", "claims"}
+            "pods": (PODS_PATH, JOB_LABELS[0]), "claims": (CLAIMS_PATH, ""),
+            "events": (EVENTS_PATH, "")}
+OPTIONAL = {"pods", "claims", "events"}
+# The Events kept: about the objects whose steps they time, with a MicroTime (the core/v1
+# recorder's Events have none and time nothing finer than the object's own stamp).
+TIMED_KINDS = {about for about, _reasons in RECORDED_BY.values()}
+TIMED_REASONS = {r for _about, reasons in RECORDED_BY.values() for r in reasons}
+LAGS_KEPT = 200  # the latest watch delays the error bar is taken from
+
+
+def event_time(obj: dict) -> tuple[tuple[str, str, str], str, dt.datetime] | None:
+    """(namespace, kind, name) of what an Event is about, its reason and eventTime; None
+    for an Event that times no step."""
+    regarding = obj.get("regarding") or {}
+    reason, at = obj.get("reason"), parse_time(obj.get("eventTime"))
+    if at is None or regarding.get("kind") not in TIMED_KINDS or reason not in TIMED_REASONS:
+        return None
+    return (regarding.get("namespace", ""), regarding["kind"], regarding.get("name", "")), \
+        reason, at
 
 
 def _key(obj: dict) -> tuple[str, str]:
@@ -59,13 +79,30 @@ class Mirror:
     cohorts: int = 0
     listed_at: object = None
     parsed: dict = field(default_factory=dict)
+    # kind → key → mark → when the watch received the first version showing it (None: it
+    # was there when listed): fleet.queues.afterwards.marks
+    arrivals: dict[str, dict[tuple[str, str], dict[tuple[str, str], dt.datetime | None]]] = \
+        field(default_factory=dict)
+    # (namespace, kind, name) → {Event key: (reason, eventTime)}
+    timed: dict[tuple[str, str, str], dict[tuple[str, str], tuple[str, dt.datetime]]] = \
+        field(default_factory=dict)
+    lags: deque = field(default_factory=lambda: deque(maxlen=LAGS_KEPT))
 
     @classmethod
     def read(cls, backend: KubeBackend) -> Mirror:
         mirror = cls(listed_at=timezone.now())
         items, mirror.versions, mirror.cohorts = list_at_once(backend, FOLLOWED,
                                                               optional=OPTIONAL)
+        events = items.pop("events", None)
         mirror.objects = {kind: {_key(o): o for o in found} for kind, found in items.items()}
+        for kind in ("workloads", "pods", "claims"):
+            # What a list shows was there before the watch: no arrival times it.
+            mirror.arrivals[kind] = {key: dict.fromkeys(marks(kind, o))
+                                     for key, o in mirror.objects.get(kind, {}).items()}
+        if events is not None:
+            mirror.objects["events"] = {}
+            for o in events:
+                mirror.apply("events", "ADDED", o)
         return mirror
 
     def view(self) -> KueueView:
@@ -78,7 +115,10 @@ class Mirror:
         return KueueView(parsed=self.parsed, cluster_queues=items("clusterqueues"),
                          local_queues=items("localqueues"), workloads=items("workloads"),
                          cohorts=self.cohorts, listed_at=self.listed_at, pods=items("pods"),
-                         claims=items("claims"), versions=dict(self.versions))
+                         claims=items("claims"), versions=dict(self.versions),
+                         arrivals=self.arrivals,
+                         events={k: list(v.values()) for k, v in self.timed.items()},
+                         lag=watch_lag(list(self.lags)))
 
     def loses_facts(self, kind: str, event: str, obj: dict) -> bool:
         """Whether applying the event erases a step the ledger reads: a pod or claim
@@ -93,11 +133,38 @@ class Mirror:
         return kind == "claims" and bool((before.get("status") or {}).get("allocation")) \
             and not (obj.get("status") or {}).get("allocation")
 
-    def apply(self, kind: str, event: str, obj: dict) -> None:
+    def apply(self, kind: str, event: str, obj: dict,
+              seen: dt.datetime | None = None) -> None:
+        """The event applied; `seen`: when the watch received it (None: listed)."""
+        key = _key(obj)
+        if kind == "events":
+            return self._apply_event(event, obj, seen)
         if event == "DELETED":
-            self.objects[kind].pop(_key(obj), None)
-        else:
-            self.objects[kind][_key(obj)] = obj
+            self.objects[kind].pop(key, None)
+            self.arrivals.get(kind, {}).pop(key, None)
+            return
+        self.objects[kind][key] = obj
+        if kind in ("clusterqueues", "localqueues"):
+            return  # no step is read from a queue
+        first = self.arrivals.setdefault(kind, {}).setdefault(key, {})
+        for mark in marks(kind, obj):
+            first.setdefault(mark, seen)
+
+    def _apply_event(self, event: str, obj: dict, seen: dt.datetime | None) -> None:
+        """Only what an Event times is kept (the cluster's other Events cost no memory);
+        a new one's arrival after its eventTime is the watch's lag."""
+        found = event_time(obj)
+        if found is None:
+            return
+        about, reason, at = found
+        if event == "DELETED":
+            self.timed.get(about, {}).pop(_key(obj), None)
+            if not self.timed.get(about, True):
+                del self.timed[about]
+            return
+        self.timed.setdefault(about, {})[_key(obj)] = (reason, at)
+        if event == "ADDED" and seen is not None:
+            self.lags.append((seen - at).total_seconds())
 
 
 @dataclass
@@ -112,6 +179,14 @@ class Touched:
     def add(self, mirror: Mirror, kind: str, event: str, obj: dict) -> None:
         self.events += 1
         namespace = _key(obj)[0]
+        if kind == "events":
+            # An Event times a step of its object: the namespace's workloads are read again
+            # (a step already recorded keeps its time: the ledger is append-only).
+            namespace = (obj.get("regarding") or {}).get("namespace", namespace) \
+                if event_time(obj) else None
+            if namespace is None:
+                return
+            kind = "pods"
         if kind == "workloads":
             uid = (obj.get("metadata") or {}).get("uid", "")
             (self.gone if event == "DELETED" else self.only).add(uid)
@@ -143,15 +218,16 @@ def _follow_kind(backend: KubeBackend, kind: str, version: str, out: queue.Queue
                                             timeout_seconds=timeout_seconds):
                 if stop.is_set():
                     return
+                seen = dt.datetime.now(dt.UTC)  # the moment it arrived: the watch's clock
                 kind_of, obj = event.get("type"), event.get("object") or {}
                 if kind_of == "ERROR":
-                    out.put(("restart", f"{kind}: {obj.get('message', obj)}", None))
+                    out.put(("restart", f"{kind}: {obj.get('message', obj)}", None, None))
                     return
                 version = (obj.get("metadata") or {}).get("resourceVersion", version)
                 if kind_of != "BOOKMARK":
-                    out.put((kind, kind_of, obj))
+                    out.put((kind, kind_of, obj, seen))
     except KubeError as exc:
-        out.put(("restart", f"{kind}: {exc.message}", None))
+        out.put(("restart", f"{kind}: {exc.message}", None, None))
 
 
 class QueueFollower:
@@ -210,7 +286,7 @@ class QueueFollower:
             except queue.Empty:
                 break
         reports, touched = [], Touched()
-        for kind, event, obj in burst:
+        for kind, event, obj, seen in burst:
             if kind == "restart":
                 raise _Restart(event)
             if touched.events and self.mirror.loses_facts(kind, event, obj):
@@ -218,7 +294,7 @@ class QueueFollower:
                 # burst said before that, or a pod shorter than a burst leaves no device.
                 reports.append(self._record(touched))
                 touched = Touched()
-            self.mirror.apply(kind, event, obj)
+            self.mirror.apply(kind, event, obj, seen)
             touched.add(self.mirror, kind, event, obj)
         reports.append(self._record(touched))
         return reports

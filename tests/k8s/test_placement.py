@@ -264,24 +264,47 @@ def _ledger_is_what_kubernetes_recorded(admin, alloc, job: str, pod: dict, route
         expected.insert(3, "claimed")
     assert sorted(kinds, key=expected.index) == expected and len(kinds) == len(expected), kinds
     at = {e.kind: e.at for e in events}
+    kube = {e.kind: e.kube_at for e in events}
     assert [at[k] for k in expected if k != "claimed"] == sorted(
         at[k] for k in expected if k != "claimed"), at  # time order
     conditions = {c["type"]: c for c in pod["status"]["conditions"]}
-    assert at["scheduled"] == parse_time(conditions["PodScheduled"]["lastTransitionTime"])
-    assert at["pods"] == parse_time(pod["metadata"]["creationTimestamp"])
+    assert kube["scheduled"] == parse_time(conditions["PodScheduled"]["lastTransitionTime"])
+    assert kube["pods"] == parse_time(pod["metadata"]["creationTimestamp"])
     # The container's start as the pod carried it when read: kwok (unlike a kubelet) writes
     # a new startedAt when it completes a pod, so a read while it ran may have seen another.
     for p in [pod, *seen]:
         starts.add(p)
-    assert at["running"] in starts.times, (at["running"], starts.times)
+    assert kube["running"] in starts.times, (kube["running"], starts.times)
+    # Each step's time within its stated bound of the stamp Kubernetes wrote: the watch's
+    # moment and the stamp lie in the stamp's second (a step moved after the one it follows
+    # says so in its bound); an Event's time is the eventTime the scheduler wrote.
+    scheduled_events = {parse_time(ev.get("eventTime")) for ev in admin.list(
+        "events.k8s.io/v1", "Event", namespace=alloc.namespace)
+        if ev.get("reason") == "Scheduled" and (ev.get("regarding") or {}).get("name") ==
+        pod["metadata"]["name"]}
+    for e in events:
+        assert e.at_source in ("event", "watch", "object"), (e.kind, e.at_source)
+        assert e.kube_at is not None and e.at_bound_seconds is not None, e.kind
+        late = (e.at - e.kube_at).total_seconds()
+        if e.at_source == "event":
+            assert e.kind == "scheduled" and e.at in scheduled_events, (e.at, scheduled_events)
+            assert -0.25 <= late < 1.25, (e.kind, late)
+        else:
+            assert 0 <= late < 1 or late <= e.at_bound_seconds, (e.kind, late, e.at_source,
+                                                                 e.at_bound_seconds)
+            assert e.at_bound_seconds <= 1.0 + max(0.0, late), (e.kind, e.at_bound_seconds)
     seams = {e.kind: e.seam_seconds for e in events}
     assert seams["running"] == max(0.0, (at["running"] - at["admitted"]).total_seconds())
     assert seams["scheduled"] == (at["scheduled"] - at["pods"]).total_seconds()
     assert next(e for e in events if e.kind == "scheduled").detail == pod["spec"]["nodeName"]
     if route is Route.MIG_VCLUSTER:
         assert "-mig-" in next(e for e in events if e.kind == "claimed").reason
+    sources = {e.kind: e.at_source for e in events}
     print(f"\nBENCHMARK ledger {route}: " + ", ".join(
-        f"{k} +{seams[k]:.1f}s" for k in expected if seams.get(k) is not None))
+        f"{k} +{seams[k] * 1000:.0f} ms ({sources[k]})" for k in expected
+        if seams.get(k) is not None) + "; watch lag " + (
+        f"{follower.mirror.view().lag * 1000:.1f} ms" if follower.mirror.view().lag is not None
+        else "not measured"))
 
 
 def test_another_tenants_pod_never_lands_on_a_dedicated_block(
@@ -522,19 +545,22 @@ def test_four_tenants_contend_through_placement_and_billing_is_the_ledger(
     assert "reclaimed" in preempted.reason
     # Every step at the time Kubernetes recorded it: admissions and the preemption from the
     # Workload's conditions as they were shown, pods from the Pods.
-    assert preempted.at in b_workloads.condition_times("Evicted")
+    # (`kube_at`; `at` is the finest time the portal had, within its bound of that stamp.)
+    assert preempted.kube_at in b_workloads.condition_times("Evicted")
     # Requeued when its pods had stopped and Kueue released its quota.
     requeued = next(e for e in events if e.kind == "requeued")
-    assert requeued.at in b_workloads.condition_times("QuotaReserved", "False")
+    assert requeued.kube_at in b_workloads.condition_times("QuotaReserved", "False")
     assert preempted.at <= requeued.at
     admissions = [e for e in events if e.kind == "admitted"]
-    assert {e.at for e in admissions} <= b_workloads.condition_times("Admitted") | \
+    assert {e.kube_at for e in admissions} <= b_workloads.condition_times("Admitted") | \
         b_workloads.condition_times("QuotaReserved")
     runs = [e for e in events if e.kind == "running"]
-    assert {e.at for e in runs} <= b_pods.times, ({e.at for e in runs}, b_pods.times)
+    assert {e.kube_at for e in runs} <= b_pods.times, ({e.kube_at for e in runs}, b_pods.times)
+    for e in events:
+        assert abs((e.at - e.kube_at).total_seconds()) <= max(1.0, e.at_bound_seconds), e
     created = sorted(parse_time(p["metadata"]["creationTimestamp"]) for p in b_pods.objects)
     # Nothing ran without admission: every pod of B was created after one of its admissions.
-    assert created and created[0] >= admissions[0].at
+    assert created and created[0] >= admissions[0].kube_at
     # The recovery seam: from the preemption to the pod running again.
     ((again, seconds),) = recoveries([(e.workload_uid, e.kind, e.at) for e in events])
     assert again == runs[1].at and seconds == (runs[1].at - preempted.at).total_seconds()

@@ -146,6 +146,7 @@ FLEET_PURE = {"fleet.inventory.capacity", "fleet.inventory.clusters", "fleet.all
               "fleet.allocations.dispatch", "fleet.queues.dispatched",
               "fleet.queues.truth",
               "fleet.queues.placement", "fleet.queues.ledger", "fleet.queues.order",
+              "fleet.queues.timing",
               "fleet.allocations.gitops_status", "fleet.allocations.repair"}
 PURE_MAY_IMPORT = FLEET_PURE | {"fleet.vocabulary", "fleet.domain"}
 

@@ -342,7 +342,9 @@ def test_transitions_become_events_once():
 def test_durations_read_naturally():
     assert [duration(s) for s in (5, 600, 5400, 7260, 200000)] == \
         ["5 s", "10 min", "1 h 30 min", "2 h 1 min", "2 d 7 h"]
-    assert duration(0.42) == "0.4 s" and duration(0) == "0 s"
+    assert duration(0.42) == "420 ms" and duration(0) == "0 s"
+    assert [duration(s) for s in (0.0004, 0.0123, 0.9996, 1.25)] == \
+        ["1 ms", "12 ms", "1.0 s", "1.2 s"]
 
 
 def test_unused_quota_borrowed_by_the_cohort_is_said_to_be_lent():

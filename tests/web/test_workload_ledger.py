@@ -205,3 +205,39 @@ def test_an_older_reader_cannot_undo_what_a_newer_one_recorded(alloc):
     # ...but a list begun after it was last seen, without it, is right to call it gone.
     record(alloc, [], at(52), listed_at=at(51))
     assert QueueWorkload.objects.get(uid="wl-2").state == "gone"
+
+
+def test_steps_the_watch_timed_are_shown_to_the_millisecond_with_their_clock(
+        client, lead, alloc, tenant):
+    """Through the writer (record_workloads) with what a watch saw: the page shows the
+    milliseconds and names each time's clock, the API carries the stamp, the source and the
+    bound, and /metrics counts a 42 ms seam in the 50 ms bucket, not the 25 ms one."""
+    from fleet.queues.timing import Clue
+
+    ms = dt.timedelta(milliseconds=1)
+    record(alloc, [facts()], at(40), {"wl-1": Placement(
+        pods_at=at(31), scheduled_at=at(31), node="shr-0", running_at=at(32))},
+        clues={"wl-1": {"admitted": Clue(at(30) + 200 * ms),
+                        "pods": Clue(at(31) + 10 * ms),
+                        "scheduled": Clue(at(31) + 90 * ms, (at(31) + 52 * ms,))}},
+        lag=0.006)
+    steps = {e.kind: e for e in QueueEvent.objects.filter(workload_uid="wl-1")}
+    assert (steps["scheduled"].at, steps["scheduled"].at_source) == (at(31) + 52 * ms, "event")
+    assert steps["scheduled"].seam_seconds == pytest.approx(0.042)
+    assert steps["pods"].seam_seconds == pytest.approx(0.81)  # 30.200 → 31.010
+    assert (steps["running"].at_source, steps["running"].at_bound_seconds) == ("object", 1.0)
+    client.force_login(lead)
+    (job,) = client.get(f"/api/allocations/{alloc.pk}/queue/").json()["jobs"]
+    by = {s["kind"]: s for s in job["steps"]}
+    assert by["pods"]["at_source"] == "watch" and by["pods"]["at_bound_seconds"] == 0.006
+    assert by["pods"]["kube_at"].startswith(at(31).strftime("%Y-%m-%dT%H:%M:%S"))
+    page = client.get(f"/allocations/{alloc.pk}/queue/").content.decode()
+    local = timezone.localtime(at(31) + 52 * ms)
+    assert f'{local:%H:%M:%S}.052</time>' in page
+    assert "When the portal&#x27;s watch saw it, within 6 ms" in page
+    assert "+42 ms" in page and "Pods created, 810 ms after admission." in page
+    body = client.get("/metrics").content.decode()
+    labels = f'tenant="{tenant.slug}",queue="acme-r7/gpu",cluster="{alloc.pool.cluster.slug}",' \
+             'seam="scheduled"'
+    assert f'aifactory_workload_seam_seconds_bucket{{{labels},le="0.025"}} 0' in body
+    assert f'aifactory_workload_seam_seconds_bucket{{{labels},le="0.05"}} 1' in body
