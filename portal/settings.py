@@ -478,6 +478,11 @@ try:
         "PORTAL_STRANDED_POOL_THRESHOLDS", []))
 except ValueError as _exc:
     raise ImproperlyConfigured(f"PORTAL_STRANDED_POOL_THRESHOLDS: {_exc}") from None
+if PORTAL_STRANDED_SECONDS:
+    CELERY_BEAT_SCHEDULE["find-stranded"] = {
+        "task": "billing.tasks.find_stranded_capacity",
+        "schedule": float(PORTAL_STRANDED_SECONDS),
+        "options": {"expires": float(PORTAL_STRANDED_SECONDS)}}
 
 # --- Static files
 STATIC_URL = "static/"

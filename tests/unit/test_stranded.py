@@ -374,3 +374,27 @@ def test_a_stall_threshold_raised_never_finds_fewer_stalled_devices(runs, extra)
         return Decimal(0) if f is None else f.stranded_devices
 
     assert stranded(Thresholds(stall_activity=0.02 + extra)) >= stranded(TH)
+
+
+def test_range_query_matrices_become_samples_per_namespace():
+    from billing.stranded_reading import samples_from
+
+    t0, t1 = NOW.timestamp() - 300, NOW.timestamp()
+    results = {
+        "busy": [{"metric": {"namespace": "acme-a", "GPU_I_PROFILE": ""},
+                  "values": [[t0, "0.5"], [t1, "1.5"]]},
+                 {"metric": {"namespace": "acme-a", "GPU_I_PROFILE": "1g.10gb"},
+                  "values": [[t1, "0.7"]]},
+                 {"metric": {"namespace": "globex-b"}, "values": [[t1, "NaN"]]}],
+        "top": [{"metric": {"namespace": "acme-a"}, "values": [[t0, "0.5"], [t1, "0.9"]]}],
+        "memory": [{"metric": {"namespace": "acme-a"}, "values": [[t1, "10240"]]}],
+        "active": [{"metric": {"namespace": "acme-a"}, "values": [[t1, "3"]]}],
+    }
+    got = samples_from(results)
+    assert list(got) == ["acme-a"]  # NaN is no value: globex-b has no sample
+    first, second = got["acme-a"]
+    assert (first.busy_devices, first.top_activity, first.memory_gb,
+            first.active_devices) == (Decimal("0.5"), 0.5, None, 0)
+    assert second.busy_devices == Decimal("1.6")  # 1.5 + 0.7 × 1/7
+    assert (second.top_activity, second.memory_gb, second.active_devices) == (0.9, 10.74, 3)
+    assert second.at == NOW
