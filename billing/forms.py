@@ -72,3 +72,17 @@ class AdjustmentForm(forms.Form):
             if name not in self.errors:
                 self.add_error(name, message)
         return data
+
+
+class StrandedAnswerForm(forms.Form):
+    """The lead's answer to a finding, in one step: accept, or keep it with a reason."""
+
+    decision = forms.ChoiceField(choices=[("accept", "Accept"), ("decline", "Keep")])
+    reason = forms.CharField(required=False, max_length=REASON_MAX, strip=True,
+                             widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean(self):
+        data = super().clean()
+        if data.get("decision") == "decline" and not data.get("reason"):
+            self.add_error("reason", "Say why it is kept: the reason stays in the audit trail.")
+        return data

@@ -398,3 +398,17 @@ def test_range_query_matrices_become_samples_per_namespace():
     assert second.busy_devices == Decimal("1.6")  # 1.5 + 0.7 × 1/7
     assert (second.top_activity, second.memory_gb, second.active_devices) == (0.9, 10.74, 3)
     assert second.at == NOW
+
+
+def test_device_hours_fall_on_the_days_they_were_stranded():
+    from billing.stranded_board import day_hours
+
+    d = dt.date(2026, 12, 1)
+    start = dt.datetime(2026, 11, 30, 18, tzinfo=UTC)  # before the board's first day
+    end = dt.datetime(2026, 12, 2, 6, tzinfo=UTC)
+    got = day_hours([(start, end, Decimal(2)),
+                     (dt.datetime(2026, 12, 3, 1, tzinfo=UTC),
+                      dt.datetime(2026, 12, 3, 1, 30, tzinfo=UTC), Decimal("0.5"))],
+                    d, dt.date(2026, 12, 4))
+    assert got == {d: Decimal(48), dt.date(2026, 12, 2): Decimal(12),
+                   dt.date(2026, 12, 3): Decimal("0.25"), dt.date(2026, 12, 4): Decimal(0)}
