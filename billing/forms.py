@@ -8,8 +8,10 @@ from django.utils.http import urlencode
 
 from fleet.domain import Route
 from tenants.audit import REASON_MAX
+from tenants.fields import AsciiIntegerField
 from tenants.widgets import FastSelect
 
+from .models import StrandedPolicy
 from .validation import adjustment_errors
 
 SORT_CHOICES = [("amount", "Charge"), ("allocated", "Allocated"), ("used", "Used"),
@@ -86,3 +88,12 @@ class StrandedAnswerForm(forms.Form):
         if data.get("decision") == "decline" and not data.get("reason"):
             self.add_error("reason", "Say why it is kept: the reason stays in the audit trail.")
         return data
+
+
+class StrandedPolicyForm(forms.Form):
+    """A tenant's answer to findings nobody answers (billing.stranded_services.policy_set
+    checks the same again)."""
+
+    when_unanswered = forms.ChoiceField(choices=StrandedPolicy.WhenUnanswered.choices,
+                                        label="When nobody answers")
+    grace_days = AsciiIntegerField(min_value=1, max_value=90, label="Grace period (days)")

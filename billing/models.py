@@ -257,6 +257,7 @@ class StrandedFinding(models.Model):
     decision_reason = models.TextField(blank=True)
     outcome = models.TextField(blank=True)  # what accepting did, in words
     given_back_devices = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    grace_ended_at = models.DateTimeField(null=True, blank=True)  # the policy was applied
 
     class Meta:
         constraints = [models.UniqueConstraint(
@@ -276,3 +277,26 @@ class StrandedFinding(models.Model):
     @property
     def cost_text(self) -> str:
         return money_text(self.cost_per_day)
+
+
+class StrandedPolicy(models.Model):
+    """What happens to a tenant's finding nobody answered within the grace period: set by
+    the tenant's leads. Holds under a contractual or regulatory origin are never changed
+    this way (billing.stranded.grace_action)."""
+
+    class WhenUnanswered(models.TextChoices):  # the values of billing.stranded.Unanswered
+        NOTIFY = "notify", "Remind the leads only"
+        SHRINK = "shrink", "Accept a proposed shrink"
+        RELEASE = "release", "Accept a proposed shrink or release"
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE,
+                                  related_name="stranded_policy")
+    when_unanswered = models.CharField(max_length=10, choices=WhenUnanswered.choices,
+                                       default=WhenUnanswered.NOTIFY)
+    grace_days = models.PositiveSmallIntegerField(default=7)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.get_when_unanswered_display()} after {self.grace_days} d"

@@ -436,3 +436,45 @@ def quota_blocked(queue: QueueFacts, idle: Sequence[IdleCapacity], now: dt.datet
 def idle_part(hold: Hold, summary: SeriesSummary) -> Decimal:
     """Held device-equivalents the series never kept busy at once (for quota's idle side)."""
     return max(Decimal(0), hold.held_devices - summary.peak_busy_devices)
+
+
+# -- the grace period --------------------------------------------------------------------
+
+class Unanswered(StrEnum):
+    """A tenant's standing answer to a finding nobody answered in its grace period."""
+
+    NOTIFY = "notify"
+    SHRINK = "shrink"
+    RELEASE = "release"
+
+
+# Which proposals each policy may accept on the lead's behalf. A move to MIG is a new request
+# and a stalled run is the tenant's own work; quota is the platform's: never by policy.
+POLICY_ACCEPTS = {Unanswered.NOTIFY: frozenset(),
+                  Unanswered.SHRINK: frozenset({Action.SHRINK}),
+                  Unanswered.RELEASE: frozenset({Action.SHRINK, Action.RELEASE})}
+
+
+@dataclass(frozen=True)
+class GraceDecision:
+    due: bool  # the grace period is over: apply the policy now
+    accept: bool  # accept the proposal on the lead's behalf (else remind)
+    reason: str
+
+
+def grace_action(*, policy: Unanswered, action: Action, needs_yes: bool,
+                 found_at: dt.datetime, grace: dt.timedelta, now: dt.datetime
+                 ) -> GraceDecision:
+    """What the tenant's policy does with an open finding at `now`."""
+    if now < found_at + grace:
+        return GraceDecision(False, False, "The grace period runs.")
+    days = grace.total_seconds() / 86400
+    if needs_yes:
+        return GraceDecision(True, False, f"Unanswered for {days:g} day(s); held under a "
+                             "contractual or regulatory origin, so only the lead's yes "
+                             "changes it: the leads are reminded.")
+    if action in POLICY_ACCEPTS[policy]:
+        return GraceDecision(True, True, f"Unanswered for {days:g} day(s): the tenant's "
+                             f"policy ({policy}) accepts the proposed {action}.")
+    return GraceDecision(True, False, f"Unanswered for {days:g} day(s): the tenant's policy "
+                         f"({policy}) reminds the leads of a proposed {action}.")

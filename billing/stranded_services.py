@@ -30,8 +30,8 @@ from tenants.errors import DomainError
 from tenants.models import NotificationKind, PlatformRole
 from tenants.notifications import notify, tenant_leads
 
-from .models import StrandedFinding
-from .stranded import Finding
+from .models import StrandedFinding, StrandedPolicy
+from .stranded import Action, Finding, Unanswered, grace_action
 
 log = logging.getLogger(__name__)
 F = StrandedFinding
@@ -145,10 +145,10 @@ def findings_record(*, findings: Iterable[Finding], judged: set[int], now: dt.da
     return RecordReport(found, refreshed, resolved, quiet)
 
 
-def _decidable(finding: StrandedFinding, by) -> StrandedFinding:
-    """The open finding, locked, if `by` is a lead of its tenant."""
-    roles = roles_for(by)
-    if not roles.can_file_for(finding.tenant_id):
+def _decidable(finding: StrandedFinding, by, by_policy: str = "") -> StrandedFinding:
+    """The open finding, locked, if `by` is a lead of its tenant (or, `by` None, the
+    tenant's standing policy answers for them)."""
+    if not (by is None and by_policy) and not roles_for(by).can_file_for(finding.tenant_id):
         raise StrandedError("Only a team lead of this tenant answers its findings.")
     row = F.objects.select_for_update(of=("self",)).select_related(
         "allocation", "tenant").get(pk=finding.pk)
@@ -171,8 +171,13 @@ def finding_accept(*, finding: StrandedFinding, by, reason: str = "") -> Strande
     any other proposal is recorded and the platform team told."""
     if problem := reason_error(reason, required=False):
         raise StrandedError(problem, fields={"reason": problem})
+    return _accept(finding, by=by, reason=reason)
+
+
+def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
+            ) -> StrandedFinding:
     with transaction.atomic():
-        row = _decidable(finding, by)
+        row = _decidable(finding, by, by_policy)
         release = row.action == F.Action.RELEASE
         if release and row.allocation.status not in lifecycle.RETIRABLE:
             raise StrandedError(f"{row.allocation.namespace} is "
@@ -185,6 +190,7 @@ def finding_accept(*, finding: StrandedFinding, by, reason: str = "") -> Strande
         now = timezone.now()
         F.objects.filter(pk=row.pk).update(
             status=F.Status.ACCEPTED, decided_by=by, closed_at=now,
+            grace_ended_at=now if by_policy else None,
             decision_reason=reason.strip(), outcome=outcome,
             given_back_devices=row.stranded_devices if release else 0)
         row.refresh_from_db()
@@ -196,7 +202,7 @@ def finding_accept(*, finding: StrandedFinding, by, reason: str = "") -> Strande
         _tell(row, "accepted")
     if release:  # the release's own transaction and cluster calls, after the yes is kept
         try:
-            allocation_release(allocation=row.allocation, by=by,
+            allocation_release(allocation=row.allocation, by=by, by_policy=by_policy,
                                reason=f"Stranded finding #{row.pk} accepted: {row.proposal}.")
         except FleetError as exc:
             F.objects.filter(pk=row.pk).update(outcome=f"The release was refused: {exc}",
@@ -225,5 +231,73 @@ def finding_decline(*, finding: StrandedFinding, by, reason: str) -> StrandedFin
     return row
 
 
+MAX_GRACE_DAYS = 90
+
+
+def policy_for(tenant) -> StrandedPolicy:
+    """The tenant's policy, or the default (remind only, after 7 days) unsaved."""
+    return StrandedPolicy.objects.filter(tenant=tenant).first() or StrandedPolicy(tenant=tenant)
+
+
+def policy_set(*, tenant, by, when_unanswered: str, grace_days) -> StrandedPolicy:
+    """A lead of the tenant sets what happens to findings nobody answers; audited."""
+    if not roles_for(by).can_file_for(tenant.pk):
+        raise StrandedError("Only a team lead of this tenant sets its policy.")
+    errors = {}
+    if when_unanswered not in StrandedPolicy.WhenUnanswered.values:
+        errors["when_unanswered"] = "Choose one of the listed answers."
+    try:
+        days = int(str(grace_days).strip())
+        if not str(grace_days).strip().isascii() or not 1 <= days <= MAX_GRACE_DAYS:
+            raise ValueError
+    except ValueError:
+        errors["grace_days"] = f"A whole number of days from 1 to {MAX_GRACE_DAYS}."
+    if errors:
+        raise StrandedError("Some fields are not valid.", fields=errors)
+    with transaction.atomic():
+        policy, _ = StrandedPolicy.objects.select_for_update().get_or_create(tenant=tenant)
+        before = (policy.when_unanswered, policy.grace_days)
+        policy.when_unanswered, policy.grace_days, policy.updated_by = \
+            when_unanswered, days, by
+        policy.save()
+        audit_record(actor=by, subject=policy, tenant=tenant, action="stranded.policy_set",
+                     reason=f"Unanswered findings: {policy.get_when_unanswered_display()} "
+                     f"after {days} day(s) (was {before[0]}, {before[1]} day(s)).",
+                     data={"when_unanswered": when_unanswered, "grace_days": days})
+    return policy
+
+
+def grace_apply(*, now: dt.datetime) -> int:
+    """Open findings whose grace period is over: the tenant's policy accepts the proposal
+    (never on a binding hold) or the leads are reminded once. Returns how many were due."""
+    due = 0
+    policies = {p.tenant_id: p for p in StrandedPolicy.objects.all()}
+    for row in F.objects.filter(status=F.Status.OPEN, grace_ended_at__isnull=True
+                                ).select_related("tenant", "allocation"):
+        policy = policies.get(row.tenant_id) or StrandedPolicy(tenant=row.tenant)
+        decision = grace_action(policy=Unanswered(policy.when_unanswered),
+                                action=Action(row.action), needs_yes=row.needs_yes,
+                                found_at=row.found_at,
+                                grace=dt.timedelta(days=policy.grace_days), now=now)
+        if not decision.due:
+            continue
+        due += 1
+        if decision.accept:
+            _accept(row, by=None, reason=decision.reason,
+                    by_policy=f"{policy.when_unanswered} after {policy.grace_days} day(s)")
+            continue
+        with transaction.atomic():
+            if not F.objects.filter(pk=row.pk, status=F.Status.OPEN,
+                                    grace_ended_at__isnull=True).update(grace_ended_at=now):
+                continue  # answered or reminded meanwhile
+            audit_record(actor=None, subject=row, tenant=row.tenant,
+                         action="stranded.grace_ended", reason=decision.reason)
+            notify(tenant_leads(row.tenant), NotificationKind.STRANDED_CAPACITY,
+                   f"Reminder — {row.get_kind_display()}: {row.allocation.namespace} "
+                   f"({row.cost_text} a day)", f"{decision.reason}\n\n{row.reason}\n\n"
+                   f"Proposed: {row.proposal}.", link=finding_link(row))
+    return due
+
+
 __all__ = ["RecordReport", "StrandedError", "finding_accept", "finding_decline",
-           "findings_record"]
+           "findings_record", "grace_apply", "policy_for", "policy_set"]

@@ -12,11 +12,18 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from tenants.access import roles_for
+from tenants.models import Tenant
 
-from .forms import StrandedAnswerForm
+from .forms import StrandedAnswerForm, StrandedPolicyForm
 from .models import StrandedFinding
 from .stranded_board import fleet_board, visible_findings
-from .stranded_services import StrandedError, finding_accept, finding_decline
+from .stranded_services import (
+    StrandedError,
+    finding_accept,
+    finding_decline,
+    policy_for,
+    policy_set,
+)
 
 STATUSES = {s for s, _ in StrandedFinding.Status.choices}
 
@@ -31,10 +38,43 @@ def stranded(request):
         status = ""
     page = Paginator(rows.order_by("-cost_per_day", "-found_at", "pk"), 50).get_page(
         request.GET.get("page"))
+    return _list_page(request, page, status)
+
+
+def _list_page(request, page, status: str, forms: dict | None = None, code: int = 200):
     roles = roles_for(request.user)
+    led = Tenant.objects.filter(pk__in=roles.lead_of).order_by("name")
+    policies = []
+    for tenant in led:
+        policy = policy_for(tenant)
+        form = (forms or {}).get(tenant.slug) or StrandedPolicyForm(initial={
+            "when_unanswered": policy.when_unanswered, "grace_days": policy.grace_days})
+        policies.append({"tenant": tenant, "policy": policy, "form": form})
     return render(request, "billing/stranded.html", {
         "page": page, "status": status, "statuses": StrandedFinding.Status.choices,
-        "sees_all": roles.sees_all_tenants})
+        "sees_all": roles.sees_all_tenants, "policies": policies}, status=code)
+
+
+@login_required
+@require_POST
+def stranded_policy(request, slug: str):
+    """A lead sets what happens to its tenant's findings nobody answers in time."""
+    roles = roles_for(request.user)
+    tenant = get_object_or_404(Tenant.objects.filter(pk__in=roles.tenant_ids)
+                               if not roles.sees_all_tenants else Tenant.objects, slug=slug)
+    if not roles.can_file_for(tenant.pk):
+        raise PermissionDenied("Only a team lead of this tenant sets its policy.")
+    form = StrandedPolicyForm(request.POST)
+    if form.is_valid():
+        try:
+            policy_set(tenant=tenant, by=request.user, **form.cleaned_data)
+            messages.success(request, f"Policy for {tenant.name} saved.")
+            return redirect("billing:stranded")
+        except StrandedError as exc:
+            for name, message in exc.fields.items():
+                form.add_error(name, message)
+    page = Paginator(visible_findings(request.user).filter(status="open"), 50).get_page(1)
+    return _list_page(request, page, "open", {tenant.slug: form}, code=400)
 
 
 def _finding(request, finding_id: int) -> StrandedFinding:

@@ -8,7 +8,7 @@ from fleet.prometheus import PrometheusError
 from .budgets import check_budgets
 from .services import rollup_recent
 from .stranded_reading import detect
-from .stranded_services import findings_record
+from .stranded_services import findings_record, grace_apply
 
 log = logging.getLogger(__name__)
 
@@ -25,11 +25,14 @@ def rollup_recent_usage() -> str:
 def find_stranded_capacity() -> str:
     """Judge every usable hold against its DCGM series (beat, PORTAL_STRANDED_SECONDS) and
     record the findings: one open finding per allocation and kind, so a second run in the
-    same hour refreshes instead of repeating. Prometheus away: nothing is judged."""
+    same hour refreshes instead of repeating. Prometheus away: nothing is judged. Then each
+    tenant's grace policy is applied to what nobody answered in time."""
     now = timezone.now()
     try:
         findings, judged = detect(now)
     except PrometheusError as exc:
         log.warning("stranded capacity not judged: %s", exc)
-        return f"not judged: {exc}"
-    return findings_record(findings=findings, judged=judged, now=now).summary()
+        summary = f"not judged: {exc}"
+    else:
+        summary = findings_record(findings=findings, judged=judged, now=now).summary()
+    return summary + f"; {grace_apply(now=now)} past their grace period"

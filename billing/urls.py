@@ -9,6 +9,8 @@ urlpatterns = [
     path("billing/budgets/", views.budgets, name="budgets"),
     path("stranded/", stranded_views.stranded, name="stranded"),
     path("stranded/board/", stranded_views.stranded_board, name="stranded_board"),
+    path("stranded/policy/<slug:slug>/", stranded_views.stranded_policy,
+         name="stranded_policy"),
     path("stranded/<int:finding_id>/", stranded_views.stranded_finding,
          name="stranded_finding"),
     path("stranded/<int:finding_id>/answer/", stranded_views.stranded_answer,

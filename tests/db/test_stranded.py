@@ -171,3 +171,70 @@ def test_only_a_lead_of_the_tenant_answers_and_only_once(allocation, lead, other
     finding_decline(finding=row, by=lead, reason="kept")
     with pytest.raises(StrandedError, match="declined"):
         finding_accept(finding=row, by=lead)
+
+
+def _aged(alloc, days):
+    now = timezone.now()
+    findings_record(findings=[idle_finding(alloc, now)], judged={alloc.pk},
+                    now=now - dt.timedelta(days=days))
+    return open_findings(alloc).get()
+
+
+def test_a_release_policy_releases_an_unanswered_idle_hold_after_its_grace(allocation, lead):
+    from billing.stranded_services import grace_apply, policy_set
+
+    policy_set(tenant=allocation.tenant, by=lead, when_unanswered="release", grace_days=3)
+    young = _aged(allocation, 2)
+    assert grace_apply(now=timezone.now()) == 0 and open_findings(allocation).exists()
+    StrandedFinding.objects.filter(pk=young.pk).update(
+        found_at=timezone.now() - dt.timedelta(days=4))
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        assert grace_apply(now=timezone.now()) == 1
+    row = StrandedFinding.objects.get(pk=young.pk)
+    assert row.status == "accepted" and row.decided_by is None and row.grace_ended_at
+    allocation.refresh_from_db()
+    assert allocation.status == "retired"
+    released = audit_for(allocation).get(action="allocation.released")
+    assert released.actor is None and released.data == {"policy": "release after 3 day(s)"}
+
+
+def test_a_binding_hold_is_only_reminded_whatever_the_policy(tenant, lead, allocation):
+    from billing.stranded_services import grace_apply, policy_set
+
+    policy_set(tenant=tenant, by=lead, when_unanswered="release", grace_days=1)
+    row = _aged(allocation, 2)
+    StrandedFinding.objects.filter(pk=row.pk).update(needs_yes=True)
+    assert grace_apply(now=timezone.now()) == 1
+    assert grace_apply(now=timezone.now()) == 0  # reminded once
+    row.refresh_from_db()
+    assert row.status == "open" and row.grace_ended_at is not None
+    assert audit_for(row).filter(action="stranded.grace_ended",
+                                 reason__contains="lead's yes").exists()
+    assert Notification.objects.filter(user=lead, subject__startswith="Reminder").count() == 1
+    allocation.refresh_from_db()
+    assert allocation.status == "active"
+
+
+def test_without_a_policy_the_leads_are_reminded_after_a_week(allocation, lead):
+    from billing.stranded_services import grace_apply
+
+    row = _aged(allocation, 6)
+    assert grace_apply(now=timezone.now()) == 0
+    StrandedFinding.objects.filter(pk=row.pk).update(
+        found_at=timezone.now() - dt.timedelta(days=8))
+    assert grace_apply(now=timezone.now()) == 1
+    row.refresh_from_db()
+    assert row.status == "open"
+
+
+def test_only_the_tenants_lead_sets_a_valid_policy(tenant, lead, other_lead, admin_user):
+    from billing.stranded_services import policy_set
+
+    for user in (other_lead, admin_user):
+        with pytest.raises(StrandedError, match="team lead"):
+            policy_set(tenant=tenant, by=user, when_unanswered="notify", grace_days=7)
+    with pytest.raises(StrandedError) as refused:
+        policy_set(tenant=tenant, by=lead, when_unanswered="delete", grace_days="٧")
+    assert set(refused.value.fields) == {"when_unanswered", "grace_days"}
+    policy = policy_set(tenant=tenant, by=lead, when_unanswered="shrink", grace_days=14)
+    assert audit_for(policy).get().action == "stranded.policy_set"

@@ -412,3 +412,28 @@ def test_device_hours_fall_on_the_days_they_were_stranded():
                     d, dt.date(2026, 12, 4))
     assert got == {d: Decimal(48), dt.date(2026, 12, 2): Decimal(12),
                    dt.date(2026, 12, 3): Decimal("0.25"), dt.date(2026, 12, 4): Decimal(0)}
+
+
+# -- the grace period --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("policy", "action", "needs_yes", "accept"), [
+    ("notify", "release", False, False), ("notify", "shrink", False, False),
+    ("shrink", "shrink", False, True), ("shrink", "release", False, False),
+    ("release", "release", False, True), ("release", "shrink", False, True),
+    ("release", "move_to_mig", False, False), ("release", "check_run", False, False),
+    ("release", "raise_quota", False, False),
+    ("release", "release", True, False), ("shrink", "shrink", True, False),
+])
+def test_the_policy_accepts_only_what_it_names_and_never_a_binding_hold(policy, action,
+                                                                        needs_yes, accept):
+    from billing.stranded import Unanswered, grace_action
+
+    grace = dt.timedelta(days=7)
+    before = grace_action(policy=Unanswered(policy), action=Action(action),
+                          needs_yes=needs_yes, found_at=NOW - grace + dt.timedelta(seconds=1),
+                          grace=grace, now=NOW)
+    assert (before.due, before.accept) == (False, False)
+    after = grace_action(policy=Unanswered(policy), action=Action(action), needs_yes=needs_yes,
+                         found_at=NOW - grace, grace=grace, now=NOW)
+    assert after.due and after.accept is accept
+    assert ("lead's yes" in after.reason) is needs_yes

@@ -185,6 +185,10 @@ MATRIX: dict[str, Row] = {
     "billing:stranded_answer": Row("post", "finding", page(member=403, lead=400,
                                                            other_lead=404, admin=403,
                                                            finance=403)),
+    # The world's body is no policy: refused (400) to acme's lead; another tenant's slug is
+    # not found (404) for a lead of another tenant, forbidden to those who see every tenant.
+    "billing:stranded_policy": Row("post", "tenant", page(member=403, lead=400, other_lead=404,
+                                                         admin=403, finance=403)),
     "stranded-list": Row("get", "", everyone(200, anonymous=API_ANON)),
     "stranded-detail": Row("get", "finding", {"anonymous": API_ANON, **TENANT_OWN}),
     "stranded-answer": Row("post", "finding", {"anonymous": API_ANON, "member": 403,
@@ -299,6 +303,7 @@ def _args(kind: str, world) -> list:
         "month": ["acme", month], "hours": ["acme", month, world["allocation"].pk],
         "preview": [], "statement": [f"acme:{month}"],
         "adjustment": ["acme", month, 999999], "finding": [world["finding"].pk],
+        "tenant": ["acme"],
     }[kind]
 
 

@@ -143,3 +143,20 @@ def test_metrics_export_the_open_findings(client, findings):
     hours = next(ln for ln in text.splitlines() if ln.startswith(
         f'aifactory_stranded_device_hours{{tenant="{mine.tenant.slug}"'))
     assert float(hours.rsplit(" ", 1)[1]) >= float(mine.stranded_devices) * 24 - 0.01
+
+
+def test_a_lead_sets_the_grace_policy_on_the_page(client, lead, tenant, findings):
+    from billing.models import StrandedPolicy
+
+    client.force_login(lead)
+    page = client.get("/stranded/").content.decode()
+    assert "when nobody answers" in page and "Remind the leads only" in page
+    refused = client.post(f"/stranded/policy/{tenant.slug}/",
+                          {"when_unanswered": "release", "grace_days": "0"})
+    assert refused.status_code == 400 and 'id="grace-acme-error"' in refused.content.decode()
+    saved = client.post(f"/stranded/policy/{tenant.slug}/",
+                        {"when_unanswered": "release", "grace_days": "5"})
+    assert saved.status_code == 302
+    policy = StrandedPolicy.objects.get(tenant=tenant)
+    assert (policy.when_unanswered, policy.grace_days, policy.updated_by) == ("release", 5,
+                                                                              lead)
