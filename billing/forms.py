@@ -8,8 +8,10 @@ from django.utils.http import urlencode
 
 from fleet.domain import Route
 from tenants.audit import REASON_MAX
+from tenants.fields import AsciiIntegerField
 from tenants.widgets import FastSelect
 
+from .models import StrandedPolicy
 from .validation import adjustment_errors
 
 SORT_CHOICES = [("amount", "Charge"), ("allocated", "Allocated"), ("used", "Used"),
@@ -72,3 +74,26 @@ class AdjustmentForm(forms.Form):
             if name not in self.errors:
                 self.add_error(name, message)
         return data
+
+
+class StrandedAnswerForm(forms.Form):
+    """The lead's answer to a finding, in one step: accept, or keep it with a reason."""
+
+    decision = forms.ChoiceField(choices=[("accept", "Accept"), ("decline", "Keep")])
+    reason = forms.CharField(required=False, max_length=REASON_MAX, strip=True,
+                             widget=forms.Textarea(attrs={"rows": 2}))
+
+    def clean(self):
+        data = super().clean()
+        if data.get("decision") == "decline" and not data.get("reason"):
+            self.add_error("reason", "Say why it is kept: the reason stays in the audit trail.")
+        return data
+
+
+class StrandedPolicyForm(forms.Form):
+    """A tenant's answer to findings nobody answers (billing.stranded_services.policy_set
+    checks the same again)."""
+
+    when_unanswered = forms.ChoiceField(choices=StrandedPolicy.WhenUnanswered.choices,
+                                        label="When nobody answers")
+    grace_days = AsciiIntegerField(min_value=1, max_value=90, label="Grace period (days)")

@@ -206,3 +206,97 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant} {self.threshold}% of {self.month:%Y-%m}"
+
+
+class StrandedFinding(models.Model):
+    """Capacity an allocation holds and does not use (billing.stranded), as found, priced and
+    decided. One open finding per allocation and kind: each detection pass refreshes it, and
+    closes it as resolved once the series no longer show it."""
+
+    class Kind(models.TextChoices):  # the values of billing.stranded.Kind
+        IDLE_HOLD = "idle_hold", "Idle hold"
+        STALLED_RUN = "stalled_run", "Stalled run"
+        OVERSIZED = "oversized", "Oversized hold"
+        QUOTA_BLOCKED = "quota_blocked", "Quota says no while capacity idles"
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        ACCEPTED = "accepted", "Accepted"
+        DECLINED = "declined", "Declined (kept)"
+        RESOLVED = "resolved", "Resolved (no longer measured)"
+
+    class Action(models.TextChoices):  # the values of billing.stranded.Action
+        RELEASE = "release", "Release"
+        SHRINK = "shrink", "Shrink"
+        MOVE_TO_MIG = "move_to_mig", "Move to MIG"
+        CHECK_RUN = "check_run", "Check the run"
+        RAISE_QUOTA = "raise_quota", "Raise the quota"
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
+                                   related_name="stranded_findings")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.OPEN)
+    stranded_devices = models.DecimalField(max_digits=12, decimal_places=4)
+    cost_per_day = models.DecimalField(max_digits=14, decimal_places=2)
+    action = models.CharField(max_length=20, choices=Action.choices)
+    proposal = models.TextField()
+    proposal_data = models.JSONField(default=dict, blank=True)
+    cost_per_day_after = models.DecimalField(max_digits=14, decimal_places=2, null=True,
+                                             blank=True)
+    reason = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True)
+    needs_yes = models.BooleanField(default=False)  # a binding hold: only the lead's yes acts
+    stranded_since = models.DateTimeField()  # the start of the window that showed it
+    found_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    closed_at = models.DateTimeField(null=True, blank=True)  # decided or resolved
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.PROTECT, related_name="+")
+    decision_reason = models.TextField(blank=True)
+    outcome = models.TextField(blank=True)  # what accepting did, in words
+    given_back_devices = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    grace_ended_at = models.DateTimeField(null=True, blank=True)  # the policy was applied
+
+    class Meta:
+        constraints = [models.UniqueConstraint(
+            fields=["allocation", "kind"], condition=models.Q(status="open"),
+            name="one_open_finding_per_allocation_and_kind")]
+        indexes = [models.Index(fields=["tenant", "status"]),
+                   models.Index(fields=["status", "found_at"])]
+        ordering = ["-found_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} of allocation {self.allocation_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.Status.OPEN
+
+    @property
+    def cost_text(self) -> str:
+        return money_text(self.cost_per_day)
+
+
+class StrandedPolicy(models.Model):
+    """What happens to a tenant's finding nobody answered within the grace period: set by
+    the tenant's leads. Holds under a contractual or regulatory origin are never changed
+    this way (billing.stranded.grace_action)."""
+
+    class WhenUnanswered(models.TextChoices):  # the values of billing.stranded.Unanswered
+        NOTIFY = "notify", "Remind the leads only"
+        SHRINK = "shrink", "Accept a proposed shrink"
+        RELEASE = "release", "Accept a proposed shrink or release"
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE,
+                                  related_name="stranded_policy")
+    when_unanswered = models.CharField(max_length=10, choices=WhenUnanswered.choices,
+                                       default=WhenUnanswered.NOTIFY)
+    grace_days = models.PositiveSmallIntegerField(default=7)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                   on_delete=models.SET_NULL, related_name="+")
+
+    def __str__(self) -> str:
+        return f"{self.tenant}: {self.get_when_unanswered_display()} after {self.grace_days} d"

@@ -4,6 +4,7 @@ share of a device. Decided here once; manifests, intake and billing read them.""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from django.db.models import TextChoices
@@ -37,6 +38,53 @@ def mig_share(profile: str, weights: Mapping[str, Decimal | str] | None = None) 
     except ValueError:
         return Decimal(1)
     return Decimal(slices) / SLICES_PER_DEVICE
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    name: str
+    compute_slices: int
+    memory_gb: int
+
+    @property
+    def share(self) -> Decimal:
+        """The share of one device this slice counts as (compute slices / 7)."""
+        return Decimal(self.compute_slices) / Decimal(SLICES_PER_DEVICE)
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.compute_slices < SLICES_PER_DEVICE
+
+
+def _profiles(*rows: tuple[str, int, int]) -> tuple[MigProfile, ...]:
+    return tuple(MigProfile(n, c, m) for n, c, m in rows)
+
+
+# MIG profiles by GPU memory size (the families NVIDIA publishes for 80 GB and 141 GB parts),
+# once for the fleet: intake sizes requests by them, billing's stranded findings propose them.
+MIG_PROFILES_BY_MEMORY: dict[int, tuple[MigProfile, ...]] = {
+    80: _profiles(("1g.10gb", 1, 10), ("1g.20gb", 1, 20), ("2g.20gb", 2, 20),
+                  ("3g.40gb", 3, 40), ("4g.40gb", 4, 40), ("7g.80gb", 7, 80)),
+    141: _profiles(("1g.18gb", 1, 18), ("1g.35gb", 1, 35), ("2g.35gb", 2, 35),
+                   ("3g.71gb", 3, 71), ("4g.71gb", 4, 71), ("7g.141gb", 7, 141)),
+}
+ALL_MIG_PROFILES: dict[str, MigProfile] = {
+    p.name: p for family in MIG_PROFILES_BY_MEMORY.values() for p in family
+}
+
+
+def mig_profile(name: str) -> MigProfile | None:
+    return ALL_MIG_PROFILES.get(name)
+
+
+def smallest_profile_for_memory(memory_gb: int, *, gpu_memory_gb: int = 80,
+                                offered: tuple[str, ...] = ()) -> MigProfile | None:
+    """The smallest fractional MIG profile with at least `memory_gb`, or None if none fits."""
+    family = MIG_PROFILES_BY_MEMORY.get(gpu_memory_gb, MIG_PROFILES_BY_MEMORY[80])
+    candidates = [p for p in family if p.is_fraction and p.memory_gb >= memory_gb
+                  and (not offered or p.name in offered)]
+    candidates.sort(key=lambda p: (p.compute_slices, p.memory_gb))
+    return candidates[0] if candidates else None
 
 
 def mig_device_equivalents(profile: str, count: int,

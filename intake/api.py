@@ -12,6 +12,7 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
+from fleet.domain import ALL_MIG_PROFILES
 from fleet.models import Route
 from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.audit import REASON_MAX
@@ -19,7 +20,7 @@ from tenants.idempotency import IdempotentWritesMixin
 from tenants.models import Tenant
 
 from . import services
-from .domain import ALL_MIG_PROFILES, Status
+from .domain import Status
 from .models import CapacityRequest
 from .selectors import answers_for, plan_answers
 from .tally import request_counts

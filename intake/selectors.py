@@ -14,6 +14,7 @@ from django.utils import timezone
 from fleet.allocations.desired import dispatch_workers, spec_for, worker_capacity
 from fleet.allocations.manifests import AllocationSpec
 from fleet.allocations.services import namespace_for
+from fleet.domain import ALL_MIG_PROFILES
 from fleet.inventory.capacity import earliest_free
 from fleet.inventory.pricing import money_text, pool_rate, pool_rates
 from fleet.inventory.selectors import (
@@ -28,7 +29,6 @@ from fleet.models import Cluster, Pool, Route
 from tenants.models import AuditEvent
 
 from .domain import (
-    ALL_MIG_PROFILES,
     Fill,
     IntakeAnswers,
     PoolFacts,

@@ -18,6 +18,7 @@ NAV = {  # context name → URL name
     "review": "intake:review_queue", "fleet": "fleet:fleet", "cohorts": "fleet:cohorts",
     "pending": "fleet:pending",
     "pools": "fleet:pools", "clusters": "fleet:clusters", "billing": "billing:overview",
+    "stranded": "billing:stranded",
     "api_docs": "api-docs",
     "notifications": "tenants:notifications", "login": "account_login",
     "logout": "account_logout",

@@ -17,6 +17,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from billing.stranded_thresholds import parse_pool_thresholds
 from fleet.vocabulary import DEFAULT_GPU_CONDITIONS
 
 from .env import env_bool, env_int, env_list, env_str
@@ -458,6 +459,30 @@ if PORTAL_UTILISATION_SECONDS:
         "options": {"expires": float(PORTAL_UTILISATION_SECONDS)}}
 CELERY_BEAT_SCHEDULE["rollup-usage"] = {"task": "billing.tasks.rollup_recent_usage",
                                         "schedule": 900.0}
+# Stranded capacity (docs/stranded.md): how often holds are judged against their DCGM series
+# (0: never), and the thresholds, with per-pool values as "pool-slug.key=value" items.
+PORTAL_STRANDED_SECONDS = env_int("PORTAL_STRANDED_SECONDS", 3600, minimum=0)
+PORTAL_STRANDED_WINDOW_HOURS = env_int("PORTAL_STRANDED_WINDOW_HOURS", 24, minimum=1)
+PORTAL_STRANDED_IDLE_PERCENT = env_int("PORTAL_STRANDED_IDLE_PERCENT", 5, minimum=0)
+PORTAL_STRANDED_STALL_MINUTES = env_int("PORTAL_STRANDED_STALL_MINUTES", 30, minimum=1)
+PORTAL_STRANDED_STALL_PERCENT = env_int("PORTAL_STRANDED_STALL_PERCENT", 2, minimum=0)
+PORTAL_STRANDED_HEADROOM_PERCENT = env_int("PORTAL_STRANDED_HEADROOM_PERCENT", 25, minimum=0)
+PORTAL_STRANDED_STEP_SECONDS = env_int("PORTAL_STRANDED_STEP_SECONDS", 300, minimum=15)
+# A declined finding ("keep") is not raised again for the same allocation and kind this long.
+PORTAL_STRANDED_QUIET_DAYS = env_int("PORTAL_STRANDED_QUIET_DAYS", 7, minimum=0)
+for _name in ("PORTAL_STRANDED_IDLE_PERCENT", "PORTAL_STRANDED_STALL_PERCENT"):
+    if globals()[_name] > 100:
+        raise ImproperlyConfigured(f"{_name}={globals()[_name]} is a percentage (0 to 100)")
+try:
+    PORTAL_STRANDED_POOL_THRESHOLDS = parse_pool_thresholds(env_list(
+        "PORTAL_STRANDED_POOL_THRESHOLDS", []))
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"PORTAL_STRANDED_POOL_THRESHOLDS: {_exc}") from None
+if PORTAL_STRANDED_SECONDS:
+    CELERY_BEAT_SCHEDULE["find-stranded"] = {
+        "task": "billing.tasks.find_stranded_capacity",
+        "schedule": float(PORTAL_STRANDED_SECONDS),
+        "options": {"expires": float(PORTAL_STRANDED_SECONDS)}}
 
 # --- Static files
 STATIC_URL = "static/"

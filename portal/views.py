@@ -15,6 +15,7 @@ from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found
 
 from billing.figures import figure_sums
+from billing.stranded_board import open_stranded_device_hours
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
 from fleet.queues.seams import seam_histograms
@@ -130,9 +131,26 @@ def metrics(request):
               "# TYPE aifactory_capacity_requests gauge"]
     for slug, status, n in request_counts_by_tenant():
         lines.append(f'aifactory_capacity_requests{{tenant="{slug}",status="{status}"}} {n}')
-    lines += _seam_lines()
+    lines += _seam_lines() + _stranded_lines()
     return HttpResponse("\n".join(lines) + "\n",
                         content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _stranded_lines() -> list[str]:
+    """Open stranded findings (billing.stranded_board) by tenant, pool and kind."""
+    rows = open_stranded_device_hours(timezone.now())
+    out = ["# HELP aifactory_stranded_device_hours Device-hours held and unused, of the open "
+           "stranded findings (since the window that showed each), by tenant, pool and kind.",
+           "# TYPE aifactory_stranded_device_hours gauge"]
+    labels = [",".join(f'{k}="{_escape_label(r[k])}"' for k in ("tenant", "pool", "kind"))
+              for r in rows]
+    out += [f"aifactory_stranded_device_hours{{{la}}} {r['device_hours']:.4f}"
+            for la, r in zip(labels, rows, strict=True)]
+    out += ["# HELP aifactory_stranded_devices Devices the open stranded findings hold unused.",
+            "# TYPE aifactory_stranded_devices gauge"]
+    out += [f"aifactory_stranded_devices{{{la}}} {r['devices']:.4f}"
+            for la, r in zip(labels, rows, strict=True)]
+    return out
 
 
 def _escape_label(value: str) -> str:

@@ -144,6 +144,7 @@ class NotificationKind(models.TextChoices):
     ALLOCATION_EXPIRING = "allocation_expiring", "An allocation is about to expire"
     BUDGET_THRESHOLD = "budget_threshold", "A tenant's spend crossed a budget threshold"
     CAPACITY_CHANGED = "capacity_changed", "A node under one of my allocations is lost or retired"
+    STRANDED_CAPACITY = "stranded_capacity", "Capacity is found stranded, or a finding decided"
 
 
 class NotificationOptOut(models.Model):

@@ -120,12 +120,16 @@ def allocation_retry(*, allocation: Allocation, by) -> None:
     _queue_provisioning(allocation.pk)
 
 
-def allocation_release(*, allocation: Allocation, by, reason: str = "") -> Allocation:
+def allocation_release(*, allocation: Allocation, by, reason: str = "",
+                       by_policy: str = "") -> Allocation:
     """End an allocation now, before its end date: billing stops at this moment and its
     objects are removed (the expiry task's own retirement, run at once). A team lead of the
-    tenant or a platform admin."""
+    tenant or a platform admin; or nobody (`by` None) acting on a standing policy the
+    tenant's lead set, named in `by_policy` (billing's stranded-capacity grace period)."""
     roles = roles_for(by)
-    if not (roles.platform_admin or roles.can_file_for(allocation.tenant_id)):
+    if by_policy and by is None:
+        pass  # the policy is the authority; the audit row names it
+    elif not (roles.platform_admin or roles.can_file_for(allocation.tenant_id)):
         raise FleetError("Only a team lead of this tenant or a platform admin may release it.")
     if problem := reason_error(reason, required=False):
         raise FleetError(problem)
@@ -140,7 +144,8 @@ def allocation_release(*, allocation: Allocation, by, reason: str = "") -> Alloc
             Allocation.objects.filter(pk=alloc.pk).update(ends_at=now)
         audit_record(actor=by, subject=alloc, tenant=alloc.tenant, action="allocation.released",
                      reason=(reason.strip() or "Released early.") +
-                     f" Billing stops at {now:%Y-%m-%d %H:%M} UTC.")
+                     f" Billing stops at {now:%Y-%m-%d %H:%M} UTC.",
+                     data={"policy": by_policy} if by_policy else None)
     # The cluster calls outside the transaction; a failure leaves the end in the past, so
     # the expiry task retires it on its next run.
     try:

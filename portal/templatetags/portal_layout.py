@@ -28,7 +28,10 @@ LINKS = (
     ("pending", "Waiting", lambda r: r["admin"], lambda name, app: name == "pending"),
     ("pools", "Pools", lambda r: r["admin"], lambda name, app: "pool" in name),
     ("clusters", "Clusters", lambda r: r["admin"], lambda name, app: "cluster" in name),
-    ("billing", None, lambda r: r["billing"], lambda name, app: app == "billing"),
+    ("billing", None, lambda r: r["billing"],
+     lambda name, app: app == "billing" and not name.startswith("stranded")),
+    ("stranded", "Stranded", lambda r: r["billing"], lambda name, app: name.startswith(
+        "stranded")),
     ("api_docs", "API", lambda r: True, lambda name, app: False),
 )
 

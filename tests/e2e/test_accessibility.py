@@ -16,8 +16,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 AXE = Path(__file__).resolve().parents[2] / "node_modules" / "axe-core" / "axe.min.js"
 # Not pages: JSON, files, metrics, and the htmx fragments (checked inside their pages).
-NOT_PAGES = ("api-", "request-", "allocation-", "billing-", "cluster-", "healthz", "livez",
-             "readyz", "metrics",
+NOT_PAGES = ("api-", "request-", "allocation-", "billing-", "cluster-", "stranded-",
+             "healthz", "livez", "readyz", "metrics",
              "fleet:kubeconfig", "fleet:example", "fleet:queue", "fleet:connect",
              "intake:allocation")
 ROLES = ("anonymous", "member", "lead", "admin", "finance")

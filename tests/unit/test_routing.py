@@ -4,6 +4,7 @@ from decimal import Decimal
 
 import pytest
 
+from fleet.domain import smallest_profile_for_memory
 from fleet.models import Route
 from intake.domain import (
     Fill,
@@ -16,7 +17,6 @@ from intake.domain import (
     override_decision,
     plan_request,
     route_request,
-    smallest_profile_for_memory,
 )
 
 

@@ -106,7 +106,8 @@ def test_openapi_schema_lists_the_actions(api, lead):
     api.force_authenticate(lead)
     schema = api.get("/api/schema/", HTTP_ACCEPT="application/json").content.decode()
     for path in ("/api/requests/{id}/approve/", "/api/requests/{id}/deny/",
-                 "/api/requests/{id}/submit/", "/api/requests/{id}/request-changes/"):
+                 "/api/requests/{id}/submit/", "/api/requests/{id}/request-changes/",
+                 "/api/stranded/", "/api/stranded/{id}/", "/api/stranded/{id}/answer/"):
         assert path in schema
 
 

@@ -18,7 +18,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from billing.domain import month_start
-from billing.models import UsageHour
+from billing.models import StrandedFinding, UsageHour
 from billing.services import refresh_months
 from fleet.models import GpuNode
 from tests.factories import make_request
@@ -175,6 +175,25 @@ MATRIX: dict[str, Row] = {
                                               **ADMIN_ONLY}),
     "allocation-cohorts": Row("get", "", {"anonymous": API_ANON, "admin": 200,
                                           **ADMIN_ONLY}),
+    # Stranded capacity: each their own tenant's findings (the other lead's list is empty),
+    # the fleet board for admins and finance; the tenant's leads answer (the world's body
+    # has no decision: refused, 400, once the role and tenant are passed).
+    "billing:stranded": Row("get", "", everyone(200)),
+    "billing:stranded_board": Row("get", "", page(member=403, lead=403, other_lead=403,
+                                                  admin=200, finance=200)),
+    "billing:stranded_finding": Row("get", "finding", page(**TENANT_OWN)),
+    "billing:stranded_answer": Row("post", "finding", page(member=403, lead=400,
+                                                           other_lead=404, admin=403,
+                                                           finance=403)),
+    # The world's body is no policy: refused (400) to acme's lead; another tenant's slug is
+    # not found (404) for a lead of another tenant, forbidden to those who see every tenant.
+    "billing:stranded_policy": Row("post", "tenant", page(member=403, lead=400, other_lead=404,
+                                                         admin=403, finance=403)),
+    "stranded-list": Row("get", "", everyone(200, anonymous=API_ANON)),
+    "stranded-detail": Row("get", "finding", {"anonymous": API_ANON, **TENANT_OWN}),
+    "stranded-answer": Row("post", "finding", {"anonymous": API_ANON, "member": 403,
+                                               "lead": 400, "other_lead": 404, "admin": 403,
+                                               "finance": 403}),
 }
 
 
@@ -241,7 +260,14 @@ def build_world() -> dict:
     refresh_months({(alloc.pk, LAST_MONTH)})
     node = GpuNode.objects.create(name="gpu-node-1", gpu_count=8, validated=True, ready=True,
                                   state="schedulable")
+    now = timezone.now()
+    finding = StrandedFinding.objects.create(
+        allocation=alloc, tenant=tenant, pool=alloc.pool, kind="idle_hold",
+        stranded_devices=alloc.device_equivalents, cost_per_day=Decimal("60.00"),
+        action="release", proposal="Release it", reason="No device was busy.",
+        stranded_since=now - dt.timedelta(days=1), found_at=now, last_seen_at=now)
     return {"request": req, "allocation": alloc, "node": node, "pool": alloc.pool,
+            "finding": finding,
             "users": {"member": member, "lead": lead, "other_lead": other_lead,
                       "admin": admin_user, "finance": finance_user}}
 
@@ -276,7 +302,8 @@ def _args(kind: str, world) -> list:
         "pool": [world["pool"].slug], "cluster": [world["pool"].cluster.slug],
         "month": ["acme", month], "hours": ["acme", month, world["allocation"].pk],
         "preview": [], "statement": [f"acme:{month}"],
-        "adjustment": ["acme", month, 999999],
+        "adjustment": ["acme", month, 999999], "finding": [world["finding"].pk],
+        "tenant": ["acme"],
     }[kind]
 
 

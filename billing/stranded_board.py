@@ -1,0 +1,107 @@
+"""Reads of stranded findings: who sees which (the tenant's own people theirs, admins and
+finance every one), the fleet board (stranded device-hours per pool and day, what was given
+back and by whom) and the figures /metrics exports. `day_hours` is pure."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Q, QuerySet
+
+from tenants.access import billing_scope
+
+from .models import StrandedFinding
+
+F = StrandedFinding
+DAY = dt.timedelta(days=1)
+BOARD_DAYS = 90
+
+
+def visible_findings(user) -> QuerySet[StrandedFinding]:
+    """Every finding for finance and admins, a tenant's own for its people (PermissionDenied
+    for anyone else, as billing's pages)."""
+    scope = billing_scope(user)
+    rows = F.objects.select_related("allocation", "tenant", "pool", "decided_by")
+    return rows if scope is None else rows.filter(tenant_id__in=scope)
+
+
+def day_hours(intervals: Iterable[tuple[dt.datetime, dt.datetime, Decimal]],
+              first_day: dt.date, last_day: dt.date) -> dict[dt.date, Decimal]:
+    """Device-hours of (start, end, devices) intervals falling on each UTC day in
+    [first_day, last_day]; every day present, zero where nothing was stranded."""
+    out = {first_day + dt.timedelta(days=i): Decimal(0)
+           for i in range((last_day - first_day).days + 1)}
+    for start, end, devices in intervals:
+        day = max(start.date(), first_day)
+        while day <= min(end.date(), last_day):
+            lo = max(start, dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC))
+            hi = min(end, dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC) + DAY)
+            if hi > lo:
+                out[day] += Decimal(devices) * Decimal((hi - lo).total_seconds()) / 3600
+            day += DAY
+    return out
+
+
+def _interval(row: StrandedFinding, now: dt.datetime) -> tuple[dt.datetime, dt.datetime,
+                                                                 Decimal]:
+    return row.stranded_since, min(row.closed_at or now, now), row.stranded_devices
+
+
+@dataclass(frozen=True)
+class PoolBoard:
+    pool: str
+    days: list[tuple[dt.date, Decimal]]  # stranded device-hours per day, oldest first
+    stranded_h: Decimal  # over the board's days
+    open_findings: int
+    open_devices: Decimal
+    open_cost_per_day: Decimal
+    given_back_devices: Decimal
+    given_back: list[StrandedFinding]  # accepted findings that gave devices back
+
+
+def fleet_board(now: dt.datetime, days: int = BOARD_DAYS) -> list[PoolBoard]:
+    """Per pool: stranded device-hours per day over the last `days` days (a finding counts
+    from the start of the window that showed it to its close, or now), what is open now,
+    and what was given back, by whom."""
+    last = now.date()
+    first = last - dt.timedelta(days=days - 1)
+    since = dt.datetime.combine(first, dt.time(), tzinfo=dt.UTC)
+    rows = list(F.objects.filter(Q(closed_at__isnull=True) | Q(closed_at__gte=since))
+                .select_related("pool", "decided_by", "allocation", "tenant")
+                .order_by("pool__slug", "-found_at"))
+    by_pool: dict[str, list[StrandedFinding]] = defaultdict(list)
+    for r in rows:
+        by_pool[r.pool.slug].append(r)
+    out = []
+    for pool, found in sorted(by_pool.items()):
+        per_day = day_hours((_interval(r, now) for r in found), first, last)
+        still = [r for r in found if r.is_open]
+        back = [r for r in found if r.given_back_devices > 0]
+        out.append(PoolBoard(
+            pool, sorted(per_day.items()), sum(per_day.values(), Decimal(0)), len(still),
+            sum((r.stranded_devices for r in still), Decimal(0)),
+            sum((r.cost_per_day for r in still), Decimal(0)),
+            sum((r.given_back_devices for r in back), Decimal(0)), back))
+    return out
+
+
+def open_stranded_device_hours(now: dt.datetime) -> list[dict]:
+    """Per tenant, pool and kind: the open findings' stranded devices, their device-hours
+    so far (since the window that showed them) and their cost per day, for /metrics."""
+    sums: dict[tuple[str, str, str], list[Decimal]] = {}
+    for slug, pool, kind, since, devices, cost in F.objects.filter(
+            status=F.Status.OPEN).values_list("tenant__slug", "pool__slug", "kind",
+                                              "stranded_since", "stranded_devices",
+                                              "cost_per_day"):
+        hours = Decimal(devices) * Decimal(max(0.0, (now - since).total_seconds())) / 3600
+        acc = sums.setdefault((slug, pool, kind), [Decimal(0)] * 3)
+        acc[0] += devices
+        acc[1] += hours
+        acc[2] += cost
+    return [{"tenant": t, "pool": p, "kind": k, "devices": v[0],
+             "device_hours": v[1].quantize(Decimal("0.0001")), "cost_per_day": v[2]}
+            for (t, p, k), v in sorted(sums.items())]
