@@ -22,7 +22,7 @@ from fleet.inventory.pricing import money
 from tenants.models import Tenant
 
 from .domain import SECONDS_PER_HOUR, utilisation
-from .models import Adjustment, Statement, StatementLine, UsageMonth
+from .models import Adjustment, Statement, StatementLine, TenantMonthTotal, UsageMonth
 
 ZERO = Decimal(0)
 
@@ -186,7 +186,9 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
     with the roundings month_figures makes (hours to 4 places, ties to even; amounts to the
     cent, half up), so a page or a scrape over every tenant and month reads a few sums
     instead of every line. Elsewhere (SQLite: decimals are floats there) it is the
-    reference itself; the property tests compare the two."""
+    reference itself; the property tests compare the two. Over every route it reads the
+    totals kept at write time (TenantMonthTotal), so a scrape or a page of every tenant
+    reads one row per tenant, pool and month."""
     if connection.vendor != "postgresql":
         return sum_figures(month_figures(tenant_ids=tenant_ids, months=months, route=route),
                            by, adjustments=adjustments)
@@ -223,21 +225,26 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
             for name in sums:
                 t[name] += row[name] or ZERO
 
-    closed = Statement.objects.filter(tenant_id=OuterRef("tenant_id"), month=OuterRef("month"),
-                                      closed_at__isnull=False)
-    usage = UsageMonth.objects.exclude(Exists(closed))
     if route:
-        usage = usage.filter(allocation__route=route)
-    add(usage, {"tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
-                "pool": "pool__slug"},
-        allocated_h=Sum(Hours(F("allocated_s"))), used_h=Sum(Hours(F("used_s"))),
-        amount=Sum(Cents(F("amount"))))
-    lines = StatementLine.objects.filter(statement__closed_at__isnull=False)
-    if route:
-        lines = lines.filter(route=route)
-    add(lines, {"tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
-                "month": "statement__month", "pool": "allocation__pool__slug"},
-        allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+        # A route's share: its lines summed here (the totals are per pool, not per route).
+        closed = Statement.objects.filter(tenant_id=OuterRef("tenant_id"),
+                                          month=OuterRef("month"), closed_at__isnull=False)
+        usage = UsageMonth.objects.exclude(Exists(closed)).filter(allocation__route=route)
+        add(usage, {"tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
+                    "pool": "pool__slug"},
+            allocated_h=Sum(Hours(F("allocated_s"))), used_h=Sum(Hours(F("used_s"))),
+            amount=Sum(Cents(F("amount"))))
+        lines = StatementLine.objects.filter(statement__closed_at__isnull=False, route=route)
+        add(lines, {"tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
+                    "month": "statement__month", "pool": "allocation__pool__slug"},
+            allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+    else:
+        # Every route: the totals kept at write time (billing.totals), one row per tenant,
+        # pool and month, already rounded line by line as above.
+        add(TenantMonthTotal.objects.all(), {
+            "tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
+            "pool": "pool__slug"},
+            allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
     if adjustments and not route and "pool" not in by:
         add(Adjustment.objects.all(), {
             "tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
