@@ -19,6 +19,7 @@ from django.db import connection
 from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
 
 from fleet.inventory.pricing import money
+from tenants.compiled import compiled_once
 from tenants.models import Tenant
 
 from .domain import SECONDS_PER_HOUR, utilisation
@@ -250,6 +251,39 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
             "tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
             "month": "statement__month"}, amount=Sum("amount"))
     return dict(out)
+
+
+@compiled_once
+def _pool_sums():
+    return (TenantMonthTotal.objects.values("tenant__slug", "pool__slug")
+            .annotate(allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+            .order_by())
+
+
+@compiled_once
+def _adjustment_sums():
+    return (Adjustment.objects.values("statement__tenant__slug").annotate(amount=Sum("amount"))
+            .order_by())
+
+
+def metric_sums() -> tuple[dict[tuple, Sums], dict[tuple, Sums]]:
+    """What /metrics exports, over every month: figure_sums by (tenant, pool) and by tenant
+    (adjustments included), from the kept totals in two queries compiled once per process
+    (tenants.compiled) — a scrape reads one row per tenant, pool and month. The property
+    test holds it equal to figure_sums (and so to the reference)."""
+    if connection.vendor != "postgresql":
+        return figure_sums(("tenant", "pool")), figure_sums(("tenant",))
+    per_pool: dict[tuple, Sums] = {}
+    per_tenant: dict[tuple, Sums] = defaultdict(_zero)
+    for row in _pool_sums():
+        sums = {name: row[name] or ZERO for name in ("allocated_h", "used_h", "amount")}
+        per_pool[(row["tenant__slug"], row["pool__slug"])] = sums
+        t = per_tenant[(row["tenant__slug"],)]
+        for name, value in sums.items():
+            t[name] += value
+    for row in _adjustment_sums():
+        per_tenant[(row["statement__tenant__slug"],)]["amount"] += row["amount"] or ZERO
+    return per_pool, dict(per_tenant)
 
 
 def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.date],

@@ -172,7 +172,13 @@ def check_hours(allocs) -> None:
 def check_month_totals(months: list[dt.date]) -> None:
     """The overview's month totals, summed by the database, are the sum of every tenant's
     month figures (all routes and each one)."""
-    from billing.figures import figure_sums, month_figures, month_totals, sum_figures
+    from billing.figures import (
+        figure_sums,
+        metric_sums,
+        month_figures,
+        month_totals,
+        sum_figures,
+    )
 
     for route in ["", *Route.values]:
         want = sum_figures(month_figures(months=months, route=route), ("month",))
@@ -181,6 +187,7 @@ def check_month_totals(months: list[dt.date]) -> None:
                        for m in months}, route
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
+    assert metric_sums() == (figure_sums(("tenant", "pool")), figure_sums(("tenant",)))
     check_kept_totals()
 
 
