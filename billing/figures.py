@@ -330,6 +330,25 @@ def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures],
         t.update(sums.get(t["month"]) or {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO})
 
 
+def apply_sums_to_overview(rows, totals: list[dict], months: list[dt.date], *,
+                           route: str = "", month_sums: dict[dt.date, Sums]) -> None:
+    """apply_to_overview for the page: the rows' figures per tenant and month from
+    figure_sums (the kept totals over every route; the same sums as month_figures', which
+    the property test holds), month totals given (month_totals)."""
+    per = figure_sums(("tenant_id", "month"), tenant_ids=[r.tenant_id for r in rows],
+                      months=months, route=route)
+    by_tenant: dict[int, dict[dt.date, Sums]] = defaultdict(dict)
+    for (tenant_id, month), sums in per.items():
+        by_tenant[tenant_id][month] = sums
+    for r in rows:
+        r.months = by_tenant.get(r.tenant_id, {})
+        r.allocated_h = sum((m["allocated_h"] for m in r.months.values()), ZERO)
+        r.used_h = sum((m["used_h"] for m in r.months.values()), ZERO)
+        r.amount = sum((m["amount"] for m in r.months.values()), ZERO)
+    for t in totals:
+        t.update(month_sums.get(t["month"]) or _zero())
+
+
 def tenant_month(tenant_id: int, month: dt.date) -> MonthFigures:
     found = month_figures(tenant_ids=[tenant_id], months=[month])
     if found:

@@ -29,6 +29,7 @@ from .cluster_usage import where_it_ran
 from .domain import month_start, parse_month
 from .exports import statement_document, statement_response
 from .figures import (
+    apply_sums_to_overview,
     apply_to_overview,
     grand_total,
     month_figures,
@@ -99,9 +100,8 @@ def finance_overview(request):
         tenant_ids, months, route=f["route"], q=f["q"])
     # The rows shown from their own figures; the month totals of every tenant the filters
     # leave summed by the database (billing.figures.month_totals: the same roundings).
-    apply_to_overview(rows, totals, month_figures(
-        tenant_ids=[r.tenant_id for r in rows], months=months, route=f["route"]),
-        month_totals(tenant_ids=filtered, months=months, route=f["route"]))
+    apply_sums_to_overview(rows, totals, months, route=f["route"], month_sums=month_totals(
+        tenant_ids=filtered, months=months, route=f["route"]))
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)

@@ -185,6 +185,10 @@ def check_month_totals(months: list[dt.date]) -> None:
         got = month_totals(months=months, route=route)
         assert got == {m: want.get((m,), {"allocated_h": 0, "used_h": 0, "amount": 0})
                        for m in months}, route
+        # the overview page's rows: each tenant's months (apply_sums_to_overview)
+        by = ("tenant_id", "month")
+        assert figure_sums(by, months=months, route=route) == sum_figures(
+            month_figures(months=months, route=route), by), route
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
     assert metric_sums() == (figure_sums(("tenant", "pool")), figure_sums(("tenant",)))
