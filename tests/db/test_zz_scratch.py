@@ -23,6 +23,16 @@ def test_scratch(client, admin_user, finance_user, monkeypatch):
         client.force_login(users[who]); client.get(url)
         s = split_page(client, url, runs=10)
         print(f"\nSPLIT {label}: " + " ".join(f"{k}={v:.1f}" for k, v in s.items()))
+        if os.environ.get("SCRATCH_SQL"):
+            from django.db import connection
+            seen = []
+            def keep(execute, sql, params, many, context):
+                import traceback
+                frames = [f"{f.filename.split('wt-fast/')[-1]}:{f.lineno}:{f.name}" for f in traceback.extract_stack() if "wt-fast/" in f.filename and ".venv" not in f.filename and "tests/" not in f.filename]
+                seen.append(sql[:60] + " <- " + " < ".join(reversed(frames[-4:]))); return execute(sql, params, many, context)
+            with connection.execute_wrapper(keep):
+                client.get(url)
+            for q in seen: print("SQL", q)
         if os.environ.get("SCRATCH_CPROFILE"):
             p = cProfile.Profile(); p.enable()
             for _ in range(5): client.get(url)
