@@ -39,6 +39,7 @@ from .figures import (
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import AdjustmentForm, OverviewFilters
 from .models import Adjustment, RateCard
+from .renderers import tenant_rows
 from .selectors import (
     adjustment_charges,
     allocation_month_hours,
@@ -113,7 +114,7 @@ def finance_overview(request):
         else filters, "query": filters.query(),
         "filter_errors": [(str(filters.fields[n].label or n.capitalize()) if n in filters.fields
                            else n, " ".join(e)) for n, e in filters.errors.items()],
-        "rows": rows, "table": table, "page": page,
+        "rows": rows, "table": table, "rows_html": tenant_rows(table), "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand_total(totals), "budget": budget,
         "this_month": this_month(filtered, timezone.now())
