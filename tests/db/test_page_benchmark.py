@@ -152,11 +152,14 @@ def heavy_query_plans(world) -> dict[str, str]:
         tenant=world["tenant"])[:25].explain(analyze=True)
     queue = queued_requests(ReviewQueueFilter(status="submitted"), now=timezone.now())
     plans["admin: review queue, oldest first"] = queue[:25].explain(analyze=True)
-    # The month totals of every tenant (billing.figures.month_totals): the usage sum.
-    from billing.figures import month_totals
+    # The month totals of every tenant (billing.figures.month_totals): the kept totals'
+    # sum (billing.totals), and /metrics' (billing.figures.metric_sums).
+    from billing.figures import metric_sums, month_totals
 
-    plans["finance: month totals of every tenant, summed in SQL"] = explain(
-        lambda: month_totals(months=months), "billing_usagemonth")
+    plans["finance: month totals of every tenant, from the kept totals"] = explain(
+        lambda: month_totals(months=months), "billing_tenantmonthtotal")
+    plans["/metrics: every tenant and pool, from the kept totals"] = explain(
+        metric_sums, "billing_tenantmonthtotal")
     return plans
 
 
