@@ -19,10 +19,11 @@ from django.db import connection
 from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
 
 from fleet.inventory.pricing import money
+from tenants.compiled import compiled_once
 from tenants.models import Tenant
 
 from .domain import SECONDS_PER_HOUR, utilisation
-from .models import Adjustment, Statement, StatementLine, UsageMonth
+from .models import Adjustment, Statement, StatementLine, TenantMonthTotal, UsageMonth
 
 ZERO = Decimal(0)
 
@@ -186,7 +187,9 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
     with the roundings month_figures makes (hours to 4 places, ties to even; amounts to the
     cent, half up), so a page or a scrape over every tenant and month reads a few sums
     instead of every line. Elsewhere (SQLite: decimals are floats there) it is the
-    reference itself; the property tests compare the two."""
+    reference itself; the property tests compare the two. Over every route it reads the
+    totals kept at write time (TenantMonthTotal), so a scrape or a page of every tenant
+    reads one row per tenant, pool and month."""
     if connection.vendor != "postgresql":
         return sum_figures(month_figures(tenant_ids=tenant_ids, months=months, route=route),
                            by, adjustments=adjustments)
@@ -223,26 +226,64 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
             for name in sums:
                 t[name] += row[name] or ZERO
 
-    closed = Statement.objects.filter(tenant_id=OuterRef("tenant_id"), month=OuterRef("month"),
-                                      closed_at__isnull=False)
-    usage = UsageMonth.objects.exclude(Exists(closed))
     if route:
-        usage = usage.filter(allocation__route=route)
-    add(usage, {"tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
-                "pool": "pool__slug"},
-        allocated_h=Sum(Hours(F("allocated_s"))), used_h=Sum(Hours(F("used_s"))),
-        amount=Sum(Cents(F("amount"))))
-    lines = StatementLine.objects.filter(statement__closed_at__isnull=False)
-    if route:
-        lines = lines.filter(route=route)
-    add(lines, {"tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
-                "month": "statement__month", "pool": "allocation__pool__slug"},
-        allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+        # A route's share: its lines summed here (the totals are per pool, not per route).
+        closed = Statement.objects.filter(tenant_id=OuterRef("tenant_id"),
+                                          month=OuterRef("month"), closed_at__isnull=False)
+        usage = UsageMonth.objects.exclude(Exists(closed)).filter(allocation__route=route)
+        add(usage, {"tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
+                    "pool": "pool__slug"},
+            allocated_h=Sum(Hours(F("allocated_s"))), used_h=Sum(Hours(F("used_s"))),
+            amount=Sum(Cents(F("amount"))))
+        lines = StatementLine.objects.filter(statement__closed_at__isnull=False, route=route)
+        add(lines, {"tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
+                    "month": "statement__month", "pool": "allocation__pool__slug"},
+            allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+    else:
+        # Every route: the totals kept at write time (billing.totals), one row per tenant,
+        # pool and month, already rounded line by line as above.
+        add(TenantMonthTotal.objects.all(), {
+            "tenant_id": "tenant_id", "tenant": "tenant__slug", "month": "month",
+            "pool": "pool__slug"},
+            allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
     if adjustments and not route and "pool" not in by:
         add(Adjustment.objects.all(), {
             "tenant_id": "statement__tenant_id", "tenant": "statement__tenant__slug",
             "month": "statement__month"}, amount=Sum("amount"))
     return dict(out)
+
+
+@compiled_once
+def _pool_sums():
+    return (TenantMonthTotal.objects.values("tenant__slug", "pool__slug")
+            .annotate(allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
+            .order_by())
+
+
+@compiled_once
+def _adjustment_sums():
+    return (Adjustment.objects.values("statement__tenant__slug").annotate(amount=Sum("amount"))
+            .order_by())
+
+
+def metric_sums() -> tuple[dict[tuple, Sums], dict[tuple, Sums]]:
+    """What /metrics exports, over every month: figure_sums by (tenant, pool) and by tenant
+    (adjustments included), from the kept totals in two queries compiled once per process
+    (tenants.compiled) — a scrape reads one row per tenant, pool and month. The property
+    test holds it equal to figure_sums (and so to the reference)."""
+    if connection.vendor != "postgresql":
+        return figure_sums(("tenant", "pool")), figure_sums(("tenant",))
+    per_pool: dict[tuple, Sums] = {}
+    per_tenant: dict[tuple, Sums] = defaultdict(_zero)
+    for row in _pool_sums():
+        sums = {name: row[name] or ZERO for name in ("allocated_h", "used_h", "amount")}
+        per_pool[(row["tenant__slug"], row["pool__slug"])] = sums
+        t = per_tenant[(row["tenant__slug"],)]
+        for name, value in sums.items():
+            t[name] += value
+    for row in _adjustment_sums():
+        per_tenant[(row["statement__tenant__slug"],)]["amount"] += row["amount"] or ZERO
+    return per_pool, dict(per_tenant)
 
 
 def month_totals(*, tenant_ids: Iterable[int] | None = None, months: list[dt.date],
@@ -287,6 +328,25 @@ def apply_to_overview(rows, totals: list[dict], figures: list[MonthFigures],
         r.amount = sum((f.final for f in mine), ZERO)
     for t in totals:
         t.update(sums.get(t["month"]) or {"allocated_h": ZERO, "used_h": ZERO, "amount": ZERO})
+
+
+def apply_sums_to_overview(rows, totals: list[dict], months: list[dt.date], *,
+                           route: str = "", month_sums: dict[dt.date, Sums]) -> None:
+    """apply_to_overview for the page: the rows' figures per tenant and month from
+    figure_sums (the kept totals over every route; the same sums as month_figures', which
+    the property test holds), month totals given (month_totals)."""
+    per = figure_sums(("tenant_id", "month"), tenant_ids=[r.tenant_id for r in rows],
+                      months=months, route=route)
+    by_tenant: dict[int, dict[dt.date, Sums]] = defaultdict(dict)
+    for (tenant_id, month), sums in per.items():
+        by_tenant[tenant_id][month] = sums
+    for r in rows:
+        r.months = by_tenant.get(r.tenant_id, {})
+        r.allocated_h = sum((m["allocated_h"] for m in r.months.values()), ZERO)
+        r.used_h = sum((m["used_h"] for m in r.months.values()), ZERO)
+        r.amount = sum((m["amount"] for m in r.months.values()), ZERO)
+    for t in totals:
+        t.update(month_sums.get(t["month"]) or _zero())
 
 
 def tenant_month(tenant_id: int, month: dt.date) -> MonthFigures:

@@ -88,6 +88,31 @@ class UsageMonth(models.Model):
         return f"{self.allocation_id} {self.month:%Y-%m}"
 
 
+class TenantMonthTotal(models.Model):
+    """A tenant's month in one pool, added up at write time: its lines' hours (each to 4
+    places) and amounts (each to the cent), as billing.figures.month_figures counts them (an
+    open month from its usage months, a closed one from its frozen lines). Pages and
+    /metrics that sum every tenant's months read these rows, not every line. Written only by
+    billing.totals.refresh_totals (the rollup, closing and reopening a month call it);
+    adjustments are not here (they belong to no pool; few, they are summed where read).
+    tests/db/test_invariants.py holds every row equal to the sum it replaces."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="+")
+    month = models.DateField()
+    allocated_h = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    used_h = models.DecimalField(max_digits=18, decimal_places=4, default=0)
+    amount = models.DecimalField(max_digits=16, decimal_places=2, default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "pool", "month"],
+                                               name="one_total_per_tenant_pool_month")]
+        indexes = [models.Index(fields=["month", "tenant"], name="total_by_month_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.pool_id} {self.month:%Y-%m}"
+
+
 class Statement(models.Model):
     """A tenant's month. Open: computed live. Closed: its lines are frozen."""
 

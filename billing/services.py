@@ -47,6 +47,7 @@ from .models import (
     UsageHour,
     UsageMonth,
 )
+from .totals import refresh_totals
 from .validation import adjustment_errors
 
 BILLED = tuple(sorted(lifecycle.BILLED))
@@ -171,8 +172,11 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
     return len(rows)
 
 
+@transaction.atomic
 def refresh_months(keys: set[tuple[int, dt.date]]) -> None:
-    """Rebuild the monthly totals of these (allocation, month) pairs from their hours."""
+    """Rebuild the monthly totals of these (allocation, month) pairs from their hours, and
+    the tenant-month totals they add up to (billing.totals), in one transaction."""
+    tenant_months: set[tuple[int, dt.date]] = set()
     by_month: dict[dt.date, set[int]] = defaultdict(set)
     for alloc_id, month in keys:
         by_month[month].add(alloc_id)
@@ -195,6 +199,8 @@ def refresh_months(keys: set[tuple[int, dt.date]]) -> None:
             update_conflicts=True, unique_fields=["allocation", "month"],
             update_fields=["allocated_s", "used_s", "credit_s", "borrowed_s", "charged_s",
                            "amount", "hours", "pending_hours"])
+        tenant_months |= {(t["tenant_id"], month) for t in totals}
+    refresh_totals(tenant_months)
 
 
 def rollup_recent(hours: int = 6) -> RollupReport:
@@ -292,6 +298,7 @@ def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
         amount=line.amount, pending_hours=0) for line in lines])
     statement.closed_at, statement.closed_by = timezone.now(), by
     statement.save(update_fields=["closed_at", "closed_by"])
+    refresh_totals({(tenant.pk, month)})  # the month now adds up its frozen lines
     total = sum((line.amount for line in lines), Decimal(0))
     audit_record(actor=by, subject=statement, tenant=tenant, action="statement.closed",
                  reason=f"Closed {month:%B %Y} at {total:.2f} over {len(lines)} line(s).")
@@ -331,6 +338,7 @@ def statement_reopen(*, statement: Statement, by, reason: str) -> Statement:
     statement.lines.all().delete()
     statement.closed_at, statement.closed_by = None, None
     statement.save(update_fields=["closed_at", "closed_by"])
+    refresh_totals({(statement.tenant_id, statement.month)})  # live again: its usage
     audit_record(actor=by, subject=statement, tenant=statement.tenant,
                  action="statement.reopened", reason=reason.strip(),
                  data={"closed_total": f"{total:.2f}", "lines": len(lines)})

@@ -29,6 +29,7 @@ from .cluster_usage import where_it_ran
 from .domain import month_start, parse_month
 from .exports import statement_document, statement_response
 from .figures import (
+    apply_sums_to_overview,
     apply_to_overview,
     grand_total,
     month_figures,
@@ -38,6 +39,7 @@ from .figures import (
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import AdjustmentForm, OverviewFilters
 from .models import Adjustment, RateCard
+from .renderers import tenant_rows
 from .selectors import (
     adjustment_charges,
     allocation_month_hours,
@@ -99,9 +101,8 @@ def finance_overview(request):
         tenant_ids, months, route=f["route"], q=f["q"])
     # The rows shown from their own figures; the month totals of every tenant the filters
     # leave summed by the database (billing.figures.month_totals: the same roundings).
-    apply_to_overview(rows, totals, month_figures(
-        tenant_ids=[r.tenant_id for r in rows], months=months, route=f["route"]),
-        month_totals(tenant_ids=filtered, months=months, route=f["route"]))
+    apply_sums_to_overview(rows, totals, months, route=f["route"], month_sums=month_totals(
+        tenant_ids=filtered, months=months, route=f["route"]))
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)
@@ -113,7 +114,7 @@ def finance_overview(request):
         else filters, "query": filters.query(),
         "filter_errors": [(str(filters.fields[n].label or n.capitalize()) if n in filters.fields
                            else n, " ".join(e)) for n, e in filters.errors.items()],
-        "rows": rows, "table": table, "page": page,
+        "rows": rows, "table": table, "rows_html": tenant_rows(table), "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand_total(totals), "budget": budget,
         "this_month": this_month(filtered, timezone.now())

@@ -34,6 +34,7 @@ from .inventory.selectors import (
     node_facts,
     node_list,
     pools_with_capacity,
+    read_fleet,
 )
 from .inventory.services import (
     cluster_check,
@@ -67,20 +68,21 @@ NODE_STATES = list(NodeState.ALL)
 @login_required
 def fleet_overview(request):
     require_platform_admin(request.user)
-    picture = fleet_picture()  # every node once, as plain rows; every active pool's row
+    reading = read_fleet()  # every node once, as plain rows; every pool and its capacity
+    picture = fleet_picture(reading)
     state = request.GET.get("state", "")
     pool = request.GET.get("pool", "")
     nodes = node_list(state=state if state in NODE_STATES else "", pool=pool)
     page = Paginator(nodes, 50).get_page(request.GET.get("page"))
     template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
     live = Cluster.objects.live()
-    clusters = [] if request.htmx else clusters_overview(live)
+    clusters = [] if request.htmx else clusters_overview(live, reading=reading)
     many_clusters = len(clusters) > 1 if clusters else live.count() > 1
     return render(request, template, {
         "clusters": clusters, "many_clusters": many_clusters,
         "across": across_clusters(clusters),
         "rows": picture.pools, "unpooled": picture.unpooled, "page": page, "state": state,
-        "pool": pool, "states": NODE_STATES, "pools": Pool.objects.all(),
+        "pool": pool, "states": NODE_STATES, "pools": reading.pools,
         "flagged": flagged_allocations(), "total": picture.total, "pool_label": LABEL_POOL,
     })
 

@@ -27,6 +27,7 @@ from fleet.inventory.selectors import (
 )
 from fleet.models import Cluster, Pool, Route
 from tenants.models import AuditEvent
+from tenants.per_request import once_per_request
 
 from .domain import (
     Fill,
@@ -72,6 +73,7 @@ def dispatch_capacity(pool: Pool) -> tuple[tuple[str, int], ...]:
     return tuple((w.described, capacity[w.slug]) for w in workers)
 
 
+@once_per_request
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     """Every active pool with its facts, in a fixed number of queries (overview, review)."""
     pools = list(Pool.objects.filter(active=True).select_related("cluster"))
@@ -88,6 +90,7 @@ def window_hours(starts_on: dt.date | None, ends_on: dt.date | None) -> Decimal 
     return Decimal(((ends_on - starts_on).days + 1) * 24)
 
 
+@once_per_request
 def mig_offer(gpu_model: str = "") -> tuple[int, tuple[str, ...]]:
     """GPU memory and MIG profiles of the pool that would take a small request.
 
@@ -110,21 +113,48 @@ def answers_for(answers: IntakeAnswers, gpu_model: str = "") -> IntakeAnswers:
                    mig_weights=tuple(sorted(mig_weights().items())))
 
 
-def pool_for_route(decision: RouteDecision, gpu_model: str = "", pool: Pool | None = None
-                   ) -> Pool | None:
+class ActivePools(dict):
+    """Pool id → facts of every active pool, and the pools themselves (`pools`, in the
+    pools' own order: route, then name), read once for a page: the planners pick a route's
+    pool, and find the pool a request names, among them instead of asking again."""
+
+    def __init__(self, pairs: list[tuple[Pool, PoolFacts]]):
+        super().__init__((pool.pk, facts) for pool, facts in pairs)
+        self.pools = [pool for pool, _ in pairs]
+
+
+def pool_for_route(decision: RouteDecision, gpu_model: str = "", pool: Pool | None = None,
+                   *, facts: dict | None = None) -> Pool | None:
     """The pool that takes a routed request: the one it names if it serves the route, else
-    the first active pool of the route (and GPU model)."""
+    the first active pool of the route (and GPU model) by name — among the pools a page read
+    already when `facts` is an ActivePools (the same pool: they are every active pool, in
+    route and name order)."""
     if decision.route is None:
         return None
     if pool is not None and pool.route == decision.route:
         return pool
+    if isinstance(facts, ActivePools):
+        return next((p for p in facts.pools if p.route == decision.route
+                     and (not gpu_model or p.gpu_model == gpu_model)), None)
     return pools_for_route(decision.route, gpu_model).first()
 
 
-def facts_of_active_pools() -> dict[int, PoolFacts]:
+def named_pool(pool_id: int | None, facts: dict | None = None) -> Pool | None:
+    """The pool a request names, read fresh (not a cached relation) — or as this request
+    read it already, among an ActivePools."""
+    if not pool_id:
+        return None
+    if isinstance(facts, ActivePools):
+        found = next((p for p in facts.pools if p.pk == pool_id), None)
+        if found is not None:
+            return found
+    return Pool.objects.filter(pk=pool_id).first()
+
+
+def facts_of_active_pools() -> ActivePools:
     """Pool id → facts of every active pool, read together: a page planning one request
     under several routes (the review page) reads the fleet once, not once per route."""
-    return {pool.pk: facts for pool, facts in active_pools_facts()}
+    return ActivePools(active_pools_facts())
 
 
 def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilisation: int = 100,
@@ -136,7 +166,7 @@ def plan_answers(answers: IntakeAnswers, *, gpu_model: str = "", expected_utilis
     decision = decision or route_request(answers)
     if decision.route is None:
         return decision, None
-    pool = pool_for_route(decision, gpu_model, pool)
+    pool = pool_for_route(decision, gpu_model, pool, facts=facts)
     if pool is None:
         return decision, None
     known = (facts or {}).get(pool.pk)
@@ -206,8 +236,8 @@ def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None
     route as decided (the admin's override included, once approved), the pool it was
     approved into (else the route's pool), and the price there now (fleet.inventory.pricing)."""
     decision = decision or decided_route(request)
-    if pool is None and request.pool_id:
-        pool = Pool.objects.filter(pk=request.pool_id).first()  # fresh, not a cached relation
+    if pool is None:
+        pool = named_pool(request.pool_id, facts)
     return plan_answers(
         answers_for(request.answers(), request.gpu_model), gpu_model=request.gpu_model,
         expected_utilisation=request.expected_utilisation, starts_on=request.starts_on,
@@ -294,9 +324,9 @@ def approval_plan(request: CapacityRequest, *, decision: RouteDecision | None = 
     decision = decision or decided_route(request)
     if not decision.ok:
         return ApprovalPlan(decision, None, None)
-    if pool is None and request.pool_id:
-        pool = Pool.objects.filter(pk=request.pool_id).first()  # fresh, not a cached relation
-    pool = pool_for_route(decision, request.gpu_model, pool)
+    if pool is None:
+        pool = named_pool(request.pool_id, facts)
+    pool = pool_for_route(decision, request.gpu_model, pool, facts=facts)
     if pool is None:
         return ApprovalPlan(decision, None, None)
     decision, plan = plan_for_request(request, decision=decision, pool=pool, facts=facts)
@@ -333,7 +363,7 @@ def override_plan(request: CapacityRequest, override_route: str, *,
     decision, pool = approval_decision(request, override_route, "preview")
     if not decision.ok:
         return ApprovalPlan(decision, None, None)
-    pool = pool_for_route(decision, request.gpu_model, pool)
+    pool = pool_for_route(decision, request.gpu_model, pool, facts=facts)
     if pool is None:
         return ApprovalPlan(decision, None, None)
     return approval_plan(request, decision=decision, pool=pool, facts=facts)

@@ -41,6 +41,7 @@ from .domain import (
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import CapacityRequest
 from .preview import request_objects
+from .renderers import request_rows, review_rows
 from .selectors import (
     REVIEW_PAGE_SIZE,
     ReviewQueueFilter,
@@ -110,7 +111,8 @@ def request_list(request):
     if request.htmx:
         template += "#rows"
     return render(request, template, {
-        "page": page, "status": status, "tenant": tenant, "statuses": list(Status),
+        "page": page, "rows": request_rows(page), "status": status, "tenant": tenant,
+        "statuses": list(Status),
         "counts": counts, "can_file": roles.is_lead,
         "tenant_filter": tenant_filter_html(visible_tenants(request.user).order_by("name"),
                                             tenant),
@@ -305,7 +307,8 @@ def review_queue(request):
         page = Paginator(queued_requests(queue, now=timezone.now()), REVIEW_PAGE_SIZE
                          ).get_page(form.cleaned_data["page"])
         here = reverse("intake:review_queue")
-        context.update(page=page, newest_first=queue.newest_first, pages={
+        context.update(page=page, rows=review_rows(page, queue_qs=query),
+                       newest_first=queue.newest_first, pages={
             "previous": page.has_previous() and _with_query(
                 here, form.query_string(page=page.previous_page_number())),
             "next": page.has_next() and _with_query(

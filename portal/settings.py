@@ -101,6 +101,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "tenants.per_request.PerRequestMemoMiddleware",  # reads a page repeats, made once
 ]
 
 ROOT_URLCONF = "portal.urls"

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found
 
-from billing.figures import figure_sums
+from billing.figures import metric_sums
 from billing.stranded_board import open_stranded_device_hours
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
@@ -109,8 +109,8 @@ def metrics(request):
     ]
     # The one number (billing.figures): the same lines, cents and adjustments as statements,
     # summed by the database (a scrape reads sums, not every tenant's every month).
-    per_pool = figure_sums(("tenant", "pool"))
-    per_tenant = {tenant: t["amount"] for (tenant,), t in figure_sums(("tenant",)).items()}
+    per_pool, tenants = metric_sums()
+    per_tenant = {tenant: t["amount"] for (tenant,), t in tenants.items()}
     used_lines, amount_lines = [], []
     for (tenant, pool), t in sorted(per_pool.items()):
         labels = f'tenant="{tenant}",pool="{pool}"'

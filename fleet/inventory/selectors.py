@@ -145,20 +145,54 @@ class ClusterView:
         return sum((cap.allocated_devices for _p, cap in self.pools), Decimal(0))
 
 
-def clusters_overview(clusters=None) -> list[ClusterView]:
+@dataclass(frozen=True)
+class FleetReading:
+    """Every node (as plain facts) and every pool with its capacity, read once for a page
+    that shows the fleet several ways (the fleet page: its clusters and its pools)."""
+
+    by_cluster: dict  # cluster id → pool id → NodeFacts
+    pools: list[Pool]  # every pool, its cluster joined
+    capacity: dict[int, PromisableCapacity]  # pool id → capacity
+
+    def by_pool(self) -> dict[int | None, list[NodeFacts]]:
+        out: dict[int | None, list[NodeFacts]] = {}
+        for per in self.by_cluster.values():
+            for pool_id, facts in per.items():
+                out.setdefault(pool_id, []).extend(facts)
+        return out
+
+
+def read_fleet() -> FleetReading:
+    """The fleet in pools_capacity's few queries and one read of every node."""
+    by_cluster = facts_by_cluster(GpuNode.objects.all())
+    pools = list(Pool.objects.select_related("cluster"))
+    reading = FleetReading(by_cluster, pools, {})
+    nodes = {k: v for k, v in reading.by_pool().items() if k is not None}
+    reading.capacity.update(pools_capacity(pools, node_facts=nodes))
+    return reading
+
+
+def clusters_overview(clusters=None, *, reading: FleetReading | None = None
+                      ) -> list[ClusterView]:
     """Every cluster (live first) with its figures: every node read once as plain rows, the
-    pools' capacity and the allocations held in a fixed number of queries more."""
+    pools' capacity and the allocations held in a fixed number of queries more (none more
+    for nodes and pools when the page has read the fleet already: `reading`)."""
     if clusters is None:
         home_cluster_id()  # registered before it is listed, even before any pool names it
         clusters = Cluster.objects.all()
     clusters = list(clusters)
     ids = [c.pk for c in clusters]
-    pools = list(Pool.objects.filter(cluster_id__in=ids))
-    found = facts_by_cluster(GpuNode.objects.filter(cluster_id__in=ids))
+    if reading is not None:
+        pools = [p for p in reading.pools if p.cluster_id in set(ids)]
+        found, capacity = reading.by_cluster, reading.capacity
+    else:
+        pools = list(Pool.objects.filter(cluster_id__in=ids))
+        found = facts_by_cluster(GpuNode.objects.filter(cluster_id__in=ids))
     facts = {c.pk: found.get(c.pk, {}) for c in clusters}
-    capacity = pools_capacity(pools, node_facts={
-        pool_id: found for per in facts.values() for pool_id, found in per.items()
-        if pool_id is not None})
+    if reading is None:
+        capacity = pools_capacity(pools, node_facts={
+            pool_id: found for per in facts.values() for pool_id, found in per.items()
+            if pool_id is not None})
     held = dict(Allocation.objects.filter(pool__cluster_id__in=ids,
                                           status__in=Allocation.HOLDING)
                 .values("pool__cluster_id").annotate(n=Count("pk"))
@@ -216,12 +250,13 @@ class FleetPicture:
     total: FleetCounts  # every node
 
 
-def fleet_picture() -> FleetPicture:
+def fleet_picture(reading: FleetReading | None = None) -> FleetPicture:
     """Every active pool's row and the fleet's counts, from every node read once as plain
-    rows (facts_by_pool) and pools_capacity's few queries, plus two per overcommitted pool."""
-    nodes_by_pool = facts_by_pool(GpuNode.objects.all())
-    pools = list(Pool.objects.filter(active=True).select_related("cluster"))
-    capacities = pools_capacity(pools, node_facts=nodes_by_pool)
+    rows (read_fleet) and pools_capacity's few queries, plus two per overcommitted pool."""
+    reading = reading or read_fleet()
+    nodes_by_pool = reading.by_pool()
+    pools = [p for p in reading.pools if p.active]
+    capacities = reading.capacity
     rows = []
     for pool in pools:
         cap = capacities[pool.pk]

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from tenants.compiled import compiled_once
+
 from ..models import QueueWorkload
 from ..prometheus import PrometheusError, instant_query
 
@@ -138,16 +140,13 @@ BUSY_BUCKETS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 MEMORY_BUCKETS_GB = (5, 10, 20, 40, 80, 160)
 
 
-def utilisation_histograms() -> list[dict]:
-    """Per tenant and queue: how busy finished workloads kept their GPUs, and the most memory
-    they held, as cumulative bucket counts. Only workloads measured over their whole run
-    count, each once, so the counts only grow (a running one's figure still changes; a
-    deleted or stopped one was seen only in part). One aggregate query."""
+@compiled_once
+def _utilisation_rows():
     def buckets(field: str, bounds) -> dict:
         return {f"{field}_le{i}": Count("id", filter=Q(**{f"{field}__lte": b}))
                 for i, b in enumerate(bounds)}
 
-    rows = (QueueWorkload.objects
+    return (QueueWorkload.objects
             .filter(finished_at__isnull=False, utilisation_at__gte=F("finished_at"))
             .values("allocation__tenant__slug", "namespace", "local_queue")
             .annotate(busy_n=Count("gpu_busy"), busy_sum=Sum("gpu_busy"),
@@ -155,8 +154,16 @@ def utilisation_histograms() -> list[dict]:
                       **buckets("gpu_busy", BUSY_BUCKETS),
                       **buckets("gpu_memory_gb", MEMORY_BUCKETS_GB))
             .order_by("allocation__tenant__slug", "namespace", "local_queue"))
+
+
+def utilisation_histograms() -> list[dict]:
+    """Per tenant and queue: how busy finished workloads kept their GPUs, and the most memory
+    they held, as cumulative bucket counts. Only workloads measured over their whole run
+    count, each once, so the counts only grow (a running one's figure still changes; a
+    deleted or stopped one was seen only in part). One aggregate query (compiled once:
+    tenants.compiled)."""
     out = []
-    for r in rows:
+    for r in _utilisation_rows():
         base = {"tenant": r["allocation__tenant__slug"],
                 "queue": f"{r['namespace']}/{r['local_queue']}"}
         for field, bounds, key in (("gpu_busy", BUSY_BUCKETS, "busy"),

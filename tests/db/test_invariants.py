@@ -29,7 +29,7 @@ from rest_framework.test import APIClient
 
 from billing.domain import SECONDS_PER_HOUR, month_start
 from billing.models import Adjustment, ClusterUsageHour, Statement, StatementLine, UsageHour
-from billing.services import ratecard_create, rollup_usage, statement_close
+from billing.services import ratecard_create, rollup_usage, statement_close, statement_reopen
 from fleet.inventory.pricing import pool_rate
 from fleet.models import Allocation, Cluster, GpuNode, Pool, QueueUsageHour, Route
 from intake import services
@@ -75,6 +75,8 @@ world_st = st.fixed_dictionaries({
     "rate_change_min": st.one_of(st.none(), st.integers(1, HOURS * 60 - 1)),
     "new_rate": st.decimals("0.50", "9.99", places=2),
     "close": st.booleans(),
+    # A closed month reopened and closed again (its kept totals follow it both ways).
+    "reopen": st.booleans(),
     # Two clusters: the confidential pool (where overrides land) in a cluster of its own.
     "clusters": st.integers(1, 2),
     # Shared allocations dispatched by MultiKueue over two workers (shares 1 : 2), their use
@@ -170,15 +172,42 @@ def check_hours(allocs) -> None:
 def check_month_totals(months: list[dt.date]) -> None:
     """The overview's month totals, summed by the database, are the sum of every tenant's
     month figures (all routes and each one)."""
-    from billing.figures import figure_sums, month_figures, month_totals, sum_figures
+    from billing.figures import (
+        figure_sums,
+        metric_sums,
+        month_figures,
+        month_totals,
+        sum_figures,
+    )
 
     for route in ["", *Route.values]:
         want = sum_figures(month_figures(months=months, route=route), ("month",))
         got = month_totals(months=months, route=route)
         assert got == {m: want.get((m,), {"allocated_h": 0, "used_h": 0, "amount": 0})
                        for m in months}, route
+        # the overview page's rows: each tenant's months (apply_sums_to_overview)
+        by = ("tenant_id", "month")
+        assert figure_sums(by, months=months, route=route) == sum_figures(
+            month_figures(months=months, route=route), by), route
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
+    assert metric_sums() == (figure_sums(("tenant", "pool")), figure_sums(("tenant",)))
+    check_kept_totals()
+
+
+def check_kept_totals() -> None:
+    """The totals kept at write time (TenantMonthTotal, billing.totals) are, row for row, the
+    sum they replace: month_figures per tenant, pool and month (line roundings, frozen lines
+    for a closed month, adjustments apart), no row missing and none left over."""
+    from billing.figures import month_figures, sum_figures
+    from billing.models import TenantMonthTotal
+
+    want = {key: sums for key, sums in sum_figures(
+        month_figures(), ("tenant_id", "month", "pool")).items()}
+    kept = {(t.tenant_id, t.month, t.pool.slug): {
+        "allocated_h": t.allocated_h, "used_h": t.used_h, "amount": t.amount}
+        for t in TenantMonthTotal.objects.select_related("pool")}
+    assert kept == want
 
 
 def check_request_tally() -> None:
@@ -340,8 +369,15 @@ def test_every_number_agrees_in_generated_worlds(world, tenant, lead, admin_user
     with transaction.atomic():  # every example starts from the same empty world
         allocs = _build(world, tenant, lead, admin_user, django_capture_on_commit_callbacks)
         rollup_usage(start=START, end=START + dt.timedelta(hours=HOURS))
+        check_kept_totals()  # as the rollup left them
         if world["close"]:
             statement_close(tenant=tenant, month=MONTH, by=finance_user)
+            if world["reopen"]:
+                check_kept_totals()  # the frozen lines
+                statement_reopen(statement=Statement.objects.get(tenant=tenant, month=MONTH),
+                                 by=finance_user, reason="generated reopen")
+                check_kept_totals()  # the live usage again
+                statement_close(tenant=tenant, month=MONTH, by=finance_user)
             if world["adjustment"] is not None:
                 Adjustment.objects.create(
                     statement=Statement.objects.get(tenant=tenant, month=MONTH),

@@ -11,6 +11,8 @@ tenants, 200,000 requests, 600,000 audit rows, 12 million usage rows — 100 day
 growth of its p95 from the first size to the last. Not in CI: it loads for many minutes.
 Rerun alone:
     make test ARGS="tests/db/test_page_benchmark.py -s"
+PORTAL_BENCH_PROFILE=1: also where the heaviest pages' time goes (tests/db/page_profile.py:
+template, ORM compile, SQL, the rest of Python; and the project's heaviest functions).
 Lines start with BENCHMARK.
 """
 
@@ -36,6 +38,7 @@ from fleet.models import Allocation, GpuNode, Route
 from intake.models import CapacityRequest
 from intake.tally import compact_request_tally
 from tenants.models import AuditEvent, Tenant
+from tests.db.page_profile import print_profiles
 from tests.factories import make_lead, make_pools
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.db.bench_urls")]
@@ -43,6 +46,11 @@ pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.db.bench_urls")]
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
 SIZES = [float(x) for x in os.environ.get("PORTAL_BENCH_SIZES", "").split(",") if x.strip()]
 RUNS = 30 if FULL or SIZES else 15
+PROFILE = os.environ.get("PORTAL_BENCH_PROFILE") == "1"
+# The heaviest pages, profiled with PORTAL_BENCH_PROFILE=1.
+PROFILED = ["finance: overview 6 months", "finance: overview 12 months", "admin: fleet",
+            "admin: review queue", "admin: review detail", "lead: requests", "lead: overview",
+            "Prometheus scrape: /metrics"]
 
 
 @dataclass(frozen=True)
@@ -144,11 +152,14 @@ def heavy_query_plans(world) -> dict[str, str]:
         tenant=world["tenant"])[:25].explain(analyze=True)
     queue = queued_requests(ReviewQueueFilter(status="submitted"), now=timezone.now())
     plans["admin: review queue, oldest first"] = queue[:25].explain(analyze=True)
-    # The month totals of every tenant (billing.figures.month_totals): the usage sum.
-    from billing.figures import month_totals
+    # The month totals of every tenant (billing.figures.month_totals): the kept totals'
+    # sum (billing.totals), and /metrics' (billing.figures.metric_sums).
+    from billing.figures import metric_sums, month_totals
 
-    plans["finance: month totals of every tenant, summed in SQL"] = explain(
-        lambda: month_totals(months=months), "billing_usagemonth")
+    plans["finance: month totals of every tenant, from the kept totals"] = explain(
+        lambda: month_totals(months=months), "billing_tenantmonthtotal")
+    plans["/metrics: every tenant and pool, from the kept totals"] = explain(
+        metric_sums, "billing_tenantmonthtotal")
     return plans
 
 
@@ -306,6 +317,11 @@ def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user
         # Constant, not per tenant: the overview's queries do not grow with the tenants.
         assert results["finance: overview 12 months"]["queries"] < 40
         print_size(size, results, loaded, explains)
+        if PROFILE:
+            names = {"tenant": world["tenant"].slug, "request": world["alloc_request"].pk,
+                     "month": world["month"], "submitted": world["submitted"].pk}
+            print_profiles(client, users, [(label, who, url.format(**names))
+                                           for label, who, url in PAGES if label in PROFILED])
         sweep[size.label] = results
         transaction.savepoint_rollback(point)
     if len(sizes) > 1:
