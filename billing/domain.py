@@ -359,3 +359,14 @@ def hours_text(value) -> str:
         return "0\u00a0h"
     places = 0 if abs(d) >= 100 else 1 if abs(d) >= 10 else 2
     return f"{d:,.{places}f}\u00a0h"
+
+
+def rate_reprices(starts: dt.datetime, now: dt.datetime) -> str:
+    """What a new rate does to hours already billed, said when it is recorded: nothing if it
+    starts in the future; a back-dated one applies to the open month's hours from its start
+    once the rollup is re-run over them (the hourly rollup covers only the last hours)."""
+    if starts >= floor_hour(now):
+        return ""
+    return (f" It starts in the past ({starts:%Y-%m-%d %H:%M} UTC): the hours billed since "
+            f"then in the open month of {month_start(starts):%B %Y} keep their old price until "
+            "the rollup is re-run over them, and are then re-priced at the new rate.")

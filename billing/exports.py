@@ -160,7 +160,9 @@ def statement_pdf(doc: StatementDocument) -> bytes:
                 table.row([f"{at:%Y-%m-%d %H:%M}", text(description), f"{amount:,.2f}"])
     pdf.ln(4)
     pdf.set_font(family, "B", 13)
-    pdf.cell(0, 8, text(f"Final: {doc.currency} {f.final:,.2f}"), new_x="LMARGIN",
+    # Only a closed month's total is final; an open month's is the month so far.
+    label = "Final" if doc.closed else "So far (open month, not final)"
+    pdf.cell(0, 8, text(f"{label}: {doc.currency} {f.final:,.2f}"), new_x="LMARGIN",
              new_y="NEXT")
     if not doc.closed:
         pdf.set_font(family, "", 9)

@@ -1,9 +1,14 @@
 """FinOps FOCUS export, the pure part: one row per allocation and charge period (a day, at
-one price), in the columns the FOCUS specification (1.0) defines for usage-based charges.
+one price), in the columns the FOCUS specification defines for usage-based charges (1.0's,
+with 1.2's InvoiceId and ServiceSubcategory: the FinOps Foundation's validator runs FOCUS
+1.2's rules on it in the suite, tests/db/test_focus_validator.py).
 
 The portal is the provider and invoice issuer; a tenant is the billing account (its cost
 centre) and sub-account; an allocation is the resource; a pool at its rate is the SKU price.
-Quantities are GPU-hours (a MIG slice counts as its share of a device, as everywhere).
+Quantities are GPU-hours (a MIG slice counts as its share of a device, as everywhere: a
+3g.40gb slice's hour is 3/7 of a GPU-hour, a fraction and not a whole device). The invoice is
+the tenant's statement for the month (`<tenant>:<YYYY-MM>`, as the statement API names it):
+a closed month's is issued, an open month's the provisional one its statement page shows.
 
 Costs are in cents and add up to the statement: an allocation's days share its statement
 line's amount (largest remainder), and a closed month's adjustments are rows of their own
@@ -16,6 +21,8 @@ import datetime as dt
 import json
 from dataclasses import dataclass, replace
 from decimal import Decimal
+
+from fleet.domain import Route
 
 from .clusters import split_exactly
 
@@ -32,17 +39,27 @@ FOCUS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("CommitmentDiscountStatus", "String"), ("CommitmentDiscountType", "String"),
     ("ConsumedQuantity", "Decimal"), ("ConsumedUnit", "String"),
     ("ContractedCost", "Decimal"), ("ContractedUnitPrice", "Decimal"),
-    ("EffectiveCost", "Decimal"), ("InvoiceIssuerName", "String"),
+    ("EffectiveCost", "Decimal"), ("InvoiceId", "String"), ("InvoiceIssuerName", "String"),
     ("ListCost", "Decimal"), ("ListUnitPrice", "Decimal"),
     ("PricingCategory", "String"), ("PricingQuantity", "Decimal"),
     ("PricingUnit", "String"), ("ProviderName", "String"), ("PublisherName", "String"),
     ("RegionId", "String"), ("RegionName", "String"), ("ResourceId", "String"),
     ("ResourceName", "String"), ("ResourceType", "String"),
-    ("ServiceCategory", "String"), ("ServiceName", "String"), ("SkuId", "String"),
-    ("SkuPriceId", "String"), ("SubAccountId", "String"), ("SubAccountName", "String"),
+    ("ServiceCategory", "String"), ("ServiceName", "String"),
+    ("ServiceSubcategory", "String"), ("SkuId", "String"), ("SkuMeter", "String"),
+    ("SkuPriceDetails", "JSON"), ("SkuPriceId", "String"), ("SubAccountId", "String"),
+    ("SubAccountName", "String"),
     ("Tags", "JSON"),
 )
 UNIT = "GPU-Hours"
+# FOCUS's service taxonomy: GPU capacity for training and serving models, in one subcategory
+# (a service name has one and only one).
+SERVICE_CATEGORY = "AI and Machine Learning"
+SERVICE_SUBCATEGORY = "Machine Learning"
+# What a SKU meters: device time, whole or in MIG slices (each slice-hour priced as its share
+# of a GPU-hour, so the quantity of a slice is a fraction of a GPU-hour).
+METER = "GPU time"
+METER_MIG = "GPU time in MIG slices (a slice-hour as its share of a GPU-hour)"
 
 
 @dataclass(frozen=True)
@@ -149,11 +166,19 @@ def _hours(seconds: Decimal) -> str:
     return f"{(Decimal(seconds) / 3600).quantize(Decimal('0.000001')):f}"
 
 
+def invoice_id(tenant_slug: str, billing_start: dt.datetime) -> str:
+    """The statement a charge is invoiced on, named as the statement API names it."""
+    return f"{tenant_slug}:{billing_start.astimezone(dt.UTC):%Y-%m}"
+
+
 def _row(cost: str, slug: str, name: str, cost_centre: str, billing_start: dt.datetime,
          billing_end: dt.datetime, *, currency: str, provider: str) -> dict[str, str]:
-    """The columns every row carries: the cost, the accounts, the billing period, who bills."""
+    """The columns every row carries: the cost, the accounts, the billing period, who bills,
+    the invoice (the month's statement) and the service."""
     row = {column: "" for column, _ in FOCUS_COLUMNS}
     row.update({
+        "InvoiceId": invoice_id(slug, billing_start),
+        "ServiceCategory": SERVICE_CATEGORY, "ServiceSubcategory": SERVICE_SUBCATEGORY,
         "BilledCost": cost, "EffectiveCost": cost, "ListCost": cost, "ContractedCost": cost,
         "BillingAccountId": cost_centre or slug, "BillingAccountName": name,
         "SubAccountId": slug, "SubAccountName": name, "BillingCurrency": currency,
@@ -177,9 +202,11 @@ def focus_row(c: ChargeDay, *, currency: str, provider: str) -> dict[str, str]:
         "ListUnitPrice": rate, "ContractedUnitPrice": rate, "PricingCategory": "Standard",
         "ResourceId": f"allocation/{c.allocation_id}", "ResourceName": c.namespace,
         "ResourceType": f"GPU allocation ({c.route_label})",
-        "ServiceCategory": "AI and Machine Learning",
         "ServiceName": f"GPU capacity: {c.pool_name}",
         "SkuId": f"{c.pool_slug}:{c.gpu_model}",
+        "SkuMeter": METER_MIG if c.route == Route.MIG_VCLUSTER else METER,
+        # One price per GPU-hour, whatever the slice: nothing beyond the unit price to detail.
+        "SkuPriceDetails": "",
         "SkuPriceId": f"{c.pool_slug}:{c.gpu_model}@{rate}",
         # The cluster is where the resource is provisioned: FOCUS's region (its id the
         # cluster's region label, or its slug when it has none; its name the cluster's).
@@ -200,7 +227,7 @@ def focus_adjustment_row(a: AdjustmentCharge, *, currency: str, provider: str
         "ChargePeriodStart": _time(a.billing_start), "ChargePeriodEnd": _time(a.billing_end),
         "ChargeCategory": "Adjustment", "ChargeClass": "Correction",
         "ChargeDescription": a.reason[:500], "ChargeFrequency": "One-Time",
-        "ServiceCategory": "AI and Machine Learning", "ServiceName": "GPU capacity",
+        "ServiceName": "GPU capacity",
         "Tags": json.dumps({"tenant": a.tenant_slug, "adjustment": a.adjustment_id,
                             **({"withdraws": a.withdraws} if a.withdraws else {})},
                            sort_keys=True),

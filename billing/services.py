@@ -438,11 +438,15 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
     over hours after it reprices them (closed months never change, so it may not start in
     one). The card itself is written by the fleet's one writer, with its checks."""
     require_platform_admin(by)
-    closed = Statement.objects.filter(closed_at__isnull=False,
-                                      month__gte=month_start(effective_from)).exists()
+    # Name the month that is closed (an earlier one may be open again, reopened after a
+    # wrong close, while a later one stays closed).
+    closed = Statement.objects.filter(closed_at__isnull=False, month__gte=month_start(
+        effective_from)).order_by("-month").values_list("month", flat=True).first()
     if closed:
-        raise BillingError(f"{month_start(effective_from):%B %Y} or a later month is closed "
-                           "already; start the new rate after the last closed month.")
+        after = month_start(closed + dt.timedelta(days=32))
+        raise BillingError(f"{closed:%B %Y} is closed, and a rate from "
+                           f"{effective_from:%Y-%m-%d %H:%M} UTC would re-price it; start the "
+                           f"new rate on {after:%Y-%m-%d} or later.")
     try:
         return rate_card_create(pool=pool, rate=rate, by=by, effective_from=effective_from,
                                 gpu_model=gpu_model)

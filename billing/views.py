@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from fleet.inventory.pricing import money_text
+from fleet.inventory.pricing import BEGINNING, money_text
 from fleet.models import Allocation, Pool, Route
 from tenants.access import billing_scope, require_rates_reader, roles_for, visible_tenants
 from tenants.audit import REASON_MAX
@@ -26,7 +26,7 @@ from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
 from .cluster_usage import where_it_ran
-from .domain import month_start, parse_month
+from .domain import month_start, parse_month, rate_reprices
 from .exports import statement_document, statement_response
 from .figures import (
     apply_sums_to_overview,
@@ -359,12 +359,16 @@ def rates(request):
             try:
                 services.ratecard_create(pool=pool, rate=rate, effective_from=starts,
                                          by=request.user)
-                messages.success(request, f"New rate for {pool.name} recorded.")
+                messages.success(request, f"New rate for {pool.name} recorded."
+                                 + rate_reprices(starts, timezone.now()))
                 return redirect("billing:rates")
             except services.BillingError as exc:
                 errors["form"] = exc.message
+    cards = list(RateCard.objects.select_related("pool").order_by("pool__name",
+                                                                  "-effective_from"))
+    for card in cards:  # a pool's first card holds from the start, not from 1970
+        card.from_the_start = card.effective_from <= BEGINNING
     return render(request, "billing/rates.html", {
-        "cards": RateCard.objects.select_related("pool").order_by("pool__name",
-                                                                  "-effective_from"),
+        "cards": cards,
         "pools": Pool.objects.all(), "errors": errors, "data": request.POST,
         "can_edit": roles.platform_admin})

@@ -116,7 +116,9 @@ class StopSerializer(serializers.Serializer):
 
 class TrackRecordSerializer(serializers.Serializer):
     median_error_seconds = serializers.FloatField(allow_null=True)
-    count = serializers.IntegerField()
+    count = serializers.IntegerField(help_text="admissions whose first estimate is compared")
+    of_admissions = serializers.IntegerField(
+        help_text="every admission in the last 14 days (the history's count)")
 
 
 class DaySerializer(serializers.Serializer):
@@ -126,6 +128,9 @@ class DaySerializer(serializers.Serializer):
     wait_p95_seconds = serializers.FloatField(source="p95", allow_null=True)
     preemptions = serializers.IntegerField()
     borrowed_device_hours = serializers.DecimalField(max_digits=14, decimal_places=2)
+    borrowed_cost = serializers.DecimalField(
+        max_digits=14, decimal_places=2, help_text="what billing charges for the borrowed "
+        "device-hours (the pool's rate in each hour; 0 where borrowing is not billed)")
 
 
 class HistoryGroupSerializer(serializers.Serializer):

@@ -44,6 +44,11 @@ if [ $# -eq 0 ] || [ "${PORTAL_PREBUILD:-}" = 1 ]; then
   trap 'if [ -n "$prebuild_pid" ]; then kill -- -"$prebuild_pid" 2>/dev/null || true; fi' EXIT
 fi
 bash scripts/venv.sh test
+# The FinOps FOCUS validator needs Python 3.12 (the portal runs on 3.11): its own environment,
+# cached (the test that runs it makes it too, so a single file run needs no step of its own).
+if [ $# -eq 0 ]; then
+  bash scripts/venv.sh focus >/dev/null || echo "test: no FOCUS validator environment (needs Python 3.12)"
+fi
 bash scripts/assets.sh test
 # Lint first: a finding fails the run (the same command CI runs).
 echo "test: ruff check"

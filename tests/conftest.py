@@ -91,12 +91,13 @@ def _redis_of_its_own(n: int) -> None:
 
 
 def pytest_runtest_logreport(report):
-    """Keep what benchmarks print (lines starting BENCHMARK, with the output around them), to
-    show at the end: under xdist a worker's printing never reaches the terminal."""
+    """Keep what benchmarks and the FOCUS validator's tests print (lines starting BENCHMARK or
+    VALIDATOR, with the output around them), to show at the end: under xdist a worker's
+    printing never reaches the terminal."""
     if report.when != "call" or not report.passed:
         return
     out = "\n".join(content for name, content in report.sections if "stdout" in name)
-    if "BENCHMARK" in out:
+    if "BENCHMARK" in out or "VALIDATOR" in out:
         _FIGURES.append((report.nodeid, [line for line in out.splitlines() if line.strip()]))
 
 
@@ -106,7 +107,7 @@ _FIGURES: list[tuple[str, list[str]]] = []
 def pytest_terminal_summary(terminalreporter):
     if not _FIGURES:
         return
-    terminalreporter.section("benchmarks: the figures they printed")
+    terminalreporter.section("benchmarks and validators: the figures they printed")
     for nodeid, lines in sorted(_FIGURES):
         terminalreporter.write_line(f"--- {nodeid}")
         for line in lines:

@@ -13,7 +13,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from ..domain import in_devices
-from ..inventory.pricing import borrowing_is_billed, money, pool_rate
+from ..inventory.pricing import borrowing_is_billed, money, pool_rate, rate_at, rate_history
 from ..inventory.selectors import mig_weights
 from ..models import (
     Allocation,
@@ -29,6 +29,7 @@ from .reading import (
     _history_waits,
     _pending_lines,
     cohort_room,
+    history_since,
     queue_facts_of,
     row_facts,
 )
@@ -69,6 +70,7 @@ class QueueView:
     borrowed_price_per_hour: Decimal = Decimal(0)
     estimate_error_p50: float | None = None
     estimate_count: int = 0
+    admission_count: int = 0  # admissions in the window (a job's re-admissions too)
     history: list[DayFigures] = field(default_factory=list)
     history_groups: list[dict] = field(default_factory=list)
     seams: list[dict] = field(default_factory=list)
@@ -113,7 +115,8 @@ class QueueView:
             "preemptions": [{"name": e.workload, "at": e.at, "kind": e.kind,
                              "reason": e.reason} for e in self.stops],
             "estimates_track_record": {"median_error_seconds": self.estimate_error_p50,
-                                       "count": self.estimate_count},
+                                       "count": self.estimate_count,
+                                       "of_admissions": self.admission_count},
             "history_groups": self.history_groups,
             "seams": self.seams,
             "jobs": self.jobs,
@@ -131,9 +134,8 @@ def _queue_and_cohort(alloc: Allocation) -> tuple[ClusterQueueState | None, Deci
 
 def history_groups(alloc: Allocation, now: dt.datetime) -> list[dict]:
     """The LocalQueues and priorities this allocation's history can be narrowed to."""
-    since = now - dt.timedelta(days=HISTORY_DAYS)
     return list(QueueEvent.objects.filter(allocation=alloc, kind=QueueEvent.Kind.ADMITTED,
-                                          at__gte=since)
+                                          at__gte=history_since(now))
                 .values("local_queue", "priority").annotate(admitted=Count("id"))
                 .order_by("local_queue", "-priority"))
 
@@ -157,7 +159,8 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         (row_facts(r) for r in rows if r.state == STOPPING), key=lambda w: w.stop.at or now)]
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
-    waits = _history_waits([alloc.pk], now - dt.timedelta(days=HISTORY_DAYS))[alloc.pk]
+    since = history_since(now)  # the page's one window
+    waits = _history_waits([alloc.pk], since)[alloc.pk]
     view.pending = _pending_lines(view.queue, rows, cohort_free, lent, waits, now)
     view.stops = list(QueueEvent.objects.filter(
         allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
@@ -169,9 +172,13 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
     errors = [abs((r.admitted_at - r.first_estimate_at).total_seconds())
               for r in QueueWorkload.objects.filter(
                   allocation=alloc, admitted_at__isnull=False, first_estimate_at__isnull=False,
-                  admitted_at__gte=now - dt.timedelta(days=HISTORY_DAYS))
+                  admitted_at__gte=since)
               .only("admitted_at", "first_estimate_at")]
     view.estimate_error_p50, view.estimate_count = percentile(errors, 50), len(errors)
+    # what the estimates are out of: every admission the history table counts
+    view.admission_count = QueueEvent.objects.filter(
+        allocation=alloc, kind=QueueEvent.Kind.ADMITTED, at__gte=since,
+        wait_seconds__isnull=False).count()
     if history:
         view.history = queue_history([alloc], now=now, local_queue=local_queue,
                                      priority=priority)
@@ -186,7 +193,7 @@ def _seam_values(allocations, *, now: dt.datetime, days: int, local_queue: str |
                  priority: int | None) -> dict[str, list[tuple[dt.datetime, float]]]:
     """(when, seconds) of each seam over the last `days`, from the ledger."""
     events = QueueEvent.objects.filter(allocation__in=allocations,
-                                       at__gte=now - dt.timedelta(days=days))
+                                       at__gte=history_since(now, days))
     if local_queue is not None:
         events = events.filter(local_queue=local_queue)
     if priority is not None:
@@ -275,8 +282,8 @@ def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HI
     LocalQueue and priority (borrowing is the ClusterQueue's, so it is counted only when
     the history is not narrowed)."""
     now = now or timezone.now()
-    since = (now - dt.timedelta(days=days - 1)).date()
-    start = dt.datetime.combine(since, dt.time(), tzinfo=dt.UTC)
+    start = history_since(now, days)
+    since = start.date()
     events = QueueEvent.objects.filter(allocation__in=allocations, at__gte=start)
     narrowed = local_queue is not None or priority is not None
     if local_queue is not None:
@@ -287,10 +294,16 @@ def queue_history(allocations, *, now: dt.datetime | None = None, days: int = HI
                                ).values_list("at", "wait_seconds")
     preemptions = events.filter(kind=QueueEvent.Kind.PREEMPTED).values_list("at", flat=True)
     weights = mig_weights()
-    borrowed = [(h.hour, in_devices(h.borrowed_s, h.allocation.mig_profile, weights))
-                for h in QueueUsageHour.objects.filter(
-                    allocation__in=allocations, hour__gte=start, borrowed_s__gt=0)
-                .select_related("allocation")] if not narrowed else []
+    hours = list(QueueUsageHour.objects.filter(
+        allocation__in=allocations, hour__gte=start, borrowed_s__gt=0)
+        .select_related("allocation")) if not narrowed else []
+    rates = rate_history({h.allocation.pool_id for h in hours})
+    borrowed = []
+    for h in hours:  # priced as billing prices them: at the pool's rate in that hour
+        seconds = in_devices(h.borrowed_s, h.allocation.mig_profile, weights)
+        billed = borrowing_is_billed(h.allocation.route)
+        borrowed.append((h.hour, seconds, seconds / 3600 * rate_at(
+            rates.get(h.allocation.pool_id, []), h.hour) if billed else Decimal(0)))
     return history_by_day(admissions, preemptions, borrowed, since=since, until=now.date())
 
 
@@ -357,7 +370,12 @@ def history_chart(days: list[DayFigures]) -> dict:
                       "p50": "—" if d.p50 is None else duration(d.p50),
                       "p95": "—" if d.p95 is None else duration(d.p95),
                       "admitted": d.admissions, "preemptions": d.preemptions,
-                      "borrowed_h": d.borrowed_device_hours} for d in days],
+                      "borrowed_h": d.borrowed_device_hours,
+                      "borrowed_cost": money(d.borrowed_cost)} for d in days],
+            "borrowed_cost": money(sum((d.borrowed_cost for d in days), Decimal(0))),
+            "borrowed_h": sum((d.borrowed_device_hours for d in days), Decimal(0)),
+            "admitted": sum(d.admissions for d in days),
+            "preemptions": sum(d.preemptions for d in days),
             "any": any(d.admissions or d.preemptions for d in days),
             "series": {"labels": [f"{d.day:%-d %b}" for d in days],
                        "p50_min": [None if d.p50 is None else round(d.p50 / 60, 1)

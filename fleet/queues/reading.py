@@ -30,6 +30,14 @@ from .truth import (
 HISTORY_DAYS = 14
 
 
+def history_since(now: dt.datetime, days: int = HISTORY_DAYS) -> dt.datetime:
+    """The start of a queue page's one window, "the last 14 days": today and the 13 days
+    before it, from midnight UTC — the days its history table lists. Every count of the
+    page (admissions, seams, the estimates' track record) is over this window."""
+    return dt.datetime.combine((now - dt.timedelta(days=days - 1)).date(), dt.time(),
+                               tzinfo=dt.UTC)
+
+
 # A position written before Kueue's visibility API was asked (a new waiting workload, in
 # Kueue's order): the same reading replaces it, it is never kept as an answer, and it is
 # shown as what it is, computed.
@@ -175,7 +183,7 @@ def first_estimates(now: dt.datetime) -> int:
     for row in QueueWorkload.objects.filter(allocation_id__any=list(states),
                                             state__in=(*HOLDING, PENDING)):
         rows[row.allocation_id].append(row)
-    waits = _history_waits(list(states), now - dt.timedelta(days=HISTORY_DAYS))
+    waits = _history_waits(list(states), history_since(now))
     done = []
     for alloc_id, state in states.items():
         cohort_free, lent = room_in_cohort(

@@ -490,6 +490,15 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
             parts.append(f"; the cohort can lend {amount(lendable, unit)} now, not enough")
         elif queue.usage >= queue.ceiling:
             parts.append("; you are already borrowing as much as this allocation may")
+        elif lent > 0:
+            # Who it waits for, in the tenant's terms: the cohort's other queues borrow this
+            # queue's own unused quota; Kueue takes it back (reclaimWithinCohort) for work of
+            # this queue that fits in its quota, preempting what borrows it.
+            parts.append("; the cohort has none to lend now: its other queues use all of "
+                         "their own quota and borrow yours")
+            if needed <= queue.nominal:
+                parts.append(", and that borrowed work is reclaimed (preempted) for this "
+                             "one once it fits in your quota")
         else:
             parts.append("; the cohort has none to lend now")
         code = "cohort"
@@ -675,6 +684,7 @@ class DayFigures:
     waits: list[float] = field(default_factory=list)
     preemptions: int = 0
     borrowed_device_seconds: Decimal = Decimal(0)
+    borrowed_cost: Decimal = Decimal(0)  # what billing charges for them (0 where it does not)
 
     @property
     def admissions(self) -> int:
@@ -695,10 +705,12 @@ class DayFigures:
 
 def history_by_day(admissions: Iterable[tuple[dt.datetime, float]],
                    preemptions: Iterable[dt.datetime],
-                   borrowed: Iterable[tuple[dt.datetime, Decimal]],
+                   borrowed: Iterable[tuple[dt.datetime, Decimal] |
+                                  tuple[dt.datetime, Decimal, Decimal]],
                    *, since: dt.date, until: dt.date) -> list[DayFigures]:
     """Per day: the waits of the workloads admitted that day, preemptions, borrowed
-    device-seconds. Days without events are kept (a chart needs the gaps)."""
+    device-seconds (with what they cost, when given). Days without events are kept (a
+    chart needs the gaps)."""
     days = {since + dt.timedelta(days=i): DayFigures(since + dt.timedelta(days=i))
             for i in range((until - since).days + 1)}
     for at, wait in admissions:
@@ -707,9 +719,10 @@ def history_by_day(admissions: Iterable[tuple[dt.datetime, float]],
     for at in preemptions:
         if at.date() in days:
             days[at.date()].preemptions += 1
-    for at, seconds in borrowed:
+    for at, seconds, *cost in borrowed:
         if at.date() in days:
             days[at.date()].borrowed_device_seconds += seconds
+            days[at.date()].borrowed_cost += sum(cost, Decimal(0))
     return [days[d] for d in sorted(days)]
 
 

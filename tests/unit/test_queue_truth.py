@@ -353,7 +353,15 @@ def test_unused_quota_borrowed_by_the_cohort_is_said_to_be_lent():
                           ahead=[], cohort_free=Decimal(0), lent=Decimal(2), now=NOW)
     assert why.text == ("Waiting for 2 more devices: your quota of 4 devices has 2 devices "
                         "unused (lent to the cohort meanwhile), the rest is in use by train-7 "
-                        "(2 devices) since 09:12; the cohort has none to lend now.")
+                        "(2 devices) since 09:12; the cohort has none to lend now: its other "
+                        "queues use all of their own quota and borrow yours, and that borrowed "
+                        "work is reclaimed (preempted) for this one once it fits in your "
+                        "quota.")
+    # who it waits for: told in the tenant's terms, and only what Kueue will do (a job
+    # larger than the quota is not helped by a reclaim)
+    big = explain_pending(facts("eval-4", 6), queue(nominal=4, total=2), own_running=running,
+                          ahead=[], cohort_free=Decimal(0), lent=Decimal(2), now=NOW)
+    assert big.text.endswith("its other queues use all of their own quota and borrow yours.")
 
 
 FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures"

@@ -151,7 +151,8 @@ def test_metrics_endpoint(client, billed, settings):
 
 
 def test_focus_export_has_the_specifications_columns_and_types(client, users, billed):
-    """FinOps FOCUS 1.0: every column, in its data type; the cost adds up to the view."""
+    """FinOps FOCUS (1.0's columns and 1.2's InvoiceId, ServiceSubcategory, SkuMeter): every
+    column, in its data type; the cost adds up to the view."""
     import csv
     import io
     import json
@@ -170,7 +171,8 @@ def test_focus_export_has_the_specifications_columns_and_types(client, users, bi
                 "BillingPeriodEnd", "ChargeCategory", "ChargePeriodStart", "ChargePeriodEnd",
                 "ConsumedQuantity", "ConsumedUnit", "PricingQuantity", "PricingUnit",
                 "InvoiceIssuerName", "ProviderName", "PublisherName", "ServiceCategory",
-                "ServiceName", "SkuId", "SkuPriceId", "ResourceId", "ChargeDescription")
+                "ServiceName", "SkuId", "SkuPriceId", "ResourceId", "ChargeDescription",
+                "InvoiceId", "ServiceSubcategory", "SkuMeter")
     for row in rows:
         for name, kind in FOCUS_COLUMNS:
             value = row[name]
@@ -188,6 +190,8 @@ def test_focus_export_has_the_specifications_columns_and_types(client, users, bi
         assert row["ChargePeriodStart"] < row["ChargePeriodEnd"]
         assert row["BillingPeriodStart"] <= row["ChargePeriodStart"]
         assert row["ChargePeriodEnd"] <= row["BillingPeriodEnd"]
+        # invoiced on the tenant's statement for the month
+        assert row["InvoiceId"] == f'{row["SubAccountId"]}:{row["BillingPeriodStart"][:7]}'
     # The cluster the allocation ran in is FOCUS's region (the home cluster has no region
     # label, so its slug); the tags name it too.
     assert {(r["RegionId"], r["RegionName"]) for r in rows} == {("local", "Local cluster")}

@@ -65,8 +65,10 @@ def test_admin_adds_a_rate_and_the_pool_rate_follows_when_it_is_in_force(client,
     past = (timezone.now() - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
     shared = Pool.objects.get(slug="shared")
     cards = RateCard.objects.filter(pool=shared).count()
-    client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.10",
-                                           "effective_from": past})
+    back = client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.10",
+                                                  "effective_from": past}, follow=True)
+    assert b"It starts in the past" in back.content and b"re-priced" in back.content
+    assert b"1970" not in back.content  # the first card holds from the start
     assert RateCard.objects.filter(pool=shared).count() == cards + 1
     assert pool_rate(shared.pk) == Decimal("3.10")  # the one price, in force now
     future_at = timezone.now() + dt.timedelta(days=30)
@@ -86,7 +88,10 @@ def test_a_rate_cannot_start_inside_a_closed_month(client, admin_user, tenant, p
     client.force_login(admin_user)
     response = client.post(reverse("billing:rates"), {
         "pool": "shared", "rate": "1.00", "effective_from": "2026-01-15T00:00"})
-    assert b"is closed already" in response.content
+    # the closed month named, with the first day a rate may start (it said "… or a later
+    # month is closed already" of a month that was open)
+    assert b"January 2026 is closed, and a rate from 2026-01-15 00:00 UTC would re-price it" \
+        in response.content and b"2026-02-01 or later" in response.content
     assert not RateCard.objects.filter(rate_per_device_hour=Decimal("1.00")).exists()
 
 

@@ -10,6 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from fleet.inventory.pricing import pool_rate
 from fleet.kube import DryRunBackend
 from fleet.models import Allocation, QueueEvent, QueueWorkload, Route
 from fleet.queues.sync import queue_sync
@@ -74,7 +75,9 @@ def test_the_waiting_tenant_is_told_why_without_a_word_of_its_peer(client, lead,
     assert waiting["reason"] == (
         "Waiting for 2 more devices: your quota of 4 devices has 2 devices unused (lent to the "
         f"cohort meanwhile), the rest is in use by train-7 (2 devices) since {since}; the "
-        "cohort has none to lend now.")
+        "cohort has none to lend now: its other queues use all of their own quota and borrow "
+        "yours, and that borrowed work is reclaimed (preempted) for this one once it fits in "
+        "your quota.")
     assert waiting["estimate_basis"] == "limits" and waiting["estimated_start"]
     assert view["estimates_track_record"]["count"] > 0
     assert len(view["history"]) == 14 and any(d["preemptions"] for d in view["history"])
@@ -212,3 +215,36 @@ def test_a_new_gpu_measurement_redraws_the_open_panel(client, lead, queues):
     QueueWorkload.objects.filter(allocation=acme).update(
         gpu_busy=0.5, utilisation_at=timezone.now())
     assert client.get(poll).status_code == 200
+
+
+def test_the_demos_queue_page_agrees_with_itself(client, lead, queues):
+    """The demo's history made by the queue sync's own recorder: one window and one count
+    on the page; a job shown running is one of the running ones; today's admission is
+    counted today; borrowed hours come with their price (issue #46, item 6)."""
+    acme, _ = queues
+    client.force_login(lead)
+    view = client.get(f"/api/allocations/{acme.pk}/queue/").json()
+    running = {w["name"] for w in view["running"]}
+    assert running == {"train-7"}
+    # every job the ledger shows as running is running now; the others finished
+    assert {j["name"] for j in view["jobs"] if j["state"] == "admitted"} <= running
+    assert all(j["steps"][-1]["kind"] in ("finished", "submitted", "running")
+               for j in view["jobs"])
+    assert any(j["steps"][-1]["kind"] == "finished" for j in view["jobs"])
+    # one count of admissions over the one window: the history, the queue-wait seam and
+    # what the estimates are out of
+    admitted = sum(d["admitted"] for d in view["history"])
+    (wait,) = [s for s in view["seams"] if s["code"] == "admitted"]
+    assert admitted == wait["count"] == view["estimates_track_record"]["of_admissions"] > 0
+    assert view["estimates_track_record"]["count"] <= admitted
+    today = timezone.now().date().isoformat()
+    assert [d["admitted"] for d in view["history"] if d["day"] == today] == [1]  # train-7
+    # borrowed hours at the rate billing charges them
+    rate = pool_rate(acme.pool_id)  # no rate change in this world
+    priced = [d for d in view["history"] if Decimal(d["borrowed_device_hours"])]
+    assert priced and rate > 0
+    assert all(Decimal(d["borrowed_cost"]) == (Decimal(d["borrowed_device_hours"]) * rate
+                                               ).quantize(Decimal("0.01")) for d in priced)
+    page = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    assert f"of the {admitted} admissions in the last 14 days" in page
+    assert "Borrowing billed" in page
