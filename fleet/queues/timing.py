@@ -126,7 +126,9 @@ def timed_steps(events: list[dict], *, stamps: Mapping[str, dt.datetime | None],
     """One workload's new ledger rows (their `at` the stamp Kubernetes recorded, or `now`
     where it recorded none) with the best time of each (`best_time`), kept in causal order
     (`AFTER`: a step earlier than the one it follows is moved to it, its bound widened by
-    as much), and each seam measured between the times so found. Pure.
+    as much; a watch's time later than a following step's Event is brought back to that
+    Event, which it cannot have followed), and each seam measured between the times so
+    found. Pure.
 
     `stamps`: step → the stamp of the current admission's step (the predecessors' stamps);
     `clues`: step → what the portal saw of it; `recorded`: (step, stamp) → (time, bound) of
@@ -142,10 +144,29 @@ def timed_steps(events: list[dict], *, stamps: Mapping[str, dt.datetime | None],
         return recorded.get((kind, stamp))
 
     out = [dict(e) for e in events]
+    # An Event's time for a step bounds its predecessors' from above: a pod created, seen by
+    # the watch a few ms late, was created before the scheduler's Event placed it.
+    ceilings: dict[str, dt.datetime] = {}
+    for e in out:
+        stamp = None if e["at"] is now else e["at"]
+        if stamp is None or stamp != stamps.get(e["kind"]):
+            continue
+        t = best_time(stamp, clues.get(e["kind"], NO_CLUE), lag=lag, now=now)
+        if t.source == EVENT:
+            for k in AFTER.get(e["kind"], ()):
+                ceilings[k] = min(t.at, ceilings.get(k, t.at))
     for e in sorted(out, key=lambda e: ORDER.index(e["kind"]) if e["kind"] in ORDER else 99):
         kind = e["kind"]
         stamp = None if e["at"] is now else e["at"]
         t = best_time(stamp, clues.get(kind, NO_CLUE), lag=lag, now=now)
+        ceiling = ceilings.get(kind) if stamp is not None and stamp == stamps.get(kind) else None
+        if t.source == WATCH and ceiling is not None and t.kube_at <= ceiling < t.at:
+            earliest = t.kube_at if t.bound is None else max(
+                t.kube_at, t.at - dt.timedelta(seconds=t.bound))
+            if earliest > ceiling:  # later than the lag allows: only the stamp bounds it
+                earliest = t.kube_at
+            t = Timing(ceiling, WATCH, max(MICRO, (ceiling - earliest).total_seconds()),
+                       t.kube_at)
         since = _since(e, kind, stamps, time_of)
         before = [found[0] for k in AFTER.get(kind, ())
                   if (found := time_of(k, stamps.get(k))) is not None]

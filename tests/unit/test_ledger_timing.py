@@ -137,6 +137,32 @@ def test_a_step_never_comes_before_the_one_it_follows():
     assert got[K.RUNNING]["kube_at"] == T
 
 
+@pytest.mark.parametrize("lag", [None, 0.003, 0.012, 5.0])
+@pytest.mark.parametrize("placed_ms", [342, 349, 351, 400])
+def test_a_watch_time_later_than_the_next_steps_event_is_brought_back_to_it(lag, placed_ms):
+    # Pods seen by the watch at .350 (a few ms late); the scheduler's Event placed them at
+    # `placed_ms`. The Event's time stays; pods never come after it, nor before their stamp.
+    events = [{**BASE, "kind": K.PODS, "at": T, "seam_seconds": 0.0, "reason": "x"},
+              {**BASE, "kind": K.SCHEDULED, "at": T, "seam_seconds": 0.0, "reason": "x"}]
+    got = {e["kind"]: e for e in timed_steps(
+        events, stamps={K.ADMITTED: T - dt.timedelta(seconds=1), K.PODS: T, K.SCHEDULED: T},
+        clues={K.PODS: Clue(ms(350)), K.SCHEDULED: Clue(None, (ms(placed_ms),))},
+        recorded={}, lag=lag, now=NOW)}
+    pods, sched = got[K.PODS], got[K.SCHEDULED]
+    assert sched["at"] == ms(placed_ms) and sched["at_source"] == EVENT
+    assert pods["at_source"] == WATCH and T <= pods["at"] <= sched["at"]
+    assert pods["at"] == min(ms(350), ms(placed_ms))
+    assert sched["seam_seconds"] == pytest.approx((sched["at"] - pods["at"]).total_seconds())
+    # The error bar covers every moment the pods may have been created in, and no more
+    # than the stamp's second allows.
+    low = T if lag is None else max(T, ms(350) - dt.timedelta(seconds=lag))
+    if low > pods["at"]:  # the lag measured was too short for this one
+        low = T
+    reach = pods["at"] - dt.timedelta(seconds=pods["at_bound_seconds"])
+    assert reach <= low + dt.timedelta(microseconds=1) and reach >= T - dt.timedelta(
+        microseconds=1), (reach, low)
+
+
 def test_a_seam_from_a_step_not_recorded_with_a_time_is_measured_from_its_stamp():
     events = [{**BASE, "kind": K.PODS, "at": T, "seam_seconds": 1.0, "reason": "x"}]
     (e,) = timed_steps(events, stamps={K.ADMITTED: T - dt.timedelta(seconds=1), K.PODS: T},
