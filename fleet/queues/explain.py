@@ -17,6 +17,7 @@ from ..inventory.pricing import borrowing_is_billed, money, pool_rate, rate_at, 
 from ..inventory.selectors import mig_weights
 from ..models import (
     Allocation,
+    Cluster,
     ClusterQueueState,
     QueueEvent,
     QueueUsageHour,
@@ -75,6 +76,13 @@ class QueueView:
     history_groups: list[dict] = field(default_factory=list)
     seams: list[dict] = field(default_factory=list)
     jobs: list[dict] = field(default_factory=list)
+    worker_names: dict[str, str] = field(default_factory=dict)  # MultiKueue name → cluster's
+
+    @property
+    def running_where(self) -> list[tuple[WorkloadFacts, str]]:
+        """Each running workload with the cluster it runs on by the name admins gave it
+        (empty: here, on the allocation's own cluster)."""
+        return [(w, self.worker_names.get(w.ran_on, w.ran_on)) for w in self.running]
 
     @property
     def policy(self) -> str:
@@ -159,6 +167,9 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         (row_facts(r) for r in rows if r.state == STOPPING), key=lambda w: w.stop.at or now)]
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),
                           key=lambda w: w.admitted_at or now)
+    if workers := {w.ran_on for w in view.running if w.ran_on}:
+        view.worker_names = dict(Cluster.objects.filter(slug__in=workers)
+                                 .values_list("slug", "name"))
     since = history_since(now)  # the page's one window
     waits = _history_waits([alloc.pk], since)[alloc.pk]
     view.pending = _pending_lines(view.queue, rows, cohort_free, lent, waits, now)

@@ -248,3 +248,19 @@ def test_the_demos_queue_page_agrees_with_itself(client, lead, queues):
     page = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
     assert f"of the {admitted} admissions in the last 14 days" in page
     assert "Borrowing billed" in page
+
+
+def test_work_running_on_a_worker_is_shown_by_the_name_admins_gave_that_cluster(
+        client, lead, queues):
+    from tests.factories import ClusterFactory
+
+    acme, _ = queues
+    ClusterFactory(slug="eu-w1", name="Frankfurt H100", role="worker")
+    acme.workloads.filter(job="train-7").update(ran_on="eu-w1")
+    client.force_login(lead)
+    html = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    assert "on Frankfurt H100" in html and 'title="MultiKueue worker eu-w1"' in html
+    # A worker the portal has no record of is still named, by MultiKueue's name for it.
+    acme.workloads.filter(job="train-7").update(ran_on="gone-w9")
+    html = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    assert "on gone-w9" in html
