@@ -20,7 +20,8 @@ from .allocations.selectors import connect_info
 from .allocations.services import allocation_release
 from .forms import LOCAL_QUEUE_MAX, PRIORITY_BOUNDS
 from .models import Allocation
-from .queues.explain import allocation_queue, cohort_views
+from .queues.cohorts import cohort_views
+from .queues.explain import allocation_queue
 
 
 class AllocationSerializer(serializers.ModelSerializer):

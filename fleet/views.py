@@ -49,10 +49,9 @@ from .inventory.sync import fleet_sync_all
 from .kube import KubeError
 from .models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
 from .queues.across import pending_across_clusters
+from .queues.cohorts import cohort_groups, followed_allocations
 from .queues.explain import (
     allocation_queue,
-    cohort_groups,
-    followed_allocations,
     history_chart,
     queue_history,
     queue_stamp,

@@ -11,7 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from fleet.queues.explain import CohortView, cohort_lines
+from fleet.queues.cohorts import CohortView, cohort_lines
 from fleet.queues.ledger import transition_events
 from fleet.queues.truth import (
     ADMITTED,
