@@ -12,7 +12,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from billing.figures import figure_sums
-from fleet.inventory.pricing import money
+from fleet.inventory.pricing import money, money_text
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
 from tenants.models import Tenant
@@ -107,16 +107,27 @@ def parse_budget(value) -> Decimal | None:
     return amount
 
 
+class RemovalUnconfirmed(BillingError):
+    """Emptying a budget's field removes it: asked once before it is done."""
+
+
 @transaction.atomic
-def budget_set(*, tenant: Tenant, amount_value, by) -> Budget | None:
+def budget_set(*, tenant: Tenant, amount_value, by, confirm_removal: bool = False
+               ) -> Budget | None:
     """Finance (or an admin) sets or removes a tenant's monthly budget; audited. A new
-    budget is checked at once, so a tenant already past 50 % hears it now."""
+    budget is checked at once, so a tenant already past 50 % hears it now. Removing one
+    needs `confirm_removal`: an emptied field may be a slip."""
     require_billing_role(by)
     amount = parse_budget(amount_value)
     month = month_start(timezone.now())
     old = budgets_in_force([tenant.pk], month).get(tenant.pk)
     if amount is None and old is None:
         return None
+    if amount is None and not confirm_removal:
+        raise RemovalUnconfirmed(
+            f"Remove the monthly budget of {money_text(old)} for {tenant.name}? "
+            f"From {month:%B %Y} on its spend is not checked against a budget and nobody is "
+            "alerted.")
     # From this month on; earlier months keep the budget that was in force then.
     budget, _ = Budget.objects.update_or_create(tenant=tenant, from_month=month, defaults={
         "monthly_amount": amount, "set_by": by})

@@ -314,15 +314,21 @@ def budgets(request):
     """Monthly budgets: finance and admins set them; spend and run-rate forecast beside."""
     services.require_billing_role(request.user)
     errors: dict[str, str] = {}
+    confirm: dict[str, str] = {}
     if request.method == "POST":
         tenant = get_object_or_404(Tenant, slug=request.POST.get("tenant", ""))
         try:
-            budget_service.budget_set(tenant=tenant, amount_value=request.POST.get("amount", ""),
-                                      by=request.user)
-            messages.success(request, f"Budget for {tenant.name} saved.")
+            budget = budget_service.budget_set(
+                tenant=tenant, amount_value=request.POST.get("amount", ""), by=request.user,
+                confirm_removal=request.POST.get("confirm_removal") == "yes")
+            messages.success(request, f"Budget for {tenant.name} set to "
+                             f"{money_text(budget.monthly_amount)} a month." if budget else
+                             f"{tenant.name} has no monthly budget now.")
             page_no = request.POST.get("page", "")
             return redirect(reverse("billing:budgets") + (
                 f"?page={page_no}" if page_no.isascii() and page_no.isdigit() else ""))
+        except budget_service.RemovalUnconfirmed as exc:
+            confirm[tenant.slug] = exc.message
         except services.BillingError as exc:
             errors[tenant.slug] = exc.message
 
@@ -330,7 +336,7 @@ def budgets(request):
         request.GET.get("page") or request.POST.get("page"))
     return render(request, "billing/budgets.html", {
         "rows": budget_service.budgets_overview(timezone.now(), page.object_list),
-        "page": page, "errors": errors,
+        "page": page, "errors": errors, "confirm": confirm,
         "posted": request.POST if errors else {}}, status=400 if errors else 200)
 
 

@@ -553,3 +553,32 @@ def submit_blocked(decision: RouteDecision, plan: RequestPlan | None, gpu_model:
     if plan is not None and plan.fit is Fit.NEVER:
         return plan.fit_reason
     return ""
+
+
+# What the audit calls each editable answer (the form's words, shortened for one line).
+FIELD_WORDS = {
+    "title": "title", "workload_kind": "workload kind", "isolation_origin": "isolation origin",
+    "isolation_reference": "evidence", "device_fill": "device fill",
+    "whole_devices": "whole devices", "replicas": "replicas", "mig_profile": "MIG profile",
+    "memory_gb": "GPU memory per replica (GB)", "gpu_model": "GPU model", "starts_on": "start",
+    "ends_on": "end", "expected_utilisation": "expected utilisation (%)",
+    "justification": "justification",
+}
+# Free text too long for one line: the audit says it changed, the data keeps both versions.
+PROSE_FIELDS = frozenset({"justification", "isolation_reference", "title"})
+
+
+def edit_summary(changed: dict[str, tuple[str, str]]) -> str:
+    """One sentence for an edit: each changed answer in the form's words, old → new.
+    `changed` maps a field to its (old, new) as the page shows them."""
+    parts = []
+    for name in FIELD_WORDS:  # the form's order, not the alphabet's
+        if name not in changed:
+            continue
+        old, new = changed[name]
+        if name in PROSE_FIELDS:
+            parts.append(f"{FIELD_WORDS[name]} rewritten" if old and new else
+                         f"{FIELD_WORDS[name]} {'added' if new else 'removed'}")
+        else:
+            parts.append(f"{FIELD_WORDS[name]} {old or 'none'} → {new or 'none'}")
+    return ("Changed " + "; ".join(parts) + ".") if parts else "Nothing changed."

@@ -28,6 +28,7 @@ from .domain import (
     Fit,
     Status,
     check_transition,
+    edit_summary,
     no_pool_message,
 )
 from .models import CapacityRequest
@@ -126,16 +127,24 @@ def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> C
                           "drafts and requests with changes requested can be edited.")
     merged = _clean_fields({name: getattr(request, name) for name in EDITABLE_FIELDS} | fields,
                            new=False)
-    changed = {}
+    changed, shown = {}, {}
     for name, value in merged.items():
         if getattr(request, name) != value:
             changed[name] = {"from": str(getattr(request, name)), "to": str(value)}
+            shown[name] = (_shown(request, name), _shown(request, name, value))
             setattr(request, name, value)
     if changed:
         request.save()
         audit_record(actor=by, subject=request, tenant=request.tenant, action="request.edited",
-                     reason=f"Edited {', '.join(sorted(changed))}.", data={"changes": changed})
+                     reason=edit_summary(shown), data={"changes": changed})
     return request
+
+
+def _shown(request: CapacityRequest, name: str, value: Any = ...) -> str:
+    """An answer as the page shows it: a choice by its label, a number or date as written."""
+    value = getattr(request, name) if value is ... else value
+    choices = dict(CapacityRequest._meta.get_field(name).flatchoices)
+    return str(choices.get(value, value) if value not in (None, "") else "")
 
 
 @transaction.atomic

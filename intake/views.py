@@ -39,7 +39,7 @@ from .domain import (
     submit_blocked,
 )
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
-from .models import CapacityRequest
+from .models import STATUS_CHOICES, CapacityRequest
 from .preview import request_objects
 from .renderers import request_rows, review_rows
 from .selectors import (
@@ -112,7 +112,7 @@ def request_list(request):
         template += "#rows"
     return render(request, template, {
         "page": page, "rows": request_rows(page), "status": status, "tenant": tenant,
-        "statuses": list(Status),
+        "statuses": STATUS_CHOICES,
         "counts": counts, "can_file": roles.is_lead,
         "tenant_filter": tenant_filter_html(visible_tenants(request.user).order_by("name"),
                                             tenant),

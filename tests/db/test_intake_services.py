@@ -124,6 +124,20 @@ def test_changes_requested_can_be_edited_and_resubmitted(tenant, lead, admin_use
                             "request.edited", "request.submitted"]
     edited = [e for e in audit_for(req) if e.action == "request.edited"][0]
     assert edited.data["changes"]["whole_devices"] == {"from": "8", "to": "2"}
+    # The trail says what changed in the form's words, not the model's field names.
+    assert edited.reason == "Changed whole devices 8 → 2."
+    assert "whole_devices" not in edited.reason
+
+
+def test_an_edit_names_choices_by_their_labels_and_prose_without_quoting_it(tenant, lead,
+                                                                            pools):
+    req = make_request(tenant, lead, workload_kind="training")
+    services.request_update(request=req, by=lead, fields=request_fields(
+        workload_kind="inference", justification="A different reason, long enough to read."))
+    edited = [e for e in audit_for(req) if e.action == "request.edited"][0]
+    assert "workload kind Training → Inference" in edited.reason, edited.reason
+    assert "justification rewritten" in edited.reason
+    assert "A different reason" not in edited.reason
 
 
 def test_submitted_requests_cannot_be_edited(tenant, lead, pools):

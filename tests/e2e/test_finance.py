@@ -133,7 +133,8 @@ def test_a_budget_crossing_mails_the_lead_and_finance(browser, live_server, bill
         page.fill(f"#budget-{tenant.slug}", "1100")  # this month's 1,000.00 is 90.9 %
         page.locator(f"#budget-{tenant.slug} ~ button").click()
         page.wait_for_url(f"{live_server.url}/billing/budgets/?page=1")
-        assert "Budget for Acme saved" in page.content()
+        assert "Budget for Acme set to" in page.content()
+        assert "1,100.00 a month." in page.content()
         mails = smtp_server.wait_for(lambda m: lead.email in m["to"] and "90.9%" in m["subject"])
         assert mails and "1,000.00 of its EUR 1,100.00" in mails[0]["body"]
         assert smtp_server.wait_for(lambda m: other.email in m["to"] and "90.9%" in m["subject"])

@@ -72,11 +72,21 @@ def test_finance_sets_a_budget_the_lead_sees_it_with_a_forecast(client, finance_
     stmt = client.get(reverse("billing:statement", args=[
         tenant.slug, f"{month_start(timezone.now()):%Y-%m}"])).content.decode()
     assert "forecast for the month" in stmt
-    # Removing it: an empty amount.
-    client.force_login(finance_user)
-    client.post(reverse("billing:budgets"), {"tenant": tenant.slug, "amount": ""})
+    # Removing it: an empty amount asks first, and nothing is removed until confirmed.
     from billing.budgets import status_for
 
+    client.force_login(finance_user)
+    asked = client.post(reverse("billing:budgets"), {"tenant": tenant.slug, "amount": ""})
+    page = asked.content.decode()
+    assert asked.status_code == 200
+    assert f"Remove the monthly budget of EUR\u00a01,000.00 for {tenant.name}?" in page
+    assert 'name="confirm_removal" value="yes"' in page
+    assert status_for(tenant, timezone.now()).budget == Decimal("1000.00")
+    assert not AuditEvent.objects.filter(action="budget.removed").exists()
+    done = client.post(reverse("billing:budgets"), {"tenant": tenant.slug, "amount": "",
+                                                    "confirm_removal": "yes"}, follow=True)
+    assert f"{tenant.name} has no monthly budget now." in done.content.decode()
+    assert "saved" not in done.content.decode()
     assert status_for(tenant, timezone.now()) is None  # no budget from this month on
     assert AuditEvent.objects.filter(action="budget.removed").exists()
 
@@ -195,7 +205,8 @@ def test_a_budget_applies_from_its_month_on_and_history_is_kept(tenant, finance_
     assert budgets.status_for(tenant, now, earlier).budget == Decimal("100.00")
     assert budgets.status_for(tenant, now).budget == Decimal("250.00")
     assert Budget.objects.filter(tenant=tenant).count() == 2  # history kept
-    budgets.budget_set(tenant=tenant, amount_value="", by=finance_user)  # removed from now on
+    budgets.budget_set(tenant=tenant, amount_value="", by=finance_user,
+                        confirm_removal=True)  # removed from now on
     assert budgets.status_for(tenant, now) is None
     assert budgets.status_for(tenant, now, earlier).budget == Decimal("100.00")
 
