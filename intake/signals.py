@@ -44,4 +44,6 @@ def tell_leads(sender, allocation_id: int, old: str, new: str, reason: str = "",
     ns = request.allocation.namespace
     notify([request.requester, *tenant_leads(request.tenant)], kind, subject.format(ns=ns),
            f"{request.tenant.name}, request #{request.pk} ({request.title}): {reason}\n\n"
-           f"{next_step}", link=f"/requests/{request.pk}/")
+           f"{next_step}", link=f"/requests/{request.pk}/",
+           # "Expires soon" is moot once it has ended (a mail outage must not send it after).
+           moot_at=request.allocation.ends_at if new == "expiring" else None)

@@ -280,6 +280,10 @@ CELERY_BEAT_SCHEDULE = {
 PORTAL_NOTIFICATION_SWEEP_SECONDS = env_int("PORTAL_NOTIFICATION_SWEEP_SECONDS", 60, minimum=5)
 PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS = env_int("PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS", 60,
                                                 minimum=5)
+# An e-mail not delivered within this long is dropped (the page's history keeps the event): a
+# week-old "ready" or "expires soon" tells nobody anything true.
+PORTAL_NOTIFICATION_MAX_DELAY_SECONDS = env_int("PORTAL_NOTIFICATION_MAX_DELAY_SECONDS",
+                                                7 * 24 * 3600, minimum=60)
 # A delivery that finds its row locked by another looks again after this long.
 PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS = env_int("PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS", 3,
                                                  minimum=1)

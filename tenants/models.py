@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.utils import timezone
 
 slug_validator = RegexValidator(
     r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$",
@@ -175,6 +176,9 @@ class Notification(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # From then on it says nothing true or useful (an "expires soon" after the end, a week-old
+    # "ready"): dropped unsent instead of sent late.
+    moot_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -182,6 +186,11 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} to {self.user}: {self.subject}"
+
+    @property
+    def dropped(self) -> bool:
+        return self.sent_at is None and self.moot_at is not None and \
+            self.moot_at <= timezone.now()
 
 
 class IdempotentResponse(models.Model):

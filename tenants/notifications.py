@@ -6,12 +6,14 @@ undoes a decision."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Iterable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from .models import (
     Membership,
@@ -41,8 +43,10 @@ def absolute_url(path: str) -> str:
     return settings.PORTAL_BASE_URL.rstrip("/") + path
 
 
-def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "") -> list:
-    """Queue one e-mail per person who has an address and has not turned `kind` off."""
+def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "",
+           moot_at: dt.datetime | None = None) -> list:
+    """Queue one e-mail per person who has an address and has not turned `kind` off. It is
+    dropped unsent once moot: after `moot_at` (if given) or the longest delay allowed."""
     wanted = {u.pk: u for u in users if u is not None and u.pk and u.email and u.is_active}
     if not wanted:
         return []
@@ -51,8 +55,10 @@ def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "
     text = body.strip() + (f"\n\n{absolute_url(link)}" if link else "") + (
         "\n\n-- \nAI Factory Portal. Choose what you hear about: "
         + absolute_url("/settings/notifications/"))
+    latest = timezone.now() + dt.timedelta(seconds=settings.PORTAL_NOTIFICATION_MAX_DELAY_SECONDS)
+    moot = min(latest, moot_at) if moot_at else latest
     rows = Notification.objects.bulk_create([
-        Notification(user=u, kind=kind, subject=subject[:200], body=text)
+        Notification(user=u, kind=kind, subject=subject[:200], body=text, moot_at=moot)
         for pk, u in wanted.items() if pk not in off])
     ids = [n.pk for n in rows]
     if ids:

@@ -26,6 +26,12 @@ def deliver(notification_id: int) -> bool | str | None:
             unsent = Notification.objects.filter(pk=notification_id,
                                                  sent_at__isnull=True).exists()
             return BUSY if unsent else None
+        if n.dropped:
+            if not n.last_error.startswith("Not sent"):
+                n.last_error = (f"Not sent: moot since {n.moot_at:%Y-%m-%d %H:%M} UTC, before "
+                                "it could be delivered.")
+                n.save(update_fields=["last_error"])
+            return None
         n.attempts += 1
         try:
             send_mail(f"[AI Factory] {n.subject}", n.body, settings.DEFAULT_FROM_EMAIL,
@@ -61,7 +67,8 @@ def resend_unsent() -> int:
     """Beat: anything still unsent after its retries (or queued while no worker ran)."""
     stale = timezone.now() - dt.timedelta(seconds=settings.PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS)
     ids = list(Notification.objects.filter(sent_at__isnull=True, created_at__lt=stale,
-                                           attempts__lt=20).values_list("pk", flat=True)[:500])
+                                           attempts__lt=20)
+               .exclude(moot_at__lte=timezone.now()).values_list("pk", flat=True)[:500])
     if ids:
         send_notifications.delay(ids)
     return len(ids)

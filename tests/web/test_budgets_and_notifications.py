@@ -185,6 +185,54 @@ def test_a_mail_outage_loses_nothing(settings, tenant, lead, admin_user, pools, 
     assert send_notifications([note.pk]) == 0  # never sent twice
 
 
+def test_an_expires_soon_mail_is_dropped_once_the_allocation_has_ended(
+        settings, client, tenant, lead, admin_user, pools, smtp_server,
+        django_capture_on_commit_callbacks):
+    from fleet.allocations.retirement import allocation_mark_expiring
+    from tenants.tasks import deliver, resend_unsent
+
+    request = make_request(tenant, lead, submit=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        intake.request_approve(request=request, by=admin_user, reason="Fits now.")
+    alloc = Allocation.objects.get(tenant=tenant)
+    Allocation.objects.filter(pk=alloc.pk).update(ends_at=timezone.now() + dt.timedelta(days=2))
+    alloc.refresh_from_db()
+    settings.EMAIL_PORT = 1  # the mail server is away when the notice is written
+    with django_capture_on_commit_callbacks(execute=True):
+        allocation_mark_expiring(alloc.pk)
+    note = Notification.objects.get(user=lead, kind=NotificationKind.ALLOCATION_EXPIRING)
+    assert note.sent_at is None and note.moot_at == alloc.ends_at  # moot when it has ended
+    # The outage outlasts the allocation: an "expires soon" after the end is not sent.
+    settings.EMAIL_PORT = smtp_server.port
+    Notification.objects.filter(pk=note.pk).update(
+        created_at=timezone.now() - dt.timedelta(days=3),
+        moot_at=timezone.now() - dt.timedelta(hours=1))
+    assert resend_unsent() == 0
+    assert deliver(note.pk) is None
+    note.refresh_from_db()
+    assert note.sent_at is None and note.last_error.startswith("Not sent: moot since")
+    assert not [m for m in smtp_server.to(lead.email) if "expires soon" in m["subject"]]
+    client.force_login(lead)
+    page = client.get(reverse("tenants:notifications")).content.decode()
+    assert "not sent: no longer true by the time it could go" in page
+
+
+def test_a_notice_is_moot_at_the_allocations_end_or_after_the_longest_delay(
+        settings, tenant, lead):
+    from tenants.notifications import notify
+
+    settings.PORTAL_NOTIFICATION_MAX_DELAY_SECONDS = 3600
+    soon = timezone.now() + dt.timedelta(minutes=5)
+    late = timezone.now() + dt.timedelta(days=9)
+    [a] = notify([lead], NotificationKind.ALLOCATION_EXPIRING, "a expires soon", "…", moot_at=soon)
+    [b] = notify([lead], NotificationKind.ALLOCATION_EXPIRING, "b expires soon", "…", moot_at=late)
+    [c] = notify([lead], NotificationKind.REQUEST_DECIDED, "c decided", "…")
+    assert a.moot_at == soon
+    hour = timezone.now() + dt.timedelta(hours=1)
+    for n in (b, c):
+        assert abs((n.moot_at - hour).total_seconds()) < 60
+
+
 def test_a_budget_applies_from_its_month_on_and_history_is_kept(tenant, finance_user):
     """Set in December, a budget is not October's: October's statement shows none (before,
     "9047.5 % spent … over budget"); changing it later keeps the earlier month's."""

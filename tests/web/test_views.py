@@ -536,3 +536,17 @@ def test_editing_a_saved_request_previews_it_and_blocks_a_never_fitting_submit(c
     fits = make_request(tenant, lead, whole_devices=2)
     body = client.get(reverse("intake:edit", args=[fits.pk])).content.decode()
     assert "Fits now" in body and "Cannot be submitted" not in body
+
+
+def test_a_retired_allocation_shows_no_applied_bar(client, lead, approved):
+    from fleet.allocations.retirement import allocation_retire
+
+    alloc = approved.allocation
+    client.force_login(lead)
+    live = client.get(reverse("intake:allocation", args=[approved.pk])).content.decode()
+    applied = f"{alloc.progress_done} of {alloc.progress_total} object(s) applied"
+    assert applied in live and 'role="progressbar"' in live
+    allocation_retire(alloc.pk)
+    gone = client.get(reverse("intake:allocation", args=[approved.pk])).content.decode()
+    assert applied not in gone and 'role="progressbar"' not in gone
+    assert "Retired: nothing of it is left in the cluster." in gone
