@@ -9,6 +9,7 @@ from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
@@ -25,12 +26,14 @@ from .allocations.selectors import (
 )
 from .domain import FleetError
 from .forms import ClusterCreateForm, ClusterForm, PoolCreateForm, PoolForm, QueueNarrowForm
+from .inventory.capacity import stale_before, stale_clusters
 from .inventory.pricing import pool_rate
 from .inventory.selectors import (
     across_clusters,
     cluster_view,
     clusters_overview,
     fleet_picture,
+    last_sightings,
     node_facts,
     node_list,
     pools_with_capacity,
@@ -77,7 +80,11 @@ def fleet_overview(request):
     live = Cluster.objects.live()
     clusters = [] if request.htmx else clusters_overview(live, reading=reading)
     many_clusters = len(clusters) > 1 if clusters else live.count() > 1
+    now, every = timezone.now(), settings.PORTAL_FLEET_SYNC_SECONDS
     return render(request, template, {
+        "stale_before": stale_before(now, every), "sync_every": every,
+        "stale": {} if request.htmx else stale_clusters(last_sightings(), now=now,
+                                                        every_seconds=every),
         "clusters": clusters, "many_clusters": many_clusters,
         "across": across_clusters(clusters),
         "rows": picture.pools, "unpooled": picture.unpooled, "page": page, "state": state,

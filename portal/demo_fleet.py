@@ -6,6 +6,8 @@ fleet page shows what a synced cluster would: validated, unhealthy, cordoned nod
 
 from __future__ import annotations
 
+import datetime as dt
+
 from fleet.vocabulary import WHOLE_GPU
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -55,20 +57,26 @@ def demo_slice(node: str, product: str, mig: bool) -> dict:
                      "devices": devices}}
 
 
-def demo_fleet() -> list[dict]:
-    nodes = [demo_node(f"h100-shared-{i:02d}", "shared-h100", H100) for i in range(1, 7)]
+def demo_fleet(burnt_in_by: dt.date = dt.date(2026, 11, 15)) -> list[dict]:
+    """Every node's burn-in is before `burnt_in_by` (the demo's history starts then: no node
+    hosts work before it was validated); the dedicated nodes' are the freshest."""
+    shared = (burnt_in_by - dt.timedelta(days=10)).isoformat()
+    nodes = [demo_node(f"h100-shared-{i:02d}", "shared-h100", H100, burn_in=shared)
+             for i in range(1, 7)]
     nodes += [
         demo_node("h100-shared-07", "shared-h100", H100, validated=False, burn_in="",
                   failure="NCCL all-reduce 14% below the fleet baseline"),
-        demo_node("h100-shared-08", "shared-h100", H100,
+        demo_node("h100-shared-08", "shared-h100", H100, burn_in=shared,
                   problem=("GpuXidError", "XID 79 (GPU fell off the bus) on GPU 5")),
-        demo_node("h100-shared-09", "shared-h100", H100, cordoned=True),
+        demo_node("h100-shared-09", "shared-h100", H100, burn_in=shared, cordoned=True),
     ]
     nodes += [demo_node(f"h100-dedicated-{i:02d}", "dedicated-h100", H100,
-                        burn_in=f"2026-11-{10 + i:02d}") for i in range(1, 5)]
-    nodes += [demo_node(f"h100-cc-{i:02d}", "confidential-h100", H100, bios="confidential")
+                        burn_in=(burnt_in_by - dt.timedelta(days=5 - i)).isoformat())
+              for i in range(1, 5)]
+    nodes += [demo_node(f"h100-cc-{i:02d}", "confidential-h100", H100, bios="confidential",
+                        burn_in=shared) for i in range(1, 3)]
+    nodes += [demo_node(f"a100-mig-{i:02d}", "mig-a100", A100, mig=True, burn_in=shared)
               for i in range(1, 3)]
-    nodes += [demo_node(f"a100-mig-{i:02d}", "mig-a100", A100, mig=True) for i in range(1, 3)]
     slices = [demo_slice(n["metadata"]["name"], n["metadata"]["labels"]["nvidia.com/gpu.product"],
                          n["metadata"]["labels"]["nvidia.com/mig.config"] == "all-balanced")
               for n in nodes]

@@ -218,7 +218,7 @@ class PromisableCapacity:
 
     capacity_devices: Decimal
     allocated_devices: Decimal
-    free_whole_nodes: int  # schedulable nodes not held by a dedicated block
+    free_whole_nodes: int  # schedulable nodes not held by a dedicated block nor owed to one
     free_mig_slices: dict[str, int] | None  # per profile, when the driver reports MIG devices
     source: str
     # False while no node of the pool is present: nothing can be promised, and the admin is
@@ -250,7 +250,11 @@ def promisable_capacity(nodes: Iterable[NodeFacts], *, allocated_devices: Decima
                                   has_fleet=False)
     counts = fleet_counts(nodes)
     reserved = set(reserved_nodes)
-    free_nodes = sum(1 for n in nodes if n.schedulable and n.name not in reserved)
+    schedulable = {n.name for n in nodes if n.schedulable}
+    # A block held on a node that can no longer serve it (retiring, unhealthy, gone) needs
+    # one of the free nodes: counting it free too would promise its devices twice.
+    displaced = len(reserved - schedulable)
+    free_nodes = max(0, len(schedulable - reserved) - displaced)
     mig = None
     if counts.mig_slices:
         used = allocated_mig or {}
@@ -287,3 +291,20 @@ def earliest_free(*, needed: Decimal, free_now: Decimal,
         if free >= needed:
             return ends_at
     return None
+
+
+MISSED_SYNCS = 3  # syncs missed in a row before the fleet page calls a cluster's nodes stale
+
+
+def stale_before(now: dt.datetime, every_seconds: int) -> dt.datetime:
+    """Nodes last seen before this were missed by the last MISSED_SYNCS syncs."""
+    return now - dt.timedelta(seconds=MISSED_SYNCS * every_seconds)
+
+
+def stale_clusters(last_seen: dict[str, dt.datetime | None], *, now: dt.datetime,
+                   every_seconds: int) -> dict[str, dt.datetime | None]:
+    """Clusters whose nodes no recent sync has seen (by the newest sighting of any of their
+    present nodes): their counts may be out of date, and the page says so."""
+    limit = stale_before(now, every_seconds)
+    return {name: seen for name, seen in sorted(last_seen.items())
+            if seen is None or seen < limit}

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Max, Sum
 from django.utils import timezone
 
 from ..models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
@@ -266,6 +266,13 @@ def fleet_picture(reading: FleetReading | None = None) -> FleetPicture:
     unpooled = nodes_by_pool.get(None, [])
     return FleetPicture(rows, fleet_counts(unpooled) if unpooled else None,
                         fleet_counts(f for facts in nodes_by_pool.values() for f in facts))
+
+
+def last_sightings() -> dict[str, object]:
+    """Per live cluster with nodes: when a sync last saw any of its present nodes."""
+    rows = (GpuNode.objects.filter(present=True, cluster__retired_at__isnull=True)
+            .values("cluster__name").annotate(seen=Max("last_synced_at")))
+    return {r["cluster__name"]: r["seen"] for r in rows}
 
 
 def node_list(*, state: str = "", pool: str = ""):

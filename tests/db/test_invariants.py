@@ -469,3 +469,17 @@ def test_the_seeded_demo_keeps_every_invariant(finance_user):
         assert alloc.starts_at.date() == req.starts_on, alloc
         assert alloc.ends_at == dt.datetime.combine(
             req.ends_on + dt.timedelta(days=1), dt.time(), tzinfo=dt.UTC), alloc
+    # No demo node hosted work before its burn-in validated it, and the fleet is as current
+    # as a running sync keeps it (nothing on the fleet page is stale).
+    from django.conf import settings as django_settings
+
+    from fleet.inventory.capacity import stale_before
+    from fleet.models import GpuNode
+
+    first = min(a.starts_at for a in allocs).date()
+    for node in GpuNode.objects.exclude(burn_in_date=""):
+        assert dt.date.fromisoformat(node.burn_in_date) < first, node
+    now = timezone.now()
+    assert not GpuNode.objects.filter(
+        present=True,
+        last_synced_at__lt=stale_before(now, django_settings.PORTAL_FLEET_SYNC_SECONDS))

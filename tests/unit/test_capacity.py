@@ -3,6 +3,8 @@
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fleet.inventory.capacity import (
     NodeFacts,
@@ -112,6 +114,29 @@ def test_promisable_capacity_subtracts_allocations_and_reserved_nodes():
     assert cap.capacity_devices == 16 and cap.free_devices == 8
     assert cap.free_whole_nodes == 1
     assert "16 schedulable of 24 devices on 3 node(s)" in cap.source
+
+
+@pytest.mark.parametrize("lost", [{"retiring": True}, {"health_problems": ("ECC",)},
+                                  {"cordoned": True}, {"present": False}])
+def test_a_block_on_a_node_it_must_leave_is_owed_a_free_node(lost):
+    # Between a retirement and its move: the block still holds 8 devices and will take a free
+    # node, so the free devices and the free whole nodes tell one story (16 = 2 × 8).
+    nodes = [facts("old", **lost), facts("a"), facts("b"), facts("c")]
+    cap = promisable_capacity(nodes, allocated_devices=Decimal(8), reserved_nodes=["old"])
+    assert cap.free_devices == 16
+    assert cap.free_whole_nodes == 2
+    assert cap.free_whole_nodes * 8 == cap.free_devices
+
+
+@given(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6))
+def test_free_whole_nodes_never_promise_more_than_the_free_devices(free, held, displaced):
+    nodes = ([facts(f"f{i}") for i in range(free)] + [facts(f"h{i}") for i in range(held)]
+             + [facts(f"d{i}", retiring=True) for i in range(displaced)])
+    reserved = [f"h{i}" for i in range(held)] + [f"d{i}" for i in range(displaced)]
+    cap = promisable_capacity(nodes, allocated_devices=Decimal(8 * len(reserved)),
+                              reserved_nodes=reserved)
+    assert cap.free_whole_nodes * 8 <= cap.free_devices
+    assert cap.free_whole_nodes == max(0, free - displaced)
 
 
 @pytest.mark.parametrize(("allocated", "over"), [(0, False), (16, False), (Decimal("16.5"), True)])

@@ -314,3 +314,28 @@ def test_an_overcommitted_pool_names_a_few_tenants_and_counts_the_rest(client, a
     body = client.get(reverse("fleet:fleet")).content.decode()
     assert "overcommitted" in body and "Tenant 000" in body
     assert f"Tenant {AFFECTED_SHOWN:03d}" not in body and "and 5 more tenants" in body
+
+
+def test_a_fleet_no_sync_has_seen_lately_says_it_may_be_out_of_date(client, admin_user, fleet,
+                                                                     settings):
+    import datetime as dt
+
+    from django.utils import timezone
+
+    client.force_login(admin_user)
+    fresh = client.get(reverse("fleet:fleet")).content.decode()
+    assert "The fleet may be out of date" not in fresh and ">stale<" not in fresh
+    long_ago = timezone.now() - dt.timedelta(days=58)
+    GpuNode.objects.update(last_synced_at=long_ago)
+    old = client.get(reverse("fleet:fleet")).content.decode()
+    assert "The fleet may be out of date" in old
+    assert f"since {long_ago:%Y-%m-%d %H:%M} UTC" in old
+    assert f"syncs are due every {settings.PORTAL_FLEET_SYNC_SECONDS} s" in old
+    shown = min(GpuNode.objects.filter(present=True).count(), 50)  # the table's first page
+    assert old.count('<span class="chip warn">stale</span>') == shown
+    # Two missed syncs are not yet stale; the third is.
+    every = dt.timedelta(seconds=settings.PORTAL_FLEET_SYNC_SECONDS)
+    GpuNode.objects.update(last_synced_at=timezone.now() - 2 * every)
+    assert "out of date" not in client.get(reverse("fleet:fleet")).content.decode()
+    GpuNode.objects.update(last_synced_at=timezone.now() - 3 * every - dt.timedelta(seconds=5))
+    assert "out of date" in client.get(reverse("fleet:fleet")).content.decode()

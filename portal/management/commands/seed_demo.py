@@ -145,6 +145,7 @@ class Command(BaseCommand):
                                or "portal.demo_usage.used_device_seconds"), \
                 using_backend(self.backend):
             self._history(tenants, users, now)
+            self._sync(clusters)  # as the beat's sync would have today: the fleet is current
         self.stdout.write(self.style.SUCCESS(
             "Demo data ready: sign in as lead-acme, member-acme, lead-globex, admin or finance "
             f"with password '{DEMO_PASSWORD}'."))
@@ -153,17 +154,20 @@ class Command(BaseCommand):
         """Sync a demo fleet through the real sync code, from a dry-run backend per cluster
         (the confidential pool's nodes are in a cluster of their own)."""
         backend = self.backend = DryRunBackend()
-        elsewhere = DryRunBackend()
+        elsewhere = self.elsewhere = DryRunBackend()
         confidential = {p["slug"] for p in POOLS if p["route"] == Route.CONFIDENTIAL_POOL}
-        objects = demo_fleet()
+        objects = demo_fleet(burnt_in_by=self.origin.date())
         pool_of = {o["metadata"]["name"]: o["metadata"]["labels"].get(LABEL_POOL, "")
                    for o in objects if o["kind"] == "Node"}
         for obj in objects:
             node = obj["metadata"]["name"] if obj["kind"] == "Node" else obj["spec"]["nodeName"]
             (elsewhere if pool_of.get(node) in confidential else backend).apply(obj)
-        self.stdout.write(fleet_sync(clusters[HOME_CLUSTER], backend=backend).summary())
+        self._sync(clusters)
+
+    def _sync(self, clusters):
+        self.stdout.write(fleet_sync(clusters[HOME_CLUSTER], backend=self.backend).summary())
         self.stdout.write(fleet_sync(clusters[CONFIDENTIAL_CLUSTER],
-                                     backend=elsewhere).summary())
+                                     backend=self.elsewhere).summary())
 
     def _history(self, tenants, users, now):
         """Day by day from the origin to now, each step at its own moment."""
