@@ -103,6 +103,11 @@ def amount(device_seconds: Decimal, rate_per_device_hour: Decimal) -> Decimal:
         Decimal("0.0001"), rounding=ROUND_HALF_UP)
 
 
+def final_label(closed: bool) -> str:
+    """What a statement's bottom line is called: only a closed month's total is final."""
+    return "Final" if closed else "So far (open month, not final)"
+
+
 def month_start(t: dt.datetime | dt.date) -> dt.date:
     return dt.date(t.year, t.month, 1)
 

@@ -16,6 +16,7 @@ from django.http import HttpResponse
 from fpdf import FPDF
 from fpdf.fonts import FontFace
 
+from .domain import final_label
 from .figures import MonthFigures, tenant_month
 from .services import statement_for
 
@@ -76,7 +77,9 @@ def statement_csv(doc: StatementDocument) -> str:
     for amount, description, _at, kind in doc.adjustments:
         w.writerow([*head, kind, description, "", "", "", "", "", "", "", f"{amount:.2f}",
                     cur])
-    w.writerow([*head, "final", "Final", "", "", "", "", "", "", "", f"{f.final:.2f}", cur])
+    # The kind stays "final" (the key a reader selects on); the words say whether it is.
+    w.writerow([*head, "final", final_label(doc.closed), "", "", "", "", "", "", "",
+                f"{f.final:.2f}", cur])
     return out.getvalue()
 
 
@@ -161,7 +164,7 @@ def statement_pdf(doc: StatementDocument) -> bytes:
     pdf.ln(4)
     pdf.set_font(family, "B", 13)
     # Only a closed month's total is final; an open month's is the month so far.
-    label = "Final" if doc.closed else "So far (open month, not final)"
+    label = final_label(doc.closed)
     pdf.cell(0, 8, text(f"{label}: {doc.currency} {f.final:,.2f}"), new_x="LMARGIN",
              new_y="NEXT")
     if not doc.closed:

@@ -26,7 +26,7 @@ from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
 from .cluster_usage import where_it_ran
-from .domain import month_start, parse_month, rate_reprices
+from .domain import final_label, month_start, parse_month, rate_reprices
 from .exports import statement_document, statement_response
 from .figures import (
     apply_sums_to_overview,
@@ -190,7 +190,7 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
         "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
         "adjustments": adjustments,
         "where_it_ran": where_it_ran([line.allocation_id for line in lines], m),
-        "final": figures.final,
+        "final": figures.final, "final_label": final_label(figures.closed),
         "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
         and m < month_start(timezone.now()),
         "can_adjust": can_adjust,

@@ -54,7 +54,9 @@ def test_the_pdf_says_what_the_csv_says(settings, font):
         assert "Acme Øresund" in text
     assert "Withdrawal of the EUR -50.00 adjustment (Goodwill): entered twice" in text
     rows = statement_csv(doc).splitlines()
-    assert rows[-1].endswith("final,Final,,,,,,,,1234.50,USD")
+    # the CSV's bottom line says what the PDF's says (an open month's is not final)
+    assert rows[-1].endswith('final,"So far (open month, not final)",,,,,,,,1234.50,USD')
+    assert ",Final," not in rows[-1]
     assert [r.split(",")[4] for r in rows[-4:-1]] == ["adjustment", "adjustment",
                                                       "withdrawal"]
 
@@ -62,3 +64,5 @@ def test_the_pdf_says_what_the_csv_says(settings, font):
 def test_a_closed_months_pdf_gives_its_final():
     text = _text(statement_pdf(_doc("Acme", closed=True)))
     assert "Final: USD 1,234.50" in text and "So far" not in text
+    assert statement_csv(_doc("Acme", closed=True)).splitlines()[-1].endswith(
+        "final,Final,,,,,,,,1234.50,USD")
