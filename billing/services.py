@@ -17,7 +17,7 @@ from fleet.allocations import lifecycle
 from fleet.domain import FleetError, devices_text, in_devices
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
-from fleet.inventory.services import rate_card_create
+from fleet.inventory.services import rate_card_checked, rate_card_create
 from fleet.models import Allocation, NodeOutage, QueueUsageHour
 from tenants.access import require_billing_writer, require_platform_admin
 from tenants.audit import audit_record, reason_error
@@ -35,6 +35,7 @@ from .domain import (
     hours_between,
     month_bounds,
     month_start,
+    rate_reprices,
     right_sizing,
     utilisation,
 )
@@ -431,12 +432,17 @@ def require_billing_role(user) -> None:
     require_billing_writer(user)
 
 
+class RepriceUnconfirmed(BillingError):
+    """A back-dated rate re-prices hours already billed: asked once before it is recorded."""
+
+
 @transaction.atomic
 def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
-                    gpu_model: str = "") -> RateCard:
+                    gpu_model: str = "", reprice_confirmed: bool = False) -> RateCard:
     """A new price from a moment on. Hours before it keep their price; a re-run of the rollup
     over hours after it reprices them (closed months never change, so it may not start in
-    one). The card itself is written by the fleet's one writer, with its checks."""
+    one; one that starts in the past needs `reprice_confirmed`). The card itself is written
+    by the fleet's one writer, with its checks."""
     require_platform_admin(by)
     # Name the month that is closed (an earlier one may be open again, reopened after a
     # wrong close, while a later one stays closed).
@@ -448,6 +454,12 @@ def ratecard_create(*, pool, rate: Decimal, effective_from: dt.datetime, by,
                            f"{effective_from:%Y-%m-%d %H:%M} UTC would re-price it; start the "
                            f"new rate on {after:%Y-%m-%d} or later.")
     try:
+        # A bad card is refused with its own words before any question is asked about it.
+        rate_card_checked(pool=pool, rate=rate, effective_from=effective_from,
+                          gpu_model=gpu_model)
+        reprices = rate_reprices(effective_from, timezone.now())
+        if reprices and not reprice_confirmed:
+            raise RepriceUnconfirmed(reprices.strip() + " Record it anyway?")
         return rate_card_create(pool=pool, rate=rate, by=by, effective_from=effective_from,
                                 gpu_model=gpu_model)
     except FleetError as exc:

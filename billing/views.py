@@ -344,7 +344,7 @@ def budgets(request):
 def rates(request):
     """Rate cards: admins add them; finance reads them."""
     roles = require_rates_reader(request.user)
-    errors = {}
+    errors, confirm = {}, ""
     if request.method == "POST":
         if not roles.platform_admin:
             raise PermissionDenied("Only platform admins set rates.")
@@ -363,11 +363,14 @@ def rates(request):
             errors["effective_from"] = "Give the moment it starts, e.g. 2027-01-01T00:00."
         if not errors:
             try:
-                services.ratecard_create(pool=pool, rate=rate, effective_from=starts,
-                                         by=request.user)
+                services.ratecard_create(
+                    pool=pool, rate=rate, effective_from=starts, by=request.user,
+                    reprice_confirmed=request.POST.get("reprice_confirmed") == "yes")
                 messages.success(request, f"New rate for {pool.name} recorded."
                                  + rate_reprices(starts, timezone.now()))
                 return redirect("billing:rates")
+            except services.RepriceUnconfirmed as exc:
+                confirm = exc.message
             except services.BillingError as exc:
                 errors["form"] = exc.message
     cards = list(RateCard.objects.select_related("pool").order_by("pool__name",
@@ -377,4 +380,4 @@ def rates(request):
     return render(request, "billing/rates.html", {
         "cards": cards,
         "pools": Pool.objects.all(), "errors": errors, "data": request.POST,
-        "can_edit": roles.platform_admin})
+        "confirm": confirm, "can_edit": roles.platform_admin})

@@ -4,6 +4,7 @@ Each audits in the same transaction."""
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,12 +25,10 @@ from .sync import clear_recovered_flags, flag_allocations_on
 RATE_REACH = dt.timedelta(days=3650)  # a price starts within ten years of today
 
 
-@transaction.atomic
-def rate_card_create(*, pool: Pool, rate, by=None, effective_from: dt.datetime | None = None,
-                     gpu_model: str = "") -> RateCard:
-    """The one writer of a rate card. Without `effective_from`, the pool's first price (from
-    the beginning: no hour of it was priced before). Billing's rate page adds one rule of its
-    own before it calls this: a new price never starts inside a closed month."""
+def rate_card_checked(*, pool: Pool, rate, effective_from: dt.datetime | None = None,
+                      gpu_model: str = "") -> tuple[Decimal, dt.datetime]:
+    """A rate card's checks, without writing it: the rate and the moment it starts, or a
+    FleetError naming the field (a caller may ask a question about a valid card first)."""
     try:
         rate = decimal_for_column(rate, max_digits=10, decimal_places=4, what="The rate")
     except ValueError as exc:
@@ -48,6 +47,18 @@ def rate_card_create(*, pool: Pool, rate, by=None, effective_from: dt.datetime |
         if not now - RATE_REACH <= effective_from <= now + RATE_REACH:
             raise FleetError("A rate starts within ten years of today, either way.",
                              fields={"effective_from": "Within ten years of today."})
+    return rate, effective_from
+
+
+@transaction.atomic
+def rate_card_create(*, pool: Pool, rate, by=None, effective_from: dt.datetime | None = None,
+                     gpu_model: str = "") -> RateCard:
+    """The one writer of a rate card. Without `effective_from`, the pool's first price (from
+    the beginning: no hour of it was priced before). Billing's rate page adds rules of its
+    own before it calls this: a new price never starts inside a closed month, and one that
+    starts in the past is confirmed."""
+    rate, effective_from = rate_card_checked(pool=pool, rate=rate,
+                                             effective_from=effective_from, gpu_model=gpu_model)
     card, created = RateCard.objects.get_or_create(
         pool=pool, gpu_model=gpu_model, effective_from=effective_from,
         defaults={"rate_per_device_hour": rate})

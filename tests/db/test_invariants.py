@@ -124,7 +124,8 @@ def _build(world, tenant, lead, admin_user, capture) -> list[Allocation]:
         for pool_id in {a.pool_id for a in allocs}:
             ratecard_create(pool=Pool.objects.get(pk=pool_id), rate=world["new_rate"],
                             effective_from=START + dt.timedelta(
-                                minutes=world["rate_change_min"]), by=admin_user)
+                                minutes=world["rate_change_min"]), by=admin_user,
+                            reprice_confirmed=True)
     return allocs
 
 

@@ -41,7 +41,7 @@ def test_preview_approval_and_bill_use_the_same_rate_through_a_change(
     changed_at = timezone.now().replace(minute=0, second=0, microsecond=0) - dt.timedelta(
         hours=1)
     ratecard_create(pool=shared, rate=Decimal("2.75"), effective_from=changed_at,
-                    by=admin_user)
+                    by=admin_user, reprice_confirmed=True)
     _, after = plan_for_request(req)
     assert after.pool.rate_per_device_hour == Decimal("2.75")
     assert approval_plan(req).plan.monthly_price == after.monthly_price

@@ -65,8 +65,22 @@ def test_admin_adds_a_rate_and_the_pool_rate_follows_when_it_is_in_force(client,
     past = (timezone.now() - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
     shared = Pool.objects.get(slug="shared")
     cards = RateCard.objects.filter(pool=shared).count()
+    # A back-dated rate re-prices hours already billed: asked first, nothing recorded yet.
+    asked = client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.10",
+                                                   "effective_from": past})
+    assert asked.status_code == 200
+    assert b"It starts in the past" in asked.content and b"Record it anyway?" in asked.content
+    assert b'name="reprice_confirmed" value="yes"' in asked.content
+    assert b'value="3.10"' in asked.content  # what was typed is kept
+    assert RateCard.objects.filter(pool=shared).count() == cards
+    # A bad rate is refused for itself, not asked about.
+    bad_past = client.post(reverse("billing:rates"), {"pool": "shared", "rate": "-1",
+                                                      "effective_from": past})
+    assert b"cannot be negative" in bad_past.content and b"Record it anyway" not in \
+        bad_past.content
     back = client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.10",
-                                                  "effective_from": past}, follow=True)
+                                                  "effective_from": past,
+                                                  "reprice_confirmed": "yes"}, follow=True)
     assert b"It starts in the past" in back.content and b"re-priced" in back.content
     assert b"1970" not in back.content  # the first card holds from the start
     assert RateCard.objects.filter(pool=shared).count() == cards + 1
@@ -108,7 +122,8 @@ def test_the_pool_rate_has_one_owner_the_rate_card(client, admin_user, pools):
     assert 'name="rate_per_device_hour"' not in page
     assert reverse("billing:rates") in page and "rate card in force" in page
     client.post(reverse("billing:rates"), {"pool": "shared", "rate": "3.30",
-                                           "effective_from": "2020-01-01T00:00"})
+                                           "effective_from": "2020-01-01T00:00",
+                                           "reprice_confirmed": "yes"})
     assert pool_rate(shared.pk) == Decimal("3.30")
     assert "3.30" in client.get(url).content.decode()
 
