@@ -323,6 +323,13 @@ class Fit(StrEnum):
     FITS_LATER = "fits_later"  # after allocations already promised end
     NEVER = "never"
 
+    @property
+    def label(self) -> str:
+        return FIT_LABELS[self]
+
+
+FIT_LABELS = {Fit.FITS_NOW: "fits now", Fit.FITS_LATER: "fits later", Fit.NEVER: "does not fit"}
+
 
 @dataclass(frozen=True)
 class RequestPlan:

@@ -35,3 +35,17 @@ def test_a_draft_being_edited_shows_no_reviewers_note(client, lead, tenant, pool
     client.force_login(lead)
     page = client.get(reverse("intake:edit", args=[req.pk])).content.decode()
     assert "The reviewer asked for changes" not in page
+
+
+def test_the_route_price_and_fit_are_said_above_the_submit_button(client, lead, tenant, pools):
+    # On a phone the preview falls below the form: the decision repeats above Submit.
+    from tests.factories import form_data
+
+    client.force_login(lead)
+    page = client.post(reverse("intake:preview"), form_data(tenant),
+                       headers={"HX-Request": "true"}).content.decode()
+    summary = page.index('class="before-submit"')
+    assert summary < page.index('value="submit"')
+    line = page[summary:page.index("</p>", summary)]
+    assert "a month" in line and ("fits now" in line or "fits later" in line
+                                  or "does not fit" in line), line
