@@ -140,6 +140,8 @@ def test_every_page_fits_a_phone_screen(browser, live_server, richer_world, role
                                             if name in MATRIX else [])
             assert page.goto(url).status == 200, name
             page.wait_for_load_state("networkidle")
+            # Folded sections count too (the review's override table opens in place).
+            page.evaluate("document.querySelectorAll('main details').forEach(d => d.open = true)")
             wide, outside, past = page.evaluate(r"""() => {
                 const bar = document.querySelector("header.topbar").getBoundingClientRect();
                 const out = [...document.querySelectorAll("header.topbar a, header.topbar button")]
@@ -170,3 +172,23 @@ def test_every_page_fits_a_phone_screen(browser, live_server, richer_world, role
     finally:
         context.close()
     assert found == {}, found
+
+
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_the_admins_top_bar_fits_a_laptop_screen(browser, live_server, richer_world, width):
+    """The admin's menu is the longest: it wraps, and the name and "Sign out" stay whole and
+    on screen (at 1280 px "Sign out" was pushed 5 px past the edge, broken over two lines)."""
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    context.add_cookies([{"name": "sessionid", "url": live_server.url,
+                          "value": session_cookie(richer_world["users"]["admin"])}])
+    page = context.new_page()
+    try:
+        page.goto(live_server.url + "/")
+        wide, sign_out = page.evaluate("""() => {
+            const b = [...document.querySelectorAll("header.topbar button, header.topbar a")]
+                .find(e => e.textContent.trim() === "Sign out").getBoundingClientRect();
+            return [document.documentElement.scrollWidth - innerWidth,
+                    [b.right <= innerWidth, b.height < 30]]; }""")
+        assert wide <= 0 and sign_out == [True, True], (wide, sign_out)
+    finally:
+        context.close()
