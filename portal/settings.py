@@ -345,6 +345,9 @@ if not re.fullmatch(r"[A-Z]{3}", PORTAL_CURRENCY):
 PORTAL_PROVIDER_NAME = env_str("PORTAL_PROVIDER_NAME", "AI Factory")
 # Queue truth: how often Kueue's Workloads and queues are read back (a bounded list), and
 # the longest gap between two reads that is still integrated into queue-hours for billing.
+# How far back a queue's admission rate is measured for the drain estimate of a start.
+PORTAL_ESTIMATE_DRAIN_WINDOW_SECONDS = env_int("PORTAL_ESTIMATE_DRAIN_WINDOW_SECONDS", 3600,
+                                               minimum=60)
 PORTAL_QUEUE_SYNC_SECONDS = env_int("PORTAL_QUEUE_SYNC_SECONDS", 15, minimum=2)
 PORTAL_QUEUE_MAX_GAP_SECONDS = env_int("PORTAL_QUEUE_MAX_GAP_SECONDS", 300, minimum=10)
 # `manage.py watch_queues` lists everything again this often (the watch's safety net).

@@ -23,6 +23,7 @@ from ..models import (
     QueueUsageHour,
     QueueWorkload,
 )
+from .estimates import track_record_by_basis
 from .placement import SEAMS, STOPS, preemption_tally, recoveries
 from .reading import (
     HISTORY_DAYS,
@@ -32,6 +33,7 @@ from .reading import (
     cohort_room,
     history_since,
     queue_facts_of,
+    recent_admissions,
     row_facts,
 )
 from .timing import clock_words, is_fine
@@ -68,7 +70,10 @@ class QueueView:
     stops: list[QueueEvent] = field(default_factory=list)
     borrowed_price_per_hour: Decimal = Decimal(0)
     estimate_error_p50: float | None = None
+    estimate_error_p90: float | None = None
     estimate_count: int = 0
+    # basis → (count, median error s, p90 error s): each basis scored on its own
+    estimate_by_basis: dict = field(default_factory=dict)
     admission_count: int = 0  # admissions in the window (a job's re-admissions too)
     history: list[DayFigures] = field(default_factory=list)
     history_groups: list[dict] = field(default_factory=list)
@@ -112,6 +117,8 @@ class QueueView:
                          "waited_seconds": round(p.waited_seconds),
                          "reason_code": p.waiting.code, "reason": p.waiting.text,
                          "estimated_start": p.estimate.at, "estimate_basis": p.estimate.basis,
+                         "estimate_range": [p.estimate.low, p.estimate.high]
+                         if p.estimate.low else None,
                          "estimate": p.estimate.text} for p in self.pending],
             "stopping": [stopping_entry(w, text) for w, text in self.stopping],
             "deactivated": [{"name": w.display_name, "devices": w.devices,
@@ -121,6 +128,11 @@ class QueueView:
             "preemptions": [{"name": e.workload, "at": e.at, "kind": e.kind,
                              "reason": e.reason} for e in self.stops],
             "estimates_track_record": {"median_error_seconds": self.estimate_error_p50,
+                                       "p90_error_seconds": self.estimate_error_p90,
+                                       "by_basis": {b: {"count": n, "median_error_seconds": m,
+                                                        "p90_error_seconds": p}
+                                                    for b, (n, m, p) in
+                                                    self.estimate_by_basis.items()},
                                        "count": self.estimate_count,
                                        "of_admissions": self.admission_count},
             "history_groups": self.history_groups,
@@ -170,7 +182,8 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
                                  .values_list("slug", "name"))
     since = history_since(now)  # the page's one window
     waits = _history_waits([alloc.pk], since)[alloc.pk]
-    view.pending = _pending_lines(view.queue, rows, cohort_free, lent, waits, now)
+    view.pending = _pending_lines(view.queue, rows, cohort_free, lent, waits, now,
+                                  recent_admissions([alloc.pk], now)[alloc.pk])
     view.stops = list(QueueEvent.objects.filter(
         allocation=alloc, kind__in=(QueueEvent.Kind.PREEMPTED, QueueEvent.Kind.EVICTED))
         .order_by("-at", "-id")[:20])
@@ -178,12 +191,16 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
     borrowed = in_devices(state.borrowed, alloc.mig_profile, mig_weights())
     view.borrowed_price_per_hour = money(borrowed * pool_rate(alloc.pool_id, now)) \
         if borrowing_is_billed(alloc.route) else Decimal(0)
-    errors = [abs((r.admitted_at - r.first_estimate_at).total_seconds())
+    scored = [(r.first_estimate_basis, abs((r.admitted_at - r.first_estimate_at)
+                                           .total_seconds()))
               for r in QueueWorkload.objects.filter(
                   allocation=alloc, admitted_at__isnull=False, first_estimate_at__isnull=False,
                   admitted_at__gte=since)
-              .only("admitted_at", "first_estimate_at")]
+              .only("admitted_at", "first_estimate_at", "first_estimate_basis")]
+    errors = [e for _b, e in scored]
     view.estimate_error_p50, view.estimate_count = percentile(errors, 50), len(errors)
+    view.estimate_error_p90 = percentile(errors, 90)
+    view.estimate_by_basis = track_record_by_basis(scored)
     # what the estimates are out of: every admission the history table counts
     view.admission_count = QueueEvent.objects.filter(
         allocation=alloc, kind=QueueEvent.Kind.ADMITTED, at__gte=since,

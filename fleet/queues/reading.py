@@ -9,21 +9,22 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 
+from django.conf import settings
+
 from tenants.bulk import update_rows
 
 from ..models import ClusterQueueState, QueueEvent, QueueWorkload
+from .estimates import Estimate, estimate_start
 from .ledger import StoredWorkload
 from .order import VISIBILITY, ahead_of, line_up
 from .placement import Placement
 from .truth import (
     HOLDING,
     PENDING,
-    Estimate,
     QueueFacts,
     Stop,
     Waiting,
     WorkloadFacts,
-    estimate_start,
     explain_pending,
 )
 
@@ -135,9 +136,21 @@ def _history_waits(allocation_ids, since: dt.datetime
     return out
 
 
+def recent_admissions(allocation_ids, now: dt.datetime) -> dict[int, list[dt.datetime]]:
+    """allocation → when its ClusterQueue admitted work within the drain window (any
+    priority): the pace its line moves at (fleet.queues.estimates)."""
+    since = now - dt.timedelta(seconds=settings.PORTAL_ESTIMATE_DRAIN_WINDOW_SECONDS)
+    out: dict[int, list[dt.datetime]] = defaultdict(list)
+    for alloc_id, at in QueueEvent.objects.filter(
+            allocation_id__any=allocation_ids, kind=QueueEvent.Kind.ADMITTED,
+            at__gte=since).values_list("allocation_id", "at"):
+        out[alloc_id].append(at)
+    return out
+
+
 def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: Decimal,
                    lent: Decimal, waits: dict[tuple[str, int], list[float]],
-                   now: dt.datetime) -> list[PendingLine]:
+                   now: dt.datetime, admitted: list[dt.datetime] = ()) -> list[PendingLine]:
     facts = [row_facts(r) for r in rows]
     running = [f for f in facts if f.state in HOLDING]  # what holds the quota
     # One order for the position, the rows and "ahead of it" (fleet.queues.order): Kueue's
@@ -147,12 +160,14 @@ def _pending_lines(queue: QueueFacts, rows: list[QueueWorkload], cohort_free: De
                      and r.position is not None and r.position_source == VISIBILITY})
     ahead = ahead_of(lined, lambda f: f.devices <= queue.ceiling)
     lines = []
-    for p in lined:
+    for i, p in enumerate(lined):
         f = p.facts
         why = explain_pending(f, queue, own_running=running, ahead=ahead[f.uid],
                               cohort_free=cohort_free, now=now, lent=lent)
         est = estimate_start(f, why, own_running=running,
-                             history_waits=waits.get((f.local_queue, f.priority), []), now=now)
+                             history_waits=waits.get((f.local_queue, f.priority), []), now=now,
+                             ahead=i, admitted_recently=admitted,
+                             window_seconds=settings.PORTAL_ESTIMATE_DRAIN_WINDOW_SECONDS)
         since = f.requeued_at or f.submitted_at or now
         lines.append(PendingLine(f, p.position, p.source, (now - since).total_seconds(),
                                  why, est))
@@ -184,13 +199,14 @@ def first_estimates(now: dt.datetime) -> int:
                                             state__in=(*HOLDING, PENDING)):
         rows[row.allocation_id].append(row)
     waits = _history_waits(list(states), history_since(now))
+    admitted = recent_admissions(list(states), now)
     done = []
     for alloc_id, state in states.items():
         cohort_free, lent = room_in_cohort(
             state, *cohorts.get(state.cohort, (state.nominal, state.usage)))
         by_uid = {r.uid: r for r in rows[alloc_id]}
         for line in _pending_lines(queue_facts_of(state), rows[alloc_id], cohort_free, lent,
-                                   waits[alloc_id], now):
+                                   waits[alloc_id], now, admitted[alloc_id]):
             if line.facts.uid in new_uids:
                 row = by_uid[line.facts.uid]
                 row.first_estimate_at, row.first_estimate_basis = line.estimate.at, \

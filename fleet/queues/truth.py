@@ -620,14 +620,7 @@ def explain_stop(stop: Stop) -> str:
     return f"Stopped: {why}."
 
 
-# -- estimates -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Estimate:
-    at: dt.datetime | None
-    basis: str  # limits | history | none | now
-    text: str
-
+# -- percentiles (of waits, seams and estimate errors) ------------------------------------
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (q in 0..100); None for no values."""
@@ -637,43 +630,6 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     k = (len(ordered) - 1) * q / 100
     lo, hi = math.floor(k), math.ceil(k)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def estimate_start(w: WorkloadFacts, waiting: Waiting, *, own_running: Sequence[WorkloadFacts],
-                   history_waits: Sequence[float], now: dt.datetime,
-                   min_history: int = 3) -> Estimate:
-    """When `w` should start, and on what basis.
-
-    1. *limits*: if the running workloads of this queue declared time limits, the moment
-       enough of them must have ended to free what is missing.
-    2. *history*: the median wait of this queue and priority over recent days.
-    3. otherwise no estimate, and why.
-    """
-    if waiting.code in ("never", "queue-stopped", "deactivated"):
-        return Estimate(None, "none", "No start time: it cannot start as things are.")
-    if waiting.code in ("starting", "behind"):
-        return Estimate(now, "now", "Any moment: the devices are free.")
-    ends = sorted((r.admitted_at + dt.timedelta(seconds=r.max_seconds), r.devices)
-                  for r in own_running if r.admitted_at and r.max_seconds)
-    freed = Decimal(0)
-    for end, devices in ends:
-        freed += devices
-        if freed >= waiting.short:
-            at = max(end, now)
-            return Estimate(at, "limits", f"By {at:%Y-%m-%d %H:%M} UTC at the latest: the "
-                            "running workloads of your queue declared time limits, and enough "
-                            "of them end by then.")
-    if len(history_waits) >= min_history:
-        p50 = percentile(history_waits, 50) or 0.0
-        start = w.submitted_at or now
-        at = start + dt.timedelta(seconds=p50)
-        basis = f"the median wait of this queue at this priority ({duration(p50)}, " \
-                f"{len(history_waits)} admissions)"
-        if at < now:
-            return Estimate(now, "history", f"Overdue: it has waited longer than {basis}.")
-        return Estimate(at, "history", f"Around {at:%Y-%m-%d %H:%M} UTC, from {basis}.")
-    return Estimate(None, "none", "No estimate yet: the running workloads declared no time "
-                    "limits and this queue has too little history.")
 
 
 # -- history and the cohort ----------------------------------------------------------------

@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 
 from fleet.queues.cohorts import CohortView, cohort_lines
+from fleet.queues.estimates import estimate_start
 from fleet.queues.ledger import transition_events
 from fleet.queues.truth import (
     ADMITTED,
@@ -24,7 +25,6 @@ from fleet.queues.truth import (
     amount,
     cohort_board,
     duration,
-    estimate_start,
     explain_pending,
     explain_stop,
     history_by_day,
