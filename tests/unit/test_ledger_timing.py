@@ -163,6 +163,21 @@ def test_a_watch_time_later_than_the_next_steps_event_is_brought_back_to_it(lag,
         microseconds=1), (reach, low)
 
 
+def test_an_event_earlier_than_its_step_recorded_before_is_moved_to_it_within_its_bound():
+    # The pods were recorded in an earlier reading, at the watch's .350 (the ledger is
+    # append-only: that row stays); the scheduler's Event, read later, says .342. The step
+    # keeps the order and says by how much it was moved: the Event lies within its bound.
+    events = [{**BASE, "kind": K.SCHEDULED, "at": T, "seam_seconds": 0.0, "reason": "x"}]
+    got = timed_steps(events, stamps={K.ADMITTED: T - dt.timedelta(seconds=1), K.PODS: T,
+                                      K.SCHEDULED: T},
+                      clues={K.SCHEDULED: Clue(None, (ms(342),))},
+                      recorded={(K.PODS, T): (ms(350), 0.003)}, lag=0.003, now=NOW)[0]
+    assert got["at"] == ms(350) and got["at_source"] == EVENT and got["seam_seconds"] == 0.0
+    reach = got["at"] - dt.timedelta(seconds=got["at_bound_seconds"])
+    assert reach <= ms(342) <= got["at"]
+    assert got["at_bound_seconds"] < 0.01
+
+
 def test_a_seam_from_a_step_not_recorded_with_a_time_is_measured_from_its_stamp():
     events = [{**BASE, "kind": K.PODS, "at": T, "seam_seconds": 1.0, "reason": "x"}]
     (e,) = timed_steps(events, stamps={K.ADMITTED: T - dt.timedelta(seconds=1), K.PODS: T},
