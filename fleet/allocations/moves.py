@@ -63,13 +63,18 @@ class MoveWords:
     notice: str
 
 
+def _gist(text: str) -> str:
+    """A reason without case, spacing or punctuation: "End of warranty." is "end of warranty"."""
+    return " ".join("".join(c if c.isalnum() else " " for c in text.casefold()).split())
+
+
 def move_words(*, old: str, new: str, pool: str, namespace: str, retiring_reason: str,
                reason: str) -> MoveWords:
     """What a move says in the allocation's history and to its tenant: why the node leaves
     and the reason given, each once (the page offers the node's retiring reason as the move's
     reason; given unchanged, it is said once, not twice)."""
     given, leaving = reason.strip(), retiring_reason.strip()
-    same = given.casefold() == leaving.casefold()
+    same = _gist(given) == _gist(leaving)
     audit = (f"Moved off {old} onto {new}, a free validated node of {pool}: "
              + (given if same or not leaving else f"{given} ({old} is retiring: {leaving})"))
     notice = (f"{old} is leaving the fleet" + (f" ({leaving})" if leaving else "")
