@@ -80,7 +80,14 @@ class PendingSerializer(serializers.Serializer):
                                                    "behind", "starting", "quota", "cohort"])
     reason = serializers.CharField()
     estimated_start = serializers.DateTimeField(allow_null=True)
-    estimate_basis = serializers.ChoiceField(choices=["limits", "history", "now", "none"])
+    estimate_basis = serializers.ChoiceField(
+        choices=["now", "drain", "limits", "history", "none"],
+        help_text="drain: the line ahead at the queue's measured admission rate; limits: the "
+                  "running jobs' declared time limits; history: the queue's median wait")
+    estimate_range = serializers.ListField(
+        child=serializers.DateTimeField(), min_length=2, max_length=2, allow_null=True,
+        help_text="[earliest, latest]: 10–90 % for drain and history, now → the bound for "
+                  "limits; null without an estimate")
     estimate = serializers.CharField()
 
 
@@ -115,8 +122,17 @@ class StopSerializer(serializers.Serializer):
     reason = serializers.CharField()
 
 
+class BasisRecordSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    median_error_seconds = serializers.FloatField()
+    p90_error_seconds = serializers.FloatField()
+
+
 class TrackRecordSerializer(serializers.Serializer):
     median_error_seconds = serializers.FloatField(allow_null=True)
+    p90_error_seconds = serializers.FloatField(allow_null=True)
+    by_basis = serializers.DictField(child=BasisRecordSerializer(),
+                                     help_text="each basis scored on its own")
     count = serializers.IntegerField(help_text="admissions whose first estimate is compared")
     of_admissions = serializers.IntegerField(
         help_text="every admission in the last 14 days (the history's count)")

@@ -34,11 +34,16 @@ class Estimate:
 
 def drain_rate(admitted: Sequence[dt.datetime], *, now: dt.datetime, window_seconds: float,
                minimum: int = MIN_DRAIN_ADMISSIONS) -> float | None:
-    """Admissions per second of one ClusterQueue over the window before `now`, or None while
-    the window holds too few to say."""
+    """Admissions per second of one ClusterQueue, from those in the window before `now`: the
+    gaps after the first one, over the time from it to now (a queue busy for a minute of the
+    hour is not averaged over the hour; one stalled since its last admission slows down as
+    the stall lasts). None while the window holds too few to say."""
     since = now - dt.timedelta(seconds=window_seconds)
-    n = sum(1 for at in admitted if since <= at <= now)
-    return n / window_seconds if n >= minimum and window_seconds > 0 else None
+    seen = [at for at in admitted if since <= at <= now]
+    if len(seen) < minimum:
+        return None
+    span = (now - min(seen)).total_seconds()
+    return (len(seen) - 1) / span if span > 0 else None
 
 
 def drain_wait(ahead: int, rate: float) -> tuple[float, float, float]:

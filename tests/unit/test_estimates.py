@@ -3,6 +3,7 @@ of it, its range, and each basis's track record."""
 import datetime as dt
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,7 +62,15 @@ def test_a_queue_with_no_history_but_a_pace_still_gets_an_estimate():
 def test_admissions_outside_the_window_do_not_count():
     old = [NOW - dt.timedelta(hours=2, minutes=i) for i in range(50)]
     assert drain_rate(old, now=NOW, window_seconds=3600) is None
-    assert drain_rate(old + admissions(1), now=NOW, window_seconds=3600) == 60 / 3600
+    recent = admissions(1)  # one a minute, the first 59.5 min ago
+    assert drain_rate(old + recent, now=NOW, window_seconds=3600) == pytest.approx(59 / 3570)
+
+
+def test_a_burst_is_paced_by_itself_and_a_stall_slows_the_pace():
+    burst = [NOW - dt.timedelta(seconds=s) for s in (4, 3, 2, 1)]
+    assert drain_rate(burst, now=NOW, window_seconds=3600) == pytest.approx(3 / 4)
+    later = NOW + dt.timedelta(minutes=10)  # nothing admitted since: slower and slower
+    assert drain_rate(burst, now=later, window_seconds=3600) < 3 / 600
 
 
 @given(st.integers(0, 5000), st.floats(0.001, 5.0))
