@@ -61,6 +61,7 @@ from .queues.explain import (
     seam_chart,
     seam_figures,
 )
+from .renderers import node_rows
 from .tasks import sync_fleet
 from .vocabulary import LABEL_POOL, NodeState
 
@@ -82,7 +83,9 @@ def fleet_overview(request):
     many_clusters = len(clusters) > 1 if clusters else live.count() > 1
     now, every = timezone.now(), settings.PORTAL_FLEET_SYNC_SECONDS
     return render(request, template, {
-        "stale_before": stale_before(now, every), "sync_every": every,
+        "node_rows": node_rows(page, many_clusters=many_clusters,
+                               stale_before=stale_before(now, every)),
+        "sync_every": every,
         "stale": {} if request.htmx else stale_clusters(last_sightings(), now=now,
                                                         every_seconds=every),
         "clusters": clusters, "many_clusters": many_clusters,

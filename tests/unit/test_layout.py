@@ -133,7 +133,7 @@ FLEET_BELOW = {"fleet.kube", "fleet.prometheus", "fleet.domain", "fleet.vocabula
                "fleet.signals", "fleet.models", "fleet.apps"}
 FLEET_ROOMS = ("fleet.inventory", "fleet.allocations", "fleet.queues")  # rooms by package
 FLEET_TOP = {"fleet.views", "fleet.api", "fleet.cluster_api", "fleet.forms", "fleet.admin",
-             "fleet.urls", "fleet.tasks", "fleet"}
+             "fleet.urls", "fleet.tasks", "fleet.renderers", "fleet"}
 # The ORM models are the rooms' shared state; their status choices come from the allocation
 # lifecycle's pure table (no queries, no other import).
 FLEET_EXCEPTIONS = {("fleet.models", "fleet.allocations.lifecycle")}
