@@ -24,6 +24,7 @@ from tenants.models import Tenant
 from tenants.notifications import Kind, notify, tenant_leads
 
 from .domain import (
+    FIELD_WORDS,
     TRANSITIONS,
     Fit,
     Status,
@@ -40,11 +41,7 @@ from .selectors import (
 )
 from .validation import normalised, request_field_errors
 
-EDITABLE_FIELDS = (
-    "title", "workload_kind", "isolation_origin", "isolation_reference", "device_fill",
-    "whole_devices", "replicas", "mig_profile", "memory_gb", "gpu_model", "starts_on",
-    "ends_on", "expected_utilisation", "justification",
-)
+EDITABLE_FIELDS = tuple(FIELD_WORDS)  # the answers a lead may change, in the form's order
 
 
 class IntakeError(DomainError):
@@ -131,7 +128,7 @@ def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> C
     for name, value in merged.items():
         if getattr(request, name) != value:
             changed[name] = {"from": str(getattr(request, name)), "to": str(value)}
-            shown[name] = (_shown(request, name), _shown(request, name, value))
+            shown[name] = (_shown(name, getattr(request, name)), _shown(name, value))
             setattr(request, name, value)
     if changed:
         request.save()
@@ -140,9 +137,8 @@ def request_update(*, request: CapacityRequest, by, fields: dict[str, Any]) -> C
     return request
 
 
-def _shown(request: CapacityRequest, name: str, value: Any = ...) -> str:
+def _shown(name: str, value: Any) -> str:
     """An answer as the page shows it: a choice by its label, a number or date as written."""
-    value = getattr(request, name) if value is ... else value
     choices = dict(CapacityRequest._meta.get_field(name).flatchoices)
     return str(choices.get(value, value) if value not in (None, "") else "")
 
