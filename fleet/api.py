@@ -21,6 +21,7 @@ from .allocations.services import allocation_release
 from .forms import LOCAL_QUEUE_MAX, PRIORITY_BOUNDS
 from .models import Allocation
 from .queues.cohorts import cohort_views
+from .queues.estimates import BASES
 from .queues.explain import allocation_queue
 
 
@@ -81,7 +82,7 @@ class PendingSerializer(serializers.Serializer):
     reason = serializers.CharField()
     estimated_start = serializers.DateTimeField(allow_null=True)
     estimate_basis = serializers.ChoiceField(
-        choices=["now", "drain", "limits", "history", "none"],
+        choices=list(BASES),
         help_text="drain: the line ahead at the queue's measured admission rate; limits: the "
                   "running jobs' declared time limits; history: the queue's median wait")
     estimate_range = serializers.ListField(

@@ -21,12 +21,14 @@ from .truth import Waiting, WorkloadFacts, duration, percentile
 MIN_DRAIN_ADMISSIONS = 3
 # A range from the 10th to the 90th percentile: z of 1.2816 either side of a normal's mean.
 Z80 = 1.2816
+# What an estimate may rest on, the firmest first (the API lists them as its choices).
+BASES = ("now", "drain", "limits", "history", "none")
 
 
 @dataclass(frozen=True)
 class Estimate:
     at: dt.datetime | None
-    basis: str  # now | drain | limits | history | none
+    basis: str  # one of BASES
     text: str
     low: dt.datetime | None = None  # the range shown beside it (None: no range)
     high: dt.datetime | None = None
@@ -67,6 +69,14 @@ def _pace(rate: float) -> str:
         f"one every {duration(1 / rate)}"
 
 
+def _drained(ahead: int, rate: float, now: dt.datetime, why: str, tail: str = "") -> Estimate:
+    """The drain basis: `ahead` admissions then this one's, at `rate`, with its range."""
+    mean, lo, hi = drain_wait(ahead, rate)
+    at, low, high = (now + dt.timedelta(seconds=s) for s in (mean, lo, hi))
+    return Estimate(at, "drain", f"Around {at:%Y-%m-%d %H:%M} UTC ({_range_text(low, high)}"
+                    f"): {why}, and this queue admits about {_pace(rate)}{tail}.", low, high)
+
+
 def estimate_start(w: WorkloadFacts, waiting: Waiting, *, own_running: Sequence[WorkloadFacts],
                    history_waits: Sequence[float], now: dt.datetime, min_history: int = 3,
                    ahead: int = 0, admitted_recently: Sequence[dt.datetime] = (),
@@ -82,12 +92,8 @@ def estimate_start(w: WorkloadFacts, waiting: Waiting, *, own_running: Sequence[
     if ahead and rate:
         # A line ahead of it: its start is set by how fast the line drains, not by when the
         # queue's own running work ends (that frees devices for the head, not for it).
-        mean, lo, hi = drain_wait(ahead, rate)
-        at, low, high = (now + dt.timedelta(seconds=s) for s in (mean, lo, hi))
-        return Estimate(at, "drain", f"Around {at:%Y-%m-%d %H:%M} UTC ({_range_text(low, high)}"
-                        f"): {ahead} workload(s) ahead of it, and this queue admits about "
-                        f"{_pace(rate)} (over the last {duration(window_seconds)}).",
-                        low, high)
+        return _drained(ahead, rate, now, f"{ahead} workload(s) ahead of it",
+                        f" (over the last {duration(window_seconds)})")
     ends = sorted((r.admitted_at + dt.timedelta(seconds=r.max_seconds), r.devices)
                   for r in own_running if r.admitted_at and r.max_seconds)
     freed = Decimal(0)
@@ -111,11 +117,7 @@ def estimate_start(w: WorkloadFacts, waiting: Waiting, *, own_running: Sequence[
         return Estimate(at, "history", f"Around {at:%Y-%m-%d %H:%M} UTC, from {basis}.",
                         low, high)
     if rate:  # next in line, nothing declared, little history: the queue's pace still says
-        mean, lo, hi = drain_wait(0, rate)
-        at, low, high = (now + dt.timedelta(seconds=s) for s in (mean, lo, hi))
-        return Estimate(at, "drain", f"Around {at:%Y-%m-%d %H:%M} UTC ({_range_text(low, high)}"
-                        f"): it is next, and this queue admits about {_pace(rate)}.",
-                        low, high)
+        return _drained(0, rate, now, "it is next")
     return Estimate(None, "none", "No estimate yet: the running workloads declared no time "
                     "limits and this queue has too little history.")
 
