@@ -18,6 +18,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from .inventory.capacity import node_is_stale
+
 CLUSTER, NAME = "cluster-0-placeholder", "node-0-placeholder"
 NODE_ROW = (
     '\n  <tr><td><a href="{}">{}</a>{}{}</td>\n'
@@ -29,11 +31,6 @@ NODE_ROW = (
     '    <td class="small {}">{}{}</td></tr>\n  ')
 EMPTY = ('<tr><td colspan="7" class="muted">No GPU nodes synced yet. Sync from Kubernetes to '
          'read them.</td></tr>')
-
-
-def is_stale(node, stale_before: dt.datetime) -> bool:
-    """A present node no sync has seen since `stale_before` (fleet.inventory.capacity)."""
-    return bool(node.present and node.last_synced_at and node.last_synced_at < stale_before)
 
 
 def _mig(node) -> SafeString | str:
@@ -53,7 +50,7 @@ def node_rows(nodes: Iterable, *, many_clusters: bool, stale_before: dt.datetime
 
     rows = []
     for n in nodes:
-        stale = is_stale(n, stale_before)
+        stale = node_is_stale(n.present, n.last_synced_at, stale_before)
         rows.append(format_html(
             NODE_ROW, address(n), n.name,
             format_html(' <span class="muted small">{}</span>', n.cluster.slug)

@@ -301,6 +301,13 @@ def stale_before(now: dt.datetime, every_seconds: int) -> dt.datetime:
     return now - dt.timedelta(seconds=MISSED_SYNCS * every_seconds)
 
 
+def node_is_stale(present: bool, last_synced_at: dt.datetime | None,
+                  limit: dt.datetime) -> bool:
+    """A present node no sync has seen since `limit` (`stale_before`); a node gone from the
+    cluster is gone, not stale."""
+    return bool(present and last_synced_at and last_synced_at < limit)
+
+
 def stale_clusters(last_seen: dict[str, dt.datetime | None], *, now: dt.datetime,
                    every_seconds: int) -> dict[str, dt.datetime | None]:
     """Clusters whose nodes no recent sync has seen (by the newest sighting of any of their
