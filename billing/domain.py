@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
@@ -43,6 +43,29 @@ def allocated_device_seconds(*, starts_at: dt.datetime, ends_at: dt.datetime | N
                              devices: Decimal, hour: dt.datetime) -> Decimal:
     """Device-seconds an allocation holds in one hour (partial at its start and end)."""
     return Decimal(overlap_seconds(starts_at, ends_at, hour, hour + HOUR)) * devices
+
+
+Resize = tuple[dt.datetime, Decimal, Decimal]  # (at, devices before, devices after)
+
+
+def held_device_seconds(*, starts_at: dt.datetime, ends_at: dt.datetime | None,
+                        devices: Decimal, hour: dt.datetime,
+                        resizes: Sequence[Resize] = ()) -> Decimal:
+    """Device-seconds held in one hour at the size in force at each moment: the resizes
+    (in order; fleet's AllocationResize rows, stamped in whole seconds) split the hold where
+    its size changed. Without any, the allocation's size throughout."""
+    if not resizes:
+        return allocated_device_seconds(starts_at=starts_at, ends_at=ends_at, devices=devices,
+                                        hour=hour)
+    pieces = [(starts_at, resizes[0][1])] + [(at, after) for at, _, after in resizes]
+    total = Decimal(0)
+    for i, (since, size) in enumerate(pieces):
+        until = pieces[i + 1][0] if i + 1 < len(pieces) else ends_at
+        if ends_at is not None and until is not None:
+            until = min(until, ends_at)
+        total += allocated_device_seconds(starts_at=max(since, starts_at), ends_at=until,
+                                          devices=size, hour=hour)
+    return total
 
 
 def credit_device_seconds(*, outages: Iterable[tuple[dt.datetime, dt.datetime | None, int]],
@@ -175,10 +198,11 @@ class AllocationHour:
 def allocation_hour(*, route: str, starts_at: dt.datetime, ends_at: dt.datetime | None,
                     devices: Decimal, hour: dt.datetime, used: Decimal | None,
                     outages: Iterable[tuple[dt.datetime, dt.datetime | None, int]],
-                    rate: Decimal, borrowed: Decimal = Decimal(0)) -> AllocationHour | None:
+                    rate: Decimal, borrowed: Decimal = Decimal(0),
+                    resizes: Sequence[Resize] = ()) -> AllocationHour | None:
     """The rollup's arithmetic for one allocation-hour; None when nothing was allocated."""
-    allocated = allocated_device_seconds(starts_at=starts_at, ends_at=ends_at, devices=devices,
-                                         hour=hour)
+    allocated = held_device_seconds(starts_at=starts_at, ends_at=ends_at, devices=devices,
+                                    hour=hour, resizes=resizes)
     if allocated <= 0:
         return None
     if used is not None:

@@ -18,7 +18,7 @@ from fleet.domain import FleetError, devices_text, in_devices
 from fleet.inventory.pricing import money, rate_at, rate_history
 from fleet.inventory.selectors import mig_weights
 from fleet.inventory.services import rate_card_checked, rate_card_create
-from fleet.models import Allocation, NodeOutage, QueueUsageHour
+from fleet.models import Allocation, AllocationResize, NodeOutage, QueueUsageHour
 from tenants.access import require_billing_writer, require_platform_admin
 from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
@@ -143,6 +143,9 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
     existing = {(u.allocation_id, u.hour): u.used_s for u in UsageHour.objects.filter(
         allocation__in=allocations, hour__gte=start, hour__lt=end)}
     borrowed = borrowed_device_seconds(allocations, start, end)
+    resizes = defaultdict(list)
+    for r in AllocationResize.objects.filter(allocation__in=allocations).order_by("at", "pk"):
+        resizes[r.allocation_id].append((r.at, r.devices_before, r.devices_after))
     rows: list[UsageHour] = []
     touched: set[tuple[int, dt.date]] = set()
     for hour, used_by_ns in measured.items():
@@ -156,7 +159,8 @@ def _record_hours(start: dt.datetime, end: dt.datetime,
                 devices=alloc.device_equivalents, hour=hour, used=used,
                 outages=[o for n in alloc.nodes.all() for o in outages.get(n.pk, [])],
                 rate=rate_at(rates.get(alloc.pool_id, []), hour),
-                borrowed=borrowed.get((alloc.pk, hour), Decimal(0)))
+                borrowed=borrowed.get((alloc.pk, hour), Decimal(0)),
+                resizes=resizes.get(alloc.pk, ()))
             if figures is None:
                 continue
             rows.append(UsageHour(

@@ -50,8 +50,9 @@ KIND_LABELS = {
 
 
 class Action(StrEnum):
-    """What a finding proposes; only `release` is carried out by the portal today (through
-    the fleet's release service), the others are recorded and told to the platform team."""
+    """What a finding proposes. The portal carries out a release (the fleet's release) and
+    a shrink within the hold's own unit (the fleet's resize); the others are recorded and
+    told to the platform team."""
 
     RELEASE = "release"
     SHRINK = "shrink"

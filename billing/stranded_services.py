@@ -3,9 +3,10 @@ allocation and kind), and the lead's answer. Each write audits in its own transa
 notifies through the portal's notification service (the e-mail leaves after commit).
 
 Releasing goes through the fleet's own `allocation_release` (the lifecycle's transition,
-billing stops at that instant); nothing here writes an allocation's status. A resize is not
-a lifecycle step yet, so accepting a shrink, a move to MIG, a check of a run or a quota raise
-records the yes and tells the platform team.
+billing stops at that instant) and a shrink through its `allocation_resize` (the lifecycle's
+step in place, under the pool's lock); nothing here writes an allocation's status. Accepting
+a move to MIG, a check of a run or a quota raise records the yes and tells the platform
+team.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -21,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet.allocations import lifecycle
+from fleet.allocations.resize import allocation_resize
 from fleet.allocations.services import allocation_release
 from fleet.domain import FleetError, devices_text
 from fleet.models import Allocation
@@ -167,15 +169,40 @@ def _tell(row: StrandedFinding, what: str) -> None:
 
 
 def finding_accept(*, finding: StrandedFinding, by, reason: str = "") -> StrandedFinding:
-    """The lead's yes. A release is carried out at once through the fleet's release service;
-    any other proposal is recorded and the platform team told."""
+    """The lead's yes. A release is carried out at once through the fleet's release service
+    and a shrink through its resize (refused, with the fleet's reason, while running work
+    holds what it would take); any other proposal is recorded and the platform team told."""
     if problem := reason_error(reason, required=False):
         raise StrandedError(problem, fields={"reason": problem})
     return _accept(finding, by=by, reason=reason)
 
 
+def in_place_size(finding: StrandedFinding) -> int | None:
+    """The size a proposed shrink resizes the hold to in place (its unit: whole devices,
+    or slices of its own profile); None for anything else (a smaller profile is a new
+    request, as a move to MIG is)."""
+    data, alloc = finding.proposal_data or {}, finding.allocation
+    if finding.action != F.Action.SHRINK:
+        return None
+    if data.get("mig_count_after") and data.get("mig_profile_after") in ("", alloc.mig_profile):
+        return int(data["mig_count_after"])
+    if data.get("whole_devices_after") and not alloc.mig_profile:
+        return int(data["whole_devices_after"])
+    return None
+
+
 def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
             ) -> StrandedFinding:
+    size = in_place_size(finding)
+    if size is not None:  # carried out first: a refused shrink records no yes
+        with transaction.atomic():
+            _decidable(finding, by, by_policy)
+        try:
+            allocation_resize(allocation=finding.allocation, size=size, by=by,
+                              by_policy=by_policy,
+                              reason=f"Stranded finding #{finding.pk} accepted.")
+        except FleetError as exc:
+            raise StrandedError(f"The shrink cannot be carried out now: {exc}") from exc
     with transaction.atomic():
         row = _decidable(finding, by, by_policy)
         release = row.action == F.Action.RELEASE
@@ -183,16 +210,20 @@ def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
             raise StrandedError(f"{row.allocation.namespace} is "
                                 f"{row.allocation.get_status_display().lower()}: there is "
                                 "nothing to release.")
+        given_back = release or size is not None
         outcome = (f"Released: {devices_text(row.stranded_devices)} device(s) given back to "
                    f"{row.pool.slug}; billing stops now." if release else
-                   "Recorded. The platform team carries it out (a resize is not a lifecycle "
-                   "step of the portal yet); the hold is unchanged until then.")
+                   f"Shrunk in place ({row.proposal}): {devices_text(row.stranded_devices)} "
+                   f"device(s) given back to {row.pool.slug}; billing follows from now."
+                   if size is not None else
+                   "Recorded. The platform team carries it out (only a release or a shrink "
+                   "in place is done by the portal); the hold is unchanged until then.")
         now = timezone.now()
         F.objects.filter(pk=row.pk).update(
             status=F.Status.ACCEPTED, decided_by=by, closed_at=now,
             grace_ended_at=now if by_policy else None,
             decision_reason=reason.strip(), outcome=outcome,
-            given_back_devices=row.stranded_devices if release else 0)
+            given_back_devices=row.stranded_devices if given_back else 0)
         row.refresh_from_db()
         audit_record(actor=by, subject=row, tenant=row.tenant, action="stranded.accepted",
                      from_state=F.Status.OPEN, to_state=F.Status.ACCEPTED,
@@ -283,9 +314,13 @@ def grace_apply(*, now: dt.datetime) -> int:
             continue
         due += 1
         if decision.accept:
-            _accept(row, by=None, reason=decision.reason,
-                    by_policy=f"{policy.when_unanswered} after {policy.grace_days} day(s)")
-            continue
+            try:
+                _accept(row, by=None, reason=decision.reason,
+                        by_policy=f"{policy.when_unanswered} after {policy.grace_days} day(s)")
+                continue
+            except StrandedError as exc:  # e.g. running work holds what a shrink takes
+                decision = replace(decision, reason=f"{decision.reason} It could not be "
+                                   f"carried out, so the leads are reminded: {exc.message}")
         with transaction.atomic():
             if not F.objects.filter(pk=row.pk, status=F.Status.OPEN,
                                     grace_ended_at__isnull=True).update(grace_ended_at=now):

@@ -26,7 +26,8 @@ from .vocabulary import (
     WorkloadState,
 )
 
-__all__ = ["Allocation", "Cluster", "GpuNode", "NodeOutage", "Pool", "RateCard", "Route"]
+__all__ = ["Allocation", "AllocationResize", "Cluster", "GpuNode", "NodeOutage", "Pool",
+           "RateCard", "Route"]
 
 
 # Names Kubernetes accepts, checked where they are typed (Kueue refuses others later).
@@ -335,8 +336,47 @@ class Allocation(models.Model):
         return self.status in lifecycle.RETIRABLE
 
     @property
+    def is_resizable(self) -> bool:
+        return self.status in lifecycle.RESIZABLE
+
+    @property
+    def size(self) -> int:
+        """Its size in its own unit (fleet.allocations.resizing): slices or whole devices."""
+        return self.mig_count if self.route == Route.MIG_VCLUSTER else self.whole_devices
+
+    @property
+    def size_unit(self) -> str:
+        return f"{self.mig_profile} slices" if self.route == Route.MIG_VCLUSTER else "devices"
+
+    @property
     def is_renewable(self) -> bool:
         return self.status in lifecycle.RENEWABLE and self.ends_at is not None
+
+
+class AllocationResize(AppendOnlyModel):
+    """One change of an allocation's size in place (fleet.allocations.resize), kept for
+    billing: the hours before `at` are held at the size before, those after at the size
+    after. Append-only: a bill already sent was computed from these rows."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT,
+                                   related_name="resizes")
+    at = models.DateTimeField()
+    whole_devices_before = models.PositiveIntegerField()
+    whole_devices_after = models.PositiveIntegerField()
+    mig_count_before = models.PositiveIntegerField()
+    mig_count_after = models.PositiveIntegerField()
+    devices_before = models.DecimalField(max_digits=10, decimal_places=4)
+    devices_after = models.DecimalField(max_digits=10, decimal_places=4)
+    reason = models.TextField()
+
+    APPEND_ONLY = "an allocation's resizes are append-only"
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["allocation", "at"])]
+
+    def __str__(self) -> str:
+        return (f"{self.at:%Y-%m-%d %H:%M} {self.devices_before} → {self.devices_after}")
 
 
 class GpuNode(models.Model):

@@ -13,6 +13,7 @@ urlpatterns = [
     path("requests/<int:pk>/withdraw/", views.request_withdraw, name="withdraw"),
     path("requests/<int:pk>/delete/", views.request_delete, name="delete"),
     path("requests/<int:pk>/release/", views.allocation_release, name="release"),
+    path("requests/<int:pk>/resize/", views.allocation_resize, name="resize"),
     path("requests/<int:pk>/allocation/", views.request_allocation, name="allocation"),
     path("requests/<int:pk>/manifests/", views.request_manifests, name="manifests"),
     path("requests/<int:pk>/retry/", views.allocation_retry, name="retry"),

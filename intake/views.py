@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.allocations.lifecycle import IN_PROGRESS
+from fleet.allocations.resize import allocation_resize as resize
 from fleet.allocations.services import allocation_release as release
 from fleet.allocations.services import allocation_retry as retry
 from fleet.domain import FleetError
@@ -266,6 +267,32 @@ def allocation_release(request, pk: int):
                         reason=request.POST.get("reason", ""))
         messages.success(request, f"{alloc.namespace} released: billing stopped "
                                   f"{alloc.ends_at:%Y-%m-%d %H:%M} UTC.")
+    except FleetError as exc:
+        messages.error(request, exc.message)
+    return redirect("intake:detail", pk=obj.pk)
+
+
+@login_required
+@require_POST
+def allocation_resize(request, pk: int):
+    """A new size for the request's allocation, in place (the fleet's resize decides)."""
+    obj = get_request_for(request.user, pk)
+    roles = roles_for(request.user)
+    if not (roles.platform_admin or roles.can_file_for(obj.tenant_id)):
+        raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
+                               "resize an allocation.")
+    if obj.allocation is None:
+        messages.error(request, "This request has no allocation to resize.")
+        return redirect("intake:detail", pk=obj.pk)
+    raw = request.POST.get("size", "").strip()
+    try:
+        size = int(raw) if raw.isascii() and raw.isdigit() else None
+        if size is None:
+            raise FleetError(f"The new size is a whole number of {obj.allocation.size_unit}.")
+        alloc = resize(allocation=obj.allocation, size=size, by=request.user,
+                       reason=request.POST.get("reason", ""))
+        messages.success(request, f"{alloc.namespace} now holds {alloc.size} "
+                                  f"{alloc.size_unit}; billing follows from now.")
     except FleetError as exc:
         messages.error(request, exc.message)
     return redirect("intake:detail", pk=obj.pk)

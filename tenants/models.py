@@ -144,7 +144,8 @@ class NotificationKind(models.TextChoices):
     PROVISIONING_FAILED = "provisioning_failed", "Provisioning failed"
     ALLOCATION_EXPIRING = "allocation_expiring", "An allocation is about to expire"
     BUDGET_THRESHOLD = "budget_threshold", "A tenant's spend crossed a budget threshold"
-    CAPACITY_CHANGED = "capacity_changed", "A node under one of my allocations is lost or retired"
+    CAPACITY_CHANGED = "capacity_changed", ("One of my allocations was resized, or a node "
+                                             "under it lost or retired")
     STRANDED_CAPACITY = "stranded_capacity", "Capacity is found stranded, or a finding decided"
 
 

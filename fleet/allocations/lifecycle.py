@@ -25,8 +25,9 @@ S = AllocationStatus
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.RETIRED, S.FAILED}),
     S.PROVISIONING: frozenset({S.ACTIVE, S.FAILED, S.RETIRED}),
-    S.ACTIVE: frozenset({S.EXPIRING, S.RETIRED, S.ACTIVE}),  # active → active: a renewal
-    S.EXPIRING: frozenset({S.ACTIVE, S.RETIRED}),  # back to active: renewed in time
+    # In place (active → active, expiring → expiring): a renewal or a resize.
+    S.ACTIVE: frozenset({S.EXPIRING, S.RETIRED, S.ACTIVE}),
+    S.EXPIRING: frozenset({S.ACTIVE, S.RETIRED, S.EXPIRING}),  # back to active: renewed
     S.FAILED: frozenset({S.PENDING, S.PROVISIONING, S.RETIRED}),
     S.RETIRED: frozenset(),
 }
@@ -37,6 +38,8 @@ HOLDING = frozenset({S.PENDING, S.PROVISIONING, S.ACTIVE, S.EXPIRING, S.FAILED})
 USABLE = frozenset({S.ACTIVE, S.EXPIRING})
 # May be given a later end.
 RENEWABLE = USABLE
+# May change size in place (fleet.allocations.resizing).
+RESIZABLE = USABLE
 # Provisioned, so its objects are reconciled against drift.
 RECONCILED = USABLE
 # Its queue is followed (Kueue's Workloads read back).

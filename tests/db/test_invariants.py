@@ -31,7 +31,15 @@ from billing.domain import SECONDS_PER_HOUR, month_start
 from billing.models import Adjustment, ClusterUsageHour, Statement, StatementLine, UsageHour
 from billing.services import ratecard_create, rollup_usage, statement_close, statement_reopen
 from fleet.inventory.pricing import pool_rate
-from fleet.models import Allocation, Cluster, GpuNode, Pool, QueueUsageHour, Route
+from fleet.models import (
+    Allocation,
+    AllocationResize,
+    Cluster,
+    GpuNode,
+    Pool,
+    QueueUsageHour,
+    Route,
+)
 from intake import services
 from tests.factories import ClusterFactory, make_request
 
@@ -46,6 +54,8 @@ HOURS = 6  # the generated world lives in the month's first hours (a rollup per 
 MEASURED: dict[dt.datetime, dict[str, Decimal]] = {}
 # A dispatched allocation's namespace → its use's split over the workers (weights).
 SPREAD: dict[str, dict[str, int]] = {}
+# Allocation → its size per minute of the world (0: not held), worked out apart from billing.
+HELD: dict[int, list[int]] = {}
 
 
 def generated_usage(hour: dt.datetime, *, base_url=None, weights=None, by_cluster=False):
@@ -69,6 +79,8 @@ allocation_st = st.fixed_dictionaries({
     "override": st.booleans(),
     "use": st.lists(st.integers(0, 3 * 4000), min_size=HOURS, max_size=HOURS),
     "borrow": st.lists(st.integers(0, 2 * 3600), min_size=HOURS, max_size=HOURS),
+    # Resized in place: (minutes after its start, new size); billed at each size in turn.
+    "resize": st.one_of(st.none(), st.tuples(st.integers(1, HOURS * 60), st.integers(1, 3))),
 })
 world_st = st.fixed_dictionaries({
     "allocations": st.lists(allocation_st, min_size=1, max_size=3),
@@ -107,6 +119,21 @@ def _build(world, tenant, lead, admin_user, capture) -> list[Allocation]:
         ends = None if a["length_min"] is None else starts + dt.timedelta(
             minutes=a["length_min"])
         Allocation.objects.filter(pk=alloc.pk).update(starts_at=starts, ends_at=ends)
+        end_min = HOURS * 60 if a["length_min"] is None else a["start_min"] + a["length_min"]
+        sizes = [a["devices"] if a["start_min"] <= m < end_min else 0
+                 for m in range(HOURS * 60)]
+        if a.get("resize"):
+            after_min, size = a["resize"]
+            at = starts + dt.timedelta(minutes=after_min)
+            AllocationResize.objects.create(
+                allocation=alloc, at=at, whole_devices_before=a["devices"],
+                whole_devices_after=size, mig_count_before=0, mig_count_after=0,
+                devices_before=a["devices"], devices_after=size, reason="generated")
+            Allocation.objects.filter(pk=alloc.pk).update(whole_devices=size,
+                                                          device_equivalents=size)
+            sizes = [size if held and m >= a["start_min"] + after_min else held
+                     for m, held in enumerate(sizes)]
+        HELD[alloc.pk] = sizes
         if world.get("dispatched") and alloc.route == Route.SHARED_POOL:
             Allocation.objects.filter(pk=alloc.pk).update(
                 cluster_shares={"w1": 1, "w2": 2})
@@ -156,6 +183,11 @@ def check_hours(allocs) -> None:
     finished = floor_hour(timezone.now())
     hours = list(UsageHour.objects.filter(allocation__in=allocs))
     for h in hours:
+        # held for each second at the size in force then (resizes split the hour)
+        minute = int((h.hour - START).total_seconds()) // 60
+        held = HELD.get(h.allocation_id)
+        assert held is None or h.allocated_s == 60 * sum(held[minute:minute + 60]), (
+            h.hour, h.allocated_s)
         # per allocation and hour: used ≤ allocated, idle = allocated − used ≥ 0
         assert h.used_s is not None and 0 <= h.used_s <= h.allocated_s, (h.hour, h.used_s,
                                                                           h.allocated_s)
@@ -366,6 +398,7 @@ def test_every_number_agrees_in_generated_worlds(world, tenant, lead, admin_user
                                                  django_capture_on_commit_callbacks):
     MEASURED.clear()
     SPREAD.clear()
+    HELD.clear()
     django_settings.PORTAL_PROMETHEUS_CLUSTER_LABEL = "cluster" if world["cluster_label"] else ""
     with transaction.atomic():  # every example starts from the same empty world
         allocs = _build(world, tenant, lead, admin_user, django_capture_on_commit_callbacks)
@@ -417,15 +450,24 @@ REGRESSIONS = [
      "rate_change_min": 50, "new_rate": Decimal("1.11"), "close": True,
      "adjustment": Decimal("5.00"), "clusters": 1, "dispatched": True,
      "cluster_label": True},
+    # Resized mid-hour, 3 → 1 at :50 of its second hour, and grown 1 → 3 at :05 of another's.
+    {"allocations": [{"devices": 3, "start_min": 0, "length_min": None, "override": False,
+                      "use": [9000] * HOURS, "borrow": [0] * HOURS, "resize": (110, 1)},
+                     {"devices": 1, "start_min": 30, "length_min": 240, "override": True,
+                      "use": [2000] * HOURS, "borrow": [0] * HOURS, "resize": (35, 3)}],
+     "rate_change_min": 100, "new_rate": Decimal("2.22"), "close": True,
+     "adjustment": Decimal("-1.00"), "clusters": 1},
 ]
 
 
 @pytest.mark.parametrize("world", REGRESSIONS,
-                         ids=["mid-hour-start", "closed-with-credit", "dispatched-closed"])
+                         ids=["mid-hour-start", "closed-with-credit", "dispatched-closed",
+                              "resized-mid-hour"])
 def test_regression_worlds(world, tenant, lead, admin_user, finance_user, pools,
                            django_settings, django_capture_on_commit_callbacks):
     MEASURED.clear()
     SPREAD.clear()
+    HELD.clear()
     django_settings.PORTAL_PROMETHEUS_CLUSTER_LABEL = (
         "cluster" if world.get("cluster_label") else "")
     allocs = _build(world, tenant, lead, admin_user, django_capture_on_commit_callbacks)

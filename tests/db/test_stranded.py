@@ -132,16 +132,19 @@ def test_accepting_a_release_releases_through_the_lifecycle(allocation, lead, ad
     assert Notification.objects.filter(user=admin_user, kind="stranded_capacity").exists()
 
 
-def test_accepting_a_resize_records_it_and_leaves_the_hold(allocation, lead):
+def test_accepting_a_shrink_carries_it_out_in_place(allocation, lead):
     now = timezone.now()
     f = busy_finding(allocation, now)
     if f is None:
         pytest.skip("the world's allocation is one device: nothing smaller")
     findings_record(findings=[f], judged={allocation.pk}, now=now)
     row = finding_accept(finding=open_findings(allocation).get(), by=lead)
-    assert row.status == "accepted" and "platform team" in row.outcome
+    assert row.status == "accepted" and "Shrunk in place" in row.outcome
+    assert row.given_back_devices == f.stranded_devices
     allocation.refresh_from_db()
     assert allocation.status == "active"
+    assert allocation.whole_devices == f.proposal.whole_devices_after
+    assert audit_for(allocation).filter(action="allocation.resized").exists()
 
 
 def test_declining_keeps_it_with_a_reason_and_quiets_the_kind(allocation, lead):

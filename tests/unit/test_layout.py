@@ -133,13 +133,14 @@ FLEET_BELOW = {"fleet.kube", "fleet.prometheus", "fleet.domain", "fleet.vocabula
                "fleet.signals", "fleet.models", "fleet.apps"}
 FLEET_ROOMS = ("fleet.inventory", "fleet.allocations", "fleet.queues")  # rooms by package
 FLEET_TOP = {"fleet.views", "fleet.api", "fleet.cluster_api", "fleet.forms", "fleet.admin",
-             "fleet.urls", "fleet.tasks", "fleet.renderers", "fleet"}
+             "fleet.urls", "fleet.tasks", "fleet.renderers", "fleet.queue_serializers", "fleet"}
 # The ORM models are the rooms' shared state; their status choices come from the allocation
 # lifecycle's pure table (no queries, no other import).
 FLEET_EXCEPTIONS = {("fleet.models", "fleet.allocations.lifecycle")}
 # Within a room or among entry points: the writer never imports the page builder, and pages
 # never import the API's serializers.
-FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views", "fleet.api")}
+FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views", "fleet.api"),
+                   ("fleet.views", "fleet.queue_serializers")}
 # The decisions over plain data: they read no database, no cluster and no clock, so they
 # import only the vocabulary, the domain's names and each other.
 FLEET_PURE = {"fleet.inventory.capacity", "fleet.inventory.clusters", "fleet.allocations.manifests",
@@ -147,7 +148,8 @@ FLEET_PURE = {"fleet.inventory.capacity", "fleet.inventory.clusters", "fleet.all
               "fleet.queues.truth",
               "fleet.queues.placement", "fleet.queues.ledger", "fleet.queues.order",
               "fleet.queues.timing",
-              "fleet.allocations.gitops_status", "fleet.allocations.repair"}
+              "fleet.allocations.gitops_status", "fleet.allocations.repair",
+              "fleet.allocations.lifecycle", "fleet.allocations.resizing"}
 PURE_MAY_IMPORT = FLEET_PURE | {"fleet.vocabulary", "fleet.domain"}
 
 

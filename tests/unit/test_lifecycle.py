@@ -35,7 +35,9 @@ def test_named_sets_are_sets_of_statuses(name):
     (S.EXPIRING, S.ACTIVE, True), (S.ACTIVE, S.ACTIVE, True),  # renewals
     (S.FAILED, S.PENDING, True), (S.EXPIRING, S.RETIRED, True),
     (S.RETIRED, S.ACTIVE, False), (S.ACTIVE, S.PROVISIONING, False),
-    (S.ACTIVE, S.FAILED, False), (S.PENDING, S.ACTIVE, False), (S.EXPIRING, S.EXPIRING, False),
+    (S.ACTIVE, S.FAILED, False), (S.PENDING, S.ACTIVE, False),
+    (S.EXPIRING, S.EXPIRING, True),  # a resize in place
+    (S.PENDING, S.PENDING, False), (S.FAILED, S.FAILED, False),
 ])
 def test_moves(old, new, ok):
     assert lifecycle.can_move(old, new) is ok

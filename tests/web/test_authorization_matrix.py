@@ -77,6 +77,9 @@ MATRIX: dict[str, Row] = {
                                                  admin=403, finance=403)),
     "intake:release": Row("post", "request", page(member=403, lead=302, other_lead=404,
                                                   admin=302, finance=403)),
+    # The world's body has no size: refused (400 → the page, 302) once the role is checked.
+    "intake:resize": Row("post", "request", page(member=403, lead=302, other_lead=404,
+                                                 admin=302, finance=403)),
     "intake:retry": Row("post", "request", page(admin=302, **ADMIN_ONLY)),
     "intake:review_queue": Row("get", "", page(admin=200, **ADMIN_ONLY)),
     "intake:review_detail": Row("get", "request", page(admin=200, **ADMIN_ONLY)),
@@ -162,6 +165,10 @@ MATRIX: dict[str, Row] = {
     "allocation-release": Row("post", "allocation", {"anonymous": API_ANON, "member": 403,
                                                      "lead": 200, "other_lead": 404,
                                                      "admin": 200, "finance": 403}),
+    # The world's body has no size: refused (400) once the role is checked.
+    "allocation-resize": Row("post", "allocation", {"anonymous": API_ANON, "member": 403,
+                                                    "lead": 400, "other_lead": 404,
+                                                    "admin": 400, "finance": 403}),
     # The world's allocation is no dedicated block on that node: refused (400) to admins.
     "allocation-move": Row("post", "allocation", {"anonymous": API_ANON, "admin": 400,
                                                   **ADMIN_ONLY}),
