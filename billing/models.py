@@ -303,6 +303,12 @@ class StrandedFinding(models.Model):
     def cost_text(self) -> str:
         return money_text(self.cost_per_day)
 
+    @property
+    def proposal_sentence(self) -> str:
+        """The proposal as a sentence ending once ("… stops.", never "… stops..")."""
+        text = self.proposal.strip()
+        return text if text.endswith((".", "!", "?")) else f"{text}."
+
 
 class StrandedPolicy(models.Model):
     """What happens to a tenant's finding nobody answered within the grace period: set by

@@ -52,6 +52,49 @@ def _interval(row: StrandedFinding, now: dt.datetime) -> tuple[dt.datetime, dt.d
 
 
 @dataclass(frozen=True)
+class StandingFindings:
+    """A tenant's (or an allocation's) open findings at a glance, for the pages people
+    already read: how many, the devices they hold unused, what that costs a day."""
+
+    count: int
+    devices: Decimal
+    cost_per_day: Decimal
+    only: StrandedFinding | None  # the finding itself when there is one (a direct link)
+
+
+def standing_findings(*, tenant_ids: Iterable[int] | None = None,
+                      allocation_ids: Iterable[int] | None = None
+                      ) -> dict[int, StandingFindings]:
+    """Open findings summed per tenant (or per allocation, given `allocation_ids`), in one
+    query; keys with none are absent."""
+    rows = F.objects.filter(status=F.Status.OPEN).select_related("allocation")
+    by_allocation = allocation_ids is not None
+    if by_allocation:
+        rows = rows.filter(allocation_id__in=list(allocation_ids))
+    elif tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=list(tenant_ids))
+    grouped: dict[int, list[StrandedFinding]] = defaultdict(list)
+    for r in rows.order_by("-cost_per_day", "pk"):
+        grouped[r.allocation_id if by_allocation else r.tenant_id].append(r)
+    return {key: StandingFindings(len(found), sum((f.stranded_devices for f in found),
+                                                  Decimal(0)),
+                                  sum((f.cost_per_day for f in found), Decimal(0)),
+                                  found[0] if len(found) == 1 else None)
+            for key, found in grouped.items()}
+
+
+def standing_in(tenant_ids: Iterable[int] | None) -> StandingFindings | None:
+    """Every open finding of these tenants (None: of every tenant) at a glance."""
+    parts = list(standing_findings(tenant_ids=tenant_ids).values())
+    if not parts:
+        return None
+    return StandingFindings(sum(p.count for p in parts),
+                            sum((p.devices for p in parts), Decimal(0)),
+                            sum((p.cost_per_day for p in parts), Decimal(0)),
+                            parts[0].only if len(parts) == 1 else None)
+
+
+@dataclass(frozen=True)
 class PoolBoard:
     pool: str
     days: list[tuple[dt.date, Decimal]]  # stranded device-hours per day, oldest first
@@ -61,6 +104,18 @@ class PoolBoard:
     open_cost_per_day: Decimal
     given_back_devices: Decimal
     given_back: list[StrandedFinding]  # accepted findings that gave devices back
+
+    @property
+    def chart(self) -> dict:
+        """The trend chart's series (static/js/charts.js `stranded`): stranded device-hours
+        and devices given back, per day."""
+        back: dict[dt.date, Decimal] = defaultdict(Decimal)
+        for f in self.given_back:
+            if f.closed_at:
+                back[f.closed_at.date()] += f.given_back_devices
+        return {"labels": [f"{d:%m-%d}" for d, _ in self.days],
+                "stranded_h": [float(h) for _, h in self.days],
+                "given_back": [float(back.get(d, 0)) for d, _ in self.days]}
 
 
 def fleet_board(now: dt.datetime, days: int = BOARD_DAYS) -> list[PoolBoard]:
@@ -105,3 +160,13 @@ def open_stranded_device_hours(now: dt.datetime) -> list[dict]:
     return [{"tenant": t, "pool": p, "kind": k, "devices": v[0],
              "device_hours": v[1].quantize(Decimal("0.0001")), "cost_per_day": v[2]}
             for (t, p, k), v in sorted(sums.items())]
+
+
+def given_back_devices() -> list[dict]:
+    """Per tenant and pool: the devices accepted findings gave back (released or shrunk),
+    ever, for /metrics."""
+    sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for slug, pool, devices in F.objects.filter(given_back_devices__gt=0).values_list(
+            "tenant__slug", "pool__slug", "given_back_devices"):
+        sums[(slug, pool)] += devices
+    return [{"tenant": t, "pool": p, "devices": d} for (t, p), d in sorted(sums.items())]

@@ -86,7 +86,7 @@ def _announce(row: StrandedFinding) -> None:
     notify(tenant_leads(row.tenant), NotificationKind.STRANDED_CAPACITY,
            f"{row.get_kind_display()}: {row.allocation.namespace} "
            f"({row.cost_text} a day)",
-           f"{row.reason}\n\nProposed: {row.proposal}.{yes}\nAccept or keep it (with a "
+           f"{row.reason}\n\nProposed: {row.proposal_sentence}{yes}\nAccept or keep it (with a "
            "reason) on the finding's page.", link=finding_link(row))
 
 
@@ -162,7 +162,7 @@ def _decidable(finding: StrandedFinding, by, by_policy: str = "") -> StrandedFin
 def _tell(row: StrandedFinding, what: str) -> None:
     notify([*tenant_leads(row.tenant), *platform_admins()], NotificationKind.STRANDED_CAPACITY,
            f"{row.get_kind_display()} {what}: {row.allocation.namespace}",
-           f"{row.reason}\n\nProposed: {row.proposal}.\n{what.capitalize()} by "
+           f"{row.reason}\n\nProposed: {row.proposal_sentence}\n{what.capitalize()} by "
            f"{row.decided_by.get_username() if row.decided_by else 'the system'}"
            f"{': ' + row.decision_reason if row.decision_reason else '.'}\n{row.outcome}",
            link=finding_link(row))
@@ -227,14 +227,16 @@ def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
         row.refresh_from_db()
         audit_record(actor=by, subject=row, tenant=row.tenant, action="stranded.accepted",
                      from_state=F.Status.OPEN, to_state=F.Status.ACCEPTED,
-                     reason=(reason.strip() or f"Accepted: {row.proposal}.") + f" {outcome}",
+                     reason=(reason.strip() or f"Accepted: {row.proposal_sentence}")
+                     + f" {outcome}",
                      data={"action": row.action, "allocation": row.allocation_id,
                            "given_back_devices": str(row.given_back_devices)})
         _tell(row, "accepted")
     if release:  # the release's own transaction and cluster calls, after the yes is kept
         try:
             allocation_release(allocation=row.allocation, by=by, by_policy=by_policy,
-                               reason=f"Stranded finding #{row.pk} accepted: {row.proposal}.")
+                               reason=f"Stranded finding #{row.pk} accepted: "
+                                      f"{row.proposal_sentence}")
         except FleetError as exc:
             F.objects.filter(pk=row.pk).update(outcome=f"The release was refused: {exc}",
                                                given_back_devices=0)
@@ -330,7 +332,7 @@ def grace_apply(*, now: dt.datetime) -> int:
             notify(tenant_leads(row.tenant), NotificationKind.STRANDED_CAPACITY,
                    f"Reminder — {row.get_kind_display()}: {row.allocation.namespace} "
                    f"({row.cost_text} a day)", f"{decision.reason}\n\n{row.reason}\n\n"
-                   f"Proposed: {row.proposal}.", link=finding_link(row))
+                   f"Proposed: {row.proposal_sentence}", link=finding_link(row))
     return due
 
 

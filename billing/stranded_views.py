@@ -3,6 +3,8 @@ admins and finance), one finding with its evidence and the lead's answer, the fl
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -11,6 +13,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from fleet.models import Pool
 from tenants.access import roles_for
 from tenants.models import Tenant
 
@@ -21,10 +24,12 @@ from .stranded_services import (
     StrandedError,
     finding_accept,
     finding_decline,
+    in_place_size,
     policy_for,
     policy_set,
 )
 
+F = StrandedFinding
 STATUSES = {s for s, _ in StrandedFinding.Status.choices}
 
 
@@ -82,12 +87,31 @@ def _finding(request, finding_id: int) -> StrandedFinding:
     return get_object_or_404(visible_findings(request.user), pk=finding_id)
 
 
+def convert_query(row: StrandedFinding) -> str:
+    """A new request pre-filled from a finding that proposes MIG slices (a move to MIG, or
+    a smaller profile than the hold's): the new request form's answers as a query string.
+    The lead reviews and files it; nothing is filed for them."""
+    data = row.proposal_data or {}
+    profile, count = data.get("mig_profile_after"), data.get("mig_count_after")
+    if not profile or not count or (row.action == F.Action.SHRINK
+                                    and in_place_size(row) is not None):
+        return ""
+    pool = Pool.objects.filter(slug=data.get("pool_after") or row.pool.slug).first()
+    return urlencode({
+        "tenant": row.tenant_id, "title": f"MIG slices for {row.allocation.namespace}",
+        "isolation_origin": "habitual", "device_fill": "small", "mig_profile": profile,
+        "replicas": count, "gpu_model": pool.gpu_model if pool else "",
+        "justification": f"From stranded finding #{row.pk}: {row.reason} Proposed: "
+                         f"{row.proposal_sentence}"})
+
+
 def _detail(request, row: StrandedFinding, form: StrandedAnswerForm | None = None,
             status: int = 200):
     can_answer = row.is_open and roles_for(request.user).can_file_for(row.tenant_id)
     return render(request, "billing/stranded_finding.html", {
         "f": row, "can_answer": can_answer, "form": form or StrandedAnswerForm(),
-        "evidence": row.evidence}, status=status)
+        "evidence": row.evidence, "in_place": in_place_size(row) is not None,
+        "convert": convert_query(row) if can_answer else ""}, status=status)
 
 
 @login_required

@@ -54,6 +54,7 @@ from .selectors import (
     overview_page,
     tenant_table,
 )
+from .stranded_board import standing_findings
 
 # The exports' order, the same as the page's SQL (billing.selectors.ORDERINGS): ties by name.
 SORTS = {"name": lambda r: (r.name.lower(), r.tenant_id),
@@ -190,6 +191,8 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
         "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
         "adjustments": adjustments,
         "where_it_ran": where_it_ran([line.allocation_id for line in lines], m),
+        # A line's idle hours lead to what the portal proposes about them.
+        "findings": standing_findings(allocation_ids=[line.allocation_id for line in lines]),
         "final": figures.final, "final_label": final_label(figures.closed),
         "can_close": (roles.finance or roles.platform_admin) and not (stmt and stmt.closed)
         and m < month_start(timezone.now()),

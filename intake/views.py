@@ -127,7 +127,7 @@ def request_new(request):
     if not tenants.exists():
         raise PermissionDenied("Only team leads file capacity requests.")
     form = CapacityRequestForm(request.POST or None, tenants=tenants,
-                               initial={"tenant": tenants.first()})
+                               initial=_prefill(request, tenants))
     if request.method == "POST" and form.is_valid():
         try:
             # One unit: a submit that fails leaves no draft behind (one more per retry).
@@ -147,6 +147,23 @@ def request_new(request):
     status = 200
     return render(request, "intake/request_form.html",
                   {"form": form, "editing": None, **_preview_context(form)}, status=status)
+
+
+# Answers a link may pre-fill (a stranded finding's "convert"): shown in the form, checked
+# only when the lead files it, like anything typed.
+PREFILLED = ("title", "workload_kind", "isolation_origin", "device_fill", "whole_devices",
+             "replicas", "mig_profile", "memory_gb", "gpu_model", "justification")
+
+
+def _prefill(request, tenants) -> dict:
+    initial = {"tenant": tenants.first()}
+    if request.method != "GET":
+        return initial
+    initial |= {name: request.GET[name][:2000] for name in PREFILLED if name in request.GET}
+    tenant = request.GET.get("tenant", "")
+    if tenant.isascii() and tenant.isdigit():
+        initial["tenant"] = tenants.filter(pk=int(tenant)).first() or initial["tenant"]
+    return initial
 
 
 def _require_lead_of(user, obj: CapacityRequest) -> None:

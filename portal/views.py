@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
@@ -15,7 +16,7 @@ from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found
 
 from billing.figures import metric_sums
-from billing.stranded_board import open_stranded_device_hours
+from billing.stranded_board import given_back_devices, open_stranded_device_hours, standing_in
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation
 from fleet.queues.seams import seam_histograms
@@ -25,7 +26,7 @@ from intake.models import CapacityRequest
 from intake.selectors import active_pools_facts
 from intake.tally import request_counts, request_counts_by_tenant
 from portal.celery import app
-from tenants.access import roles_for, scope_to_tenants, visible_tenants
+from tenants.access import billing_scope, roles_for, scope_to_tenants, visible_tenants
 from tenants.models import WorkerHeartbeat
 
 from .context_processors import layout
@@ -53,7 +54,18 @@ def home(request):
         "counts": counts, "recent": recent, "pools": pools,
         "tenants": visible_tenants(request.user),
         "queue": counts.get(Status.SUBMITTED.value, 0) if roles.platform_admin else None,
+        "stranded": _standing(request.user),
     })
+
+
+def _standing(user):
+    """The open stranded findings this person may see, at a glance (None: none, or nobody
+    whose billing they read)."""
+    try:
+        scope = billing_scope(user)
+    except PermissionDenied:
+        return None
+    return standing_in(scope)
 
 
 def _check_broker() -> tuple[bool, str]:
@@ -150,6 +162,12 @@ def _stranded_lines() -> list[str]:
             "# TYPE aifactory_stranded_devices gauge"]
     out += [f"aifactory_stranded_devices{{{la}}} {r['devices']:.4f}"
             for la, r in zip(labels, rows, strict=True)]
+    out += ["# HELP aifactory_stranded_given_back_devices Devices accepted stranded findings "
+            "gave back to their pool (released or shrunk in place), by tenant and pool.",
+            "# TYPE aifactory_stranded_given_back_devices counter"]
+    out += [f'aifactory_stranded_given_back_devices{{tenant="{_escape_label(r["tenant"])}",'
+            f'pool="{_escape_label(r["pool"])}"}} {r["devices"]:.4f}'
+            for r in given_back_devices()]
     return out
 
 

@@ -58,6 +58,19 @@
         }
       };
     },
+    // A pool's stranded device-hours per day (bars) and the devices given back that day.
+    stranded: function (d) {
+      return {
+        data: {labels: d.labels, datasets: [
+          {type: "bar", label: "Stranded device-hours", data: d.stranded_h, backgroundColor: "#f08c00", yAxisID: "hours"},
+          {type: "bar", label: "Devices given back", data: d.given_back, backgroundColor: "#2b8a3e", yAxisID: "devices"}
+        ]},
+        options: {scales: {
+          hours: {position: "left", beginAtZero: true, title: {display: true, text: "device-hours"}, ticks: {callback: function (v) { return hours(v); }}},
+          devices: {position: "right", beginAtZero: true, grid: {drawOnChartArea: false}, title: {display: true, text: "devices given back"}, ticks: {precision: 0}}
+        }}
+      };
+    },
     // A queue's waits per day: p50 and p95 in minutes, admissions on the right.
     waits: function (d) {
       return {

@@ -99,7 +99,7 @@ def test_admins_see_every_finding_and_the_fleet_board(client, admin_user, findin
     page = client.get("/stranded/").content.decode()
     assert mine.allocation.namespace in page and theirs.allocation.namespace in page
     board = client.get("/stranded/board/").content.decode()
-    assert mine.pool.slug in board and "device-hours stranded in 90 days" in board
+    assert mine.pool.slug in board and "stranded (device-hours) in 90 days" in board
     assert "open finding(s)" in board
 
 
@@ -160,3 +160,72 @@ def test_a_lead_sets_the_grace_policy_on_the_page(client, lead, tenant, findings
     policy = StrandedPolicy.objects.get(tenant=tenant)
     assert (policy.when_unanswered, policy.grace_days, policy.updated_by) == ("release", 5,
                                                                               lead)
+
+
+def test_findings_are_shown_where_people_already_look(client, lead, admin_user, tenant,
+                                                      finance_user, findings):
+    import json
+    import re
+
+    from billing.domain import month_start
+    from billing.services import refresh_months
+    from tests.factories import usage_hour
+
+    mine, theirs = findings
+    found = f"{mine.stranded_devices:.0f} device(s) held and unused"
+    client.force_login(lead)
+    home = client.get("/").content.decode()  # the lead's overview: its own tenant's only
+    assert "Stranded capacity:" in home and found in home and f"/stranded/{mine.pk}/" in home
+    assert f"/stranded/{theirs.pk}/" not in home
+    request_page = client.get(f"/requests/{mine.allocation.request.pk}/").content.decode()
+    assert f"/stranded/{mine.pk}/" in request_page and "Idle hold" in request_page
+    # A new request from a tenant with a standing idle hold says so to the reviewer.
+    new = make_request(tenant, lead, submit=True, title="More")
+    client.force_login(admin_user)
+    review = client.get(f"/review/{new.pk}/").content.decode()
+    assert "already holds" in review and f"/stranded/{mine.pk}/" in review
+    home = client.get("/").content.decode()  # the admin's: the fleet's
+    assert "across the fleet" in home and "2 open findings" in home
+    month = month_start(timezone.now())
+    hour = dt.datetime.combine(month, dt.time(), tzinfo=dt.UTC)
+    usage_hour(mine.allocation, hour, 3600, 0, Decimal("2.50"))
+    refresh_months({(mine.allocation_id, month)})
+    client.force_login(finance_user)
+    statement = client.get(f"/billing/{tenant.slug}/{month:%Y-%m}/").content.decode()
+    assert f"/stranded/{mine.pk}/" in statement  # the line's idle hours lead to the finding
+    client.force_login(admin_user)
+    board = client.get("/stranded/board/").content.decode()
+    series = json.loads(re.search(r'<script id="trend-[^"]+" type="application/json">(.*?)'
+                                  r"</script>", board, re.S).group(1))
+    assert len(series["labels"]) == 90 and sum(series["stranded_h"]) > 0
+    assert 'data-chart="stranded"' in board
+
+
+def test_metrics_count_what_was_given_back(client, lead, findings):
+    mine, _ = findings
+    client.force_login(lead)
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        client.post(f"/stranded/{mine.pk}/answer/", {"decision": "accept"})
+    text = client.get("/metrics").content.decode()
+    assert (f'aifactory_stranded_given_back_devices{{tenant="{mine.tenant.slug}",'
+            f'pool="{mine.pool.slug}"}} {mine.stranded_devices:.4f}') in text
+
+
+def test_a_move_to_mig_is_converted_into_a_new_request_the_lead_files(client, lead, tenant,
+                                                                      findings):
+    from urllib.parse import unquote_plus
+
+    mine, _ = findings
+    StrandedFinding.objects.filter(pk=mine.pk).update(
+        action="move_to_mig", proposal="8 whole device(s) → 2 × MIG 3g.40gb in mig",
+        proposal_data={"action": "move_to_mig", "mig_profile_after": "3g.40gb",
+                       "mig_count_after": 2, "pool_after": "mig"})
+    client.force_login(lead)
+    page = client.get(f"/stranded/{mine.pk}/").content.decode()
+    link = next(part for part in page.split('"') if part.startswith("/requests/new/?"))
+    form = client.get(link.replace("&amp;", "&")).content.decode()
+    assert 'value="3g.40gb" selected' in form  # the profile chosen, as the finding says
+    assert f"From stranded finding #{mine.pk}" in unquote_plus(link)
+    assert 'name="replicas"' in form and 'value="2"' in form
+    # Nothing is filed for the lead: the form only shows the answers.
+    assert not tenant.requests.filter(title__startswith="MIG slices").exists()
