@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.db.models import Q, QuerySet
 
+from fleet.domain import devices_text
 from tenants.access import billing_scope
 
 from .models import StrandedFinding
@@ -81,6 +82,12 @@ def standing_findings(*, tenant_ids: Iterable[int] | None = None,
                                   sum((f.cost_per_day for f in found), Decimal(0)),
                                   found[0] if len(found) == 1 else None)
             for key, found in grouped.items()}
+
+
+def review_notes(tenant_ids: Collection[int]) -> dict[int, str]:
+    """For the review queue: each tenant with open findings, in a few words."""
+    return {t: f"holds {devices_text(f.devices)} unused device(s)"
+            for t, f in standing_findings(tenant_ids=tenant_ids).items()}
 
 
 def standing_in(tenant_ids: Iterable[int] | None) -> StandingFindings | None:

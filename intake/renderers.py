@@ -11,7 +11,7 @@ equal to the template's, character for character). The rest of both pages is a t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from django.urls import reverse
 from django.utils.dateformat import format as date_format
@@ -24,7 +24,7 @@ PK = 987654321  # reversed once, replaced by each row's id (an int converter tak
 STATUS = '<span class="status s-{}">{}</span>\n'  # templates/partials/status.html
 
 QUEUE_ROW = (
-    '\n    <tr><td><a href="{}">#{} {}</a></td><td>{}</td>\n'
+    '\n    <tr><td><a href="{}">#{} {}</a></td><td>{}{}</td>\n'
     '    <td>{}</td><td>{}</td><td>{}</td><td>{}</td>\n'
     '    <td>' + STATUS + '</td>\n'
     '    <td><time datetime="{}" title="{}">{} ago</time></td></tr>\n  ')
@@ -51,13 +51,18 @@ def _or_dash(value) -> str:
     return value or "—"  # the templates' |default:"—"
 
 
-def review_rows(requests: Iterable, *, queue_qs: str = "") -> SafeString:
+def review_rows(requests: Iterable, *, queue_qs: str = "",
+                notes: Mapping[int, str] | None = None) -> SafeString:
     """The review queue's rows (requests with tenant and pool joined); each links to its
-    review page carrying the queue's filter (`queue_qs`)."""
+    review page carrying the queue's filter (`queue_qs`). `notes`: tenant id → what the
+    reviewer should know about the tenant (intake.notes), under its name."""
     address = _address("intake:review_detail")
     tail = f"?{queue_qs}" if queue_qs else ""
+    notes = notes or {}
     return mark_safe("".join(  # noqa: S308 - every part is format_html's
         format_html(QUEUE_ROW, address(r.pk) + tail, r.pk, r.title, r.tenant.name,
+                    format_html('<div class="small chip warn">{}</div>', notes[r.tenant_id])
+                    if r.tenant_id in notes else "",
                     r.size_label, r.get_isolation_origin_display(),
                     _or_dash(r.get_route_display()), _or_dash(r.pool.name if r.pool else ""),
                     r.status, r.get_status_display(), _date(r.updated_at, "c"),

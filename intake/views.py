@@ -41,6 +41,7 @@ from .domain import (
 )
 from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import STATUS_CHOICES, CapacityRequest
+from .notes import tenant_notes
 from .preview import request_objects
 from .renderers import request_rows, review_rows
 from .selectors import (
@@ -351,7 +352,8 @@ def review_queue(request):
         page = Paginator(queued_requests(queue, now=timezone.now()), REVIEW_PAGE_SIZE
                          ).get_page(form.cleaned_data["page"])
         here = reverse("intake:review_queue")
-        context.update(page=page, rows=review_rows(page, queue_qs=query),
+        context.update(page=page, rows=review_rows(page, queue_qs=query, notes=tenant_notes(
+            {r.tenant_id for r in page})),
                        newest_first=queue.newest_first, pages={
             "previous": page.has_previous() and _with_query(
                 here, form.query_string(page=page.previous_page_number())),

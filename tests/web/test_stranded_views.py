@@ -229,3 +229,13 @@ def test_a_move_to_mig_is_converted_into_a_new_request_the_lead_files(client, le
     assert 'name="replicas"' in form and 'value="2"' in form
     # Nothing is filed for the lead: the form only shows the answers.
     assert not tenant.requests.filter(title__startswith="MIG slices").exists()
+
+
+def test_the_review_queue_says_which_tenants_hold_unused_devices(client, admin_user, lead,
+                                                                 tenant, findings):
+    mine, _ = findings
+    new = make_request(tenant, lead, submit=True, title="Wants more")
+    client.force_login(admin_user)
+    page = client.get("/review/").content.decode()
+    row = next(r for r in page.split("<tr>") if f"#{new.pk} Wants more" in r)
+    assert f"holds {mine.stranded_devices:.0f} unused device(s)" in row
