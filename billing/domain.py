@@ -68,6 +68,17 @@ def held_device_seconds(*, starts_at: dt.datetime, ends_at: dt.datetime | None,
     return total
 
 
+def sizes_held(current, resizes: Sequence[tuple[dt.datetime, object, object]],
+               start: dt.datetime, end: dt.datetime) -> list:
+    """The sizes an allocation held in [start, end), in order, from its size now and its
+    resizes (at, before, after) in order: a statement line of a resized month says them
+    all ("4 → 3 device(s)"), not only today's."""
+    later = [r for r in resizes if r[0] >= start]
+    sizes = [later[0][1] if later else current]
+    sizes += [after for at, _, after in later if at < end]
+    return [x for i, x in enumerate(sizes) if i == 0 or x != sizes[i - 1]]
+
+
 def credit_device_seconds(*, outages: Iterable[tuple[dt.datetime, dt.datetime | None, int]],
                           starts_at: dt.datetime, ends_at: dt.datetime | None,
                           hour: dt.datetime) -> Decimal:

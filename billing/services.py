@@ -37,6 +37,7 @@ from .domain import (
     month_start,
     rate_reprices,
     right_sizing,
+    sizes_held,
     utilisation,
 )
 from .figures import hours, tenant_month
@@ -248,18 +249,33 @@ def _h(seconds) -> Decimal:
     return hours(seconds)
 
 
+def _size_text(alloc: Allocation, resizes: list, start: dt.datetime, end: dt.datetime) -> str:
+    """What the line held over the month: "3 × 2g.20gb", "4 device(s)", "4 → 3 device(s)"."""
+    if alloc.mig_profile:
+        counts = sizes_held(alloc.mig_count, [(r.at, r.mig_count_before, r.mig_count_after)
+                                              for r in resizes], start, end)
+        return " → ".join(str(c) for c in counts) + f" × {alloc.mig_profile}"
+    held = sizes_held(alloc.device_equivalents, [(r.at, r.devices_before, r.devices_after)
+                                                 for r in resizes], start, end)
+    return " → ".join(devices_text(d) for d in held) + " device(s)"
+
+
 def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
-    months = (UsageMonth.objects.filter(tenant=tenant, month=month)
-              .select_related("allocation", "pool").order_by("allocation_id"))
+    months = list(UsageMonth.objects.filter(tenant=tenant, month=month)
+                  .select_related("allocation", "pool").order_by("allocation_id"))
+    resizes = defaultdict(list)
+    for r in AllocationResize.objects.filter(
+            allocation_id__in=[m.allocation_id for m in months]).order_by("at", "pk"):
+        resizes[r.allocation_id].append(r)
+    start, end = month_bounds(month)
     out = []
     for m in months:
         alloc = m.allocation
         used = Decimal(m.used_s)
         out.append(Line(
             allocation_id=alloc.pk,
-            description=f"{alloc.namespace} · {m.pool.name}"
-                        + (f" · {alloc.mig_count} × {alloc.mig_profile}" if alloc.mig_profile
-                           else f" · {devices_text(alloc.device_equivalents)} device(s)"),
+            description=f"{alloc.namespace} · {m.pool.name} · "
+                        + _size_text(alloc, resizes[alloc.pk], start, end),
             route=alloc.route, policy=POLICIES.get(alloc.route, ""),
             allocated_h=_h(m.allocated_s), used_h=_h(used),
             idle_h=max(Decimal(0), _h(m.allocated_s) - _h(used)),  # as figures count it

@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet.allocations import lifecycle
-from fleet.allocations.resize import allocation_resize
+from fleet.allocations.resize import allocation_resize, running_work
 from fleet.allocations.services import allocation_release
 from fleet.domain import FleetError, devices_text
 from fleet.models import Allocation
@@ -210,6 +210,13 @@ def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
             raise StrandedError(f"{row.allocation.namespace} is "
                                 f"{row.allocation.get_status_display().lower()}: there is "
                                 "nothing to release.")
+        if release:  # a finding never ends work that runs (a release from its page may)
+            in_use, jobs = running_work(row.allocation)
+            if in_use:
+                raise StrandedError(
+                    f"Not released: {devices_text(in_use)} of its devices are held by "
+                    f"running work ({', '.join(jobs)}), which a release would end. Stop it "
+                    "first, or keep the hold with a reason.")
         given_back = release or size is not None
         outcome = (f"Released: {devices_text(row.stranded_devices)} device(s) given back to "
                    f"{row.pool.slug}; billing stops now." if release else

@@ -127,8 +127,12 @@ def request_new(request):
     tenants = _lead_tenants(request.user)
     if not tenants.exists():
         raise PermissionDenied("Only team leads file capacity requests.")
-    form = CapacityRequestForm(request.POST or None, tenants=tenants,
-                               initial=_prefill(request, tenants))
+    initial = _prefill(request, tenants)
+    form = CapacityRequestForm(request.POST or None, tenants=tenants, initial=initial)
+    # A pre-filled form (a finding's "convert") previews its route at once; its answers
+    # are still only checked when the lead files them.
+    preview = form if request.method != "GET" or len(initial) == 1 else CapacityRequestForm(
+        {k: getattr(v, "pk", v) for k, v in initial.items()}, tenants=tenants)
     if request.method == "POST" and form.is_valid():
         try:
             # One unit: a submit that fails leaves no draft behind (one more per retry).
@@ -147,7 +151,7 @@ def request_new(request):
             _attach(form, exc)
     status = 200
     return render(request, "intake/request_form.html",
-                  {"form": form, "editing": None, **_preview_context(form)}, status=status)
+                  {"form": form, "editing": None, **_preview_context(preview)}, status=status)
 
 
 # Answers a link may pre-fill (a stranded finding's "convert"): shown in the form, checked
@@ -162,7 +166,7 @@ def _prefill(request, tenants) -> dict:
         return initial
     initial |= {name: request.GET[name][:2000] for name in PREFILLED if name in request.GET}
     tenant = request.GET.get("tenant", "")
-    if tenant.isascii() and tenant.isdigit():
+    if tenant.isascii() and tenant.isdigit() and len(tenant) <= 18:
         initial["tenant"] = tenants.filter(pk=int(tenant)).first() or initial["tenant"]
     return initial
 
@@ -304,9 +308,11 @@ def allocation_resize(request, pk: int):
         return redirect("intake:detail", pk=obj.pk)
     raw = request.POST.get("size", "").strip()
     try:
-        size = int(raw) if raw.isascii() and raw.isdigit() else None
+        # A few digits at most: int() of thousands is refused by Python itself.
+        size = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else None
         if size is None:
-            raise FleetError(f"The new size is a whole number of {obj.allocation.size_unit}.")
+            raise FleetError(f"The new size is a whole number of {obj.allocation.size_unit}, "
+                             "from 1 to 10,000.")
         alloc = resize(allocation=obj.allocation, size=size, by=request.user,
                        reason=request.POST.get("reason", ""))
         messages.success(request, f"{alloc.namespace} now holds {alloc.size} "

@@ -5,6 +5,7 @@ cluster in line (Kueue's quota, a block's nodes) as a move does."""
 from __future__ import annotations
 
 import logging
+from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import Sum
@@ -38,19 +39,24 @@ def held_of(alloc: Allocation) -> Held:
                 devices_per_node=alloc.pool.devices_per_node)
 
 
+def running_work(alloc: Allocation) -> tuple[Decimal, tuple[str, ...]]:
+    """What its admitted work holds now (in its unit) and the first of those jobs' names."""
+    work = QueueWorkload.objects.filter(allocation=alloc, state__in=HOLDING_WORK)
+    in_use = work.aggregate(total=Sum("devices"))["total"] or Decimal(0)
+    return in_use, tuple(work.order_by("name").values_list("job", flat=True)[:6])
+
+
 def resize_facts(alloc: Allocation, *, extra_nodes: int = 0) -> ResizeFacts:
     """What the decision reads: the work holding the allocation's quota and its pool's free
     capacity (the caller holds the pool's lock, so neither can be promised meanwhile)."""
-    work = QueueWorkload.objects.filter(allocation=alloc, state__in=HOLDING_WORK)
-    in_use = work.aggregate(total=Sum("devices"))["total"] or 0
+    in_use, running = running_work(alloc)
     cap = pool_capacity(alloc.pool)
     free_slices = (cap.free_mig_slices or {}).get(alloc.mig_profile) \
         if cap.free_mig_slices is not None and alloc.mig_profile else None
     nodes = (free_dedicated_nodes(alloc.pool, extra_nodes)
              if alloc.route == Route.DEDICATED_BLOCK and extra_nodes > 0 else ())
-    return ResizeFacts(in_use=in_use, running=tuple(work.order_by("name").values_list(
-        "job", flat=True)[:6]), free_devices=cap.free_devices, free_slices=free_slices,
-        free_nodes=nodes, mig_weights=mig_weights())
+    return ResizeFacts(in_use=in_use, running=running, free_devices=cap.free_devices,
+                       free_slices=free_slices, free_nodes=nodes, mig_weights=mig_weights())
 
 
 def allocation_resize(*, allocation: Allocation, size: int, by, reason: str = "",

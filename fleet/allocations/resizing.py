@@ -100,9 +100,10 @@ def resize_plan(held: Held, size, facts: ResizeFacts, *, may_grow: bool) -> Resi
     per_node = max(1, held.devices_per_node)
     dedicated = held.route == Route.DEDICATED_BLOCK
     if dedicated and size % per_node:
+        near = sorted({max(per_node, size // per_node * per_node),
+                       (size // per_node + 1) * per_node} - {held.size})
         return _refused(f"A dedicated block is whole nodes of {per_node} devices: "
-                        f"{size // per_node * per_node or per_node} or "
-                        f"{(size // per_node + 1) * per_node} devices, not {size}.")
+                        f"{' or '.join(str(n) for n in near)} devices, not {size}.")
     mig = held.route == Route.MIG_VCLUSTER
     after = (mig_device_equivalents(held.mig_profile, size, facts.mig_weights) if mig
              else Decimal(size).quantize(DEVICE_PLACES))
@@ -113,8 +114,15 @@ def resize_plan(held: Held, size, facts: ResizeFacts, *, may_grow: bool) -> Resi
         return _grow(held, size, facts, may_grow=may_grow, words=words, plan=plan)
     if facts.in_use > size:
         jobs = ", ".join(facts.running[:5]) + (" …" if len(facts.running) > 5 else "")
-        return _refused(f"{words} would take what running work holds: "
-                        f"{_amount(held, facts.in_use)} are admitted now ({jobs}). "
+        admitted = f"{_amount(held, facts.in_use)} are admitted now ({jobs})"
+        if facts.in_use >= held.size:  # all it holds, and perhaps borrowed devices too
+            borrowed = facts.in_use - held.size
+            return _refused(f"{words} would take what running work holds: {admitted}"
+                            + (f", {_amount(held, borrowed)} of them borrowed from the "
+                               "cohort" if borrowed else "") +
+                            ". Every device it holds is in use: shrink it when some of that "
+                            "work has finished.")
+        return _refused(f"{words} would take what running work holds: {admitted}. "
                         f"Shrink to at least {_amount(held, facts.in_use)}, or wait until "
                         "they finish.")
     if dedicated and facts.in_use > 0:
@@ -132,8 +140,8 @@ def resize_plan(held: Held, size, facts: ResizeFacts, *, may_grow: bool) -> Resi
 def _grow(held: Held, size: int, facts: ResizeFacts, *, may_grow: bool, words: str,
           plan: dict) -> ResizePlan:
     if not may_grow:
-        return _refused(f"{words} is more capacity: a platform admin grows an allocation "
-                        "(or file a request for more).")
+        return _refused(f"{words} is more capacity, which only a platform admin can "
+                        "promise: ask one, or file a request for more.")
     extra = plan["device_equivalents"] - held.device_equivalents
     if extra > facts.free_devices:
         return _refused(f"{words} needs {devices_text(extra)} more device(s); the pool has "
@@ -151,8 +159,9 @@ def _grow(held: Held, size: int, facts: ResizeFacts, *, may_grow: bool, words: s
         add = facts.free_nodes[:more]
     return ResizePlan(True, f"Resized {words}: {devices_text(extra)} more device(s) "
                       "promised from the pool; billing follows from now." +
-                      (f" Reserved node(s) {', '.join(add)}." if add else ""), **plan,
-                      add_nodes=add)
+                      # Tenants read this: the count of nodes, never their names.
+                      (f" {len(add)} more whole validated node(s) reserved." if add else ""),
+                      **plan, add_nodes=add)
 
 
 def _amount(held: Held, amount: Decimal) -> str:

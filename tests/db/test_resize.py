@@ -74,7 +74,7 @@ def test_a_shrink_below_what_runs_is_refused_and_nothing_changes(
 def test_a_lead_may_not_grow_an_admin_may_within_the_pools_free_devices(
         tenant, lead, other_lead, admin_user, pools, django_capture_on_commit_callbacks):
     alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
-    with pytest.raises(FleetError, match="platform admin grows"):
+    with pytest.raises(FleetError, match="only a platform admin can"):
         allocation_resize(allocation=alloc, size=12, by=lead)
     with pytest.raises(FleetError, match="team lead of this tenant"):
         allocation_resize(allocation=alloc, size=4, by=other_lead)
@@ -128,3 +128,58 @@ def test_an_accepted_shrink_is_carried_out_and_given_back(
     alloc.refresh_from_db()
     assert alloc.whole_devices == 2 and alloc.device_equivalents == 2
     assert "Stranded finding" in AllocationResize.objects.get(allocation=alloc).reason
+
+
+def test_an_accepted_release_never_ends_running_work(tenant, lead, admin_user, pools,
+                                                     django_capture_on_commit_callbacks):
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    now = timezone.now()
+    finding = StrandedFinding.objects.create(
+        allocation=alloc, tenant=tenant, pool=alloc.pool, kind="idle_hold",
+        stranded_devices=Decimal(8), cost_per_day=Decimal("480.00"), action="release",
+        proposal="Release it", reason="No device was busy.",
+        stranded_since=now - dt.timedelta(days=1), found_at=now, last_seen_at=now)
+    _running(alloc, 2)
+    with pytest.raises(StrandedError, match="held by running work \\(train-a\\)"):
+        finding_accept(finding=finding, by=lead)
+    finding.refresh_from_db()
+    alloc.refresh_from_db()
+    assert finding.status == "open" and alloc.status == "active"
+
+
+def test_a_shrink_of_a_hold_whose_every_device_runs_says_so(
+        tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks, devices=4)
+    _running(alloc, 6)  # 2 borrowed from the cohort
+    with pytest.raises(FleetError, match="2 devices of them borrowed") as refused:
+        allocation_resize(allocation=alloc, size=3, by=lead)
+    assert "Every device it holds is in use" in refused.value.message
+    assert "at least" not in refused.value.message
+
+
+def test_a_grown_block_names_no_node_to_its_tenant(tenant, lead, admin_user, pools,
+                                                   django_capture_on_commit_callbacks):
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks,
+                    isolation_origin="contractual", isolation_reference="MSA-1")
+    assert alloc.route == Route.DEDICATED_BLOCK
+    grown = allocation_resize(allocation=alloc, size=16, by=admin_user)
+    assert grown.nodes.count() == 2
+    said = AllocationResize.objects.get(allocation=alloc).reason
+    assert "1 more whole validated node(s) reserved" in said
+    assert not any(n.name in said for n in grown.nodes.all())
+
+
+def test_the_months_statement_line_says_both_sizes(tenant, lead, admin_user, pools,
+                                                   django_capture_on_commit_callbacks):
+    from billing.domain import month_start
+    from billing.services import live_lines, refresh_months
+    from tests.factories import usage_hour
+
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    month = month_start(timezone.now())
+    usage_hour(alloc, dt.datetime.combine(month, dt.time(), tzinfo=dt.UTC), 3600 * 8, 0,
+               Decimal("20"))
+    refresh_months({(alloc.pk, month)})
+    allocation_resize(allocation=alloc, size=3, by=lead)
+    line, = live_lines(tenant, month)
+    assert line.description.endswith("· 8 → 3 device(s)"), line.description

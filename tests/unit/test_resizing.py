@@ -66,7 +66,7 @@ def test_refusals_say_what_would_fit():
     assert not running.ok and "6 devices are admitted now" in running.reason \
         and "at least 6 devices" in running.reason and "train-a" in running.reason
     lead_grow = resize_plan(held, 10, _facts(), may_grow=False)
-    assert not lead_grow.ok and "platform admin" in lead_grow.reason
+    assert not lead_grow.ok and "only a platform admin" in lead_grow.reason
     short = resize_plan(held, 12, _facts(free=2), may_grow=True)
     assert not short.ok and "needs 4 more device(s)" in short.reason and "2 free" in short.reason
     for bad in (0, -1, True, "4", 4.0):
@@ -80,7 +80,8 @@ def test_refusals_say_what_would_fit():
 def test_a_dedicated_block_changes_by_whole_nodes_and_only_with_its_queue_empty():
     held = _held(Route.DEDICATED_BLOCK, 16, nodes=("gpu-a", "gpu-b"))
     odd = resize_plan(held, 12, _facts(), may_grow=True)
-    assert not odd.ok and "8 or 16 devices, not 12" in odd.reason
+    assert not odd.ok and "of 8 devices: 8 devices, not 12" in odd.reason
+    assert "24 or 32 devices, not 28" in resize_plan(held, 28, _facts(), may_grow=True).reason
     busy = resize_plan(held, 8, _facts(in_use=2), may_grow=True)
     assert not busy.ok and "queue is empty" in busy.reason
     shrink = resize_plan(held, 8, _facts(), may_grow=False)
@@ -125,3 +126,16 @@ def test_a_resized_hour_is_priced_on_what_was_held():
     # 15 min at 8 devices, 30 min at 2, nothing after the end
     assert row.allocated == Decimal(900 * 8 + 1800 * 2)
     assert row.used == row.allocated  # use is capped at what was held
+
+
+def test_a_month_names_every_size_it_held_in_order():
+    from billing.domain import sizes_held
+
+    start, end = HOUR, HOUR + dt.timedelta(days=30)
+    before, during, after = (start - dt.timedelta(days=1), start + dt.timedelta(days=3),
+                             end + dt.timedelta(days=2))
+    assert sizes_held(3, [], start, end) == [3]
+    assert sizes_held(3, [(during, 4, 3)], start, end) == [4, 3]
+    assert sizes_held(5, [(during, 4, 3), (after, 3, 5)], start, end) == [4, 3]
+    assert sizes_held(3, [(before, 8, 3)], start, end) == [3]  # resized before the month
+    assert sizes_held(4, [(during, 4, 2), (during, 2, 4)], start, end) == [4, 2, 4]

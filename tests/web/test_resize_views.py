@@ -35,7 +35,7 @@ def test_the_lead_shrinks_on_the_page_and_sees_it_in_the_history(client, lead, r
     assert req.allocation.whole_devices == 3
 
 
-@pytest.mark.parametrize("size", ["", "three", "4.5", "٣", "-1", "0"])
+@pytest.mark.parametrize("size", ["", "three", "4.5", "٣", "-1", "0", "9" * 5000])
 def test_a_size_that_is_no_whole_number_is_refused_in_words(client, lead, req, size):
     client.force_login(lead)
     text = client.post(f"/requests/{req.pk}/resize/", {"size": size},
@@ -48,7 +48,7 @@ def test_a_lead_growing_is_told_who_may(client, lead, req):
     client.force_login(lead)
     text = client.post(f"/requests/{req.pk}/resize/", {"size": "12"},
                        follow=True).content.decode()
-    assert "a platform admin grows an allocation" in text
+    assert "only a platform admin can" in text
     assert not AllocationResize.objects.exists()
 
 

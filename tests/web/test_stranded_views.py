@@ -227,6 +227,7 @@ def test_a_move_to_mig_is_converted_into_a_new_request_the_lead_files(client, le
     assert 'value="3g.40gb" selected' in form  # the profile chosen, as the finding says
     assert f"From stranded finding #{mine.pk}" in unquote_plus(link)
     assert 'name="replicas"' in form and 'value="2"' in form
+    assert "Not routed yet" not in form and "MIG under vCluster" in form  # previewed at once
     # Nothing is filed for the lead: the form only shows the answers.
     assert not tenant.requests.filter(title__startswith="MIG slices").exists()
 
