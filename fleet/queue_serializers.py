@@ -22,6 +22,9 @@ class QueueFiguresSerializer(serializers.Serializer):
     active = serializers.BooleanField()
     policy = serializers.CharField(help_text="the queue's preemption and borrowing policy, "
                                              "in words")
+    resize_pending = serializers.CharField(help_text=(
+        "a resize Kueue has not reported yet, in words (empty: the quota as read is the "
+        "allocation's size)"))
 
 
 class RunningSerializer(serializers.Serializer):

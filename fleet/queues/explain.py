@@ -88,6 +88,18 @@ class QueueView:
         return [(w, self.worker_names.get(w.ran_on, w.ran_on)) for w in self.running]
 
     @property
+    def quota_catching_up(self) -> str:
+        """A resize Kueue has not reported yet: the queue as last read still has the quota
+        from before it (the figures below are Kueue's, as read)."""
+        q = self.queue
+        size = self.allocation.size
+        if q is None or not size or Decimal(size) == Decimal(q.nominal):
+            return ""
+        return (f"Resized to {self.words(size)}; Kueue's quota as last read is still "
+                f"{self.words(q.nominal)}. It follows as the cluster applies the change, and "
+                "this page with it.")
+
+    @property
     def policy(self) -> str:
         return queue_policy_words(self.queue) if self.queue else ""
 
@@ -106,7 +118,8 @@ class QueueView:
                 "resource": q.resource, "nominal": q.nominal,
                 "borrowing_limit": q.borrowing_limit if q.cohort else None,
                 "in_use": q.usage, "borrowed": q.borrowed, "in_cohort": bool(q.cohort),
-                "active": q.active, "policy": self.policy},
+                "active": q.active, "policy": self.policy,
+                "resize_pending": self.quota_catching_up},
             "borrowed_price_per_hour": self.borrowed_price_per_hour,
             "running": [{"name": w.display_name, "devices": w.devices, "since": w.admitted_at,
                          "time_limit_seconds": w.max_seconds, "priority": w.priority}

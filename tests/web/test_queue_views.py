@@ -264,3 +264,14 @@ def test_work_running_on_a_worker_is_shown_by_the_name_admins_gave_that_cluster(
     acme.workloads.filter(job="train-7").update(ran_on="gone-w9")
     html = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
     assert "on gone-w9" in html
+
+
+def test_a_resize_kueue_has_not_reported_yet_is_said_not_hidden(client, lead, queues):
+    acme, _ = queues
+    client.force_login(lead)
+    body = client.get(f"/api/allocations/{acme.pk}/queue/").json()
+    assert body["queue"]["resize_pending"] == ""  # the quota as read is its size
+    Allocation.objects.filter(pk=acme.pk).update(whole_devices=2, device_equivalents=2)
+    body = client.get(f"/api/allocations/{acme.pk}/queue/").json()
+    assert body["queue"]["resize_pending"].startswith("Resized to 2 devices; Kueue's quota "
+                                                      "as last read is still 4 devices")
