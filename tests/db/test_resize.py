@@ -183,3 +183,29 @@ def test_the_months_statement_line_says_both_sizes(tenant, lead, admin_user, poo
     allocation_resize(allocation=alloc, size=3, by=lead)
     line, = live_lines(tenant, month)
     assert line.description.endswith("· 8 → 3 device(s)"), line.description
+
+
+def test_a_dispatched_allocation_is_split_again_over_its_workers(
+        tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    """A shared pool dispatched by MultiKueue: the workers' quota is the new size's split,
+    so the manager's ClusterQueue (their sum) and billing's parts follow the resize."""
+    from fleet.inventory.sync import record_node_events
+    from fleet.kube import DryRunBackend
+    from fleet.models import Cluster
+    from portal.demo_fleet import demo_node
+    from tests.factories import ClusterFactory
+
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    shared = pools[Route.SHARED_POOL]
+    Cluster.objects.filter(pk=shared.cluster_id).update(role=Cluster.Role.MANAGER)
+    for slug, count in (("w1", 1), ("w2", 3)):  # the pool's devices: 8 on w1, 24 on w2
+        worker = ClusterFactory(slug=slug, role=Cluster.Role.WORKER)
+        record_node_events([demo_node(f"{slug}-n{i}", shared.slug, shared.gpu_model)
+                            for i in range(count)], backend=DryRunBackend(), cluster=worker)
+    Allocation.objects.filter(pk=alloc.pk).update(cluster_shares={"w1": 2, "w2": 6})
+    alloc.refresh_from_db()
+    assert alloc.pool.dispatched
+    done = allocation_resize(allocation=alloc, size=4, by=lead)
+    assert done.cluster_shares == {"w1": 1, "w2": 3}  # 4 in proportion 8 : 24
+    assert "Split across MultiKueue workers: w1 1, w2 3" in \
+        AllocationResize.objects.get(allocation=alloc).reason
