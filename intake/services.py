@@ -16,7 +16,7 @@ from fleet.allocations.services import (
     allocation_reserve_nodes,
 )
 from fleet.domain import devices_text
-from fleet.models import Pool, Route
+from fleet.models import Allocation, Pool, Route
 from tenants.access import roles_for
 from tenants.audit import audit_record, reason_error
 from tenants.errors import DomainError
@@ -94,7 +94,7 @@ def request_create(*, tenant: Tenant, by, fields: dict[str, Any]) -> CapacityReq
 @transaction.atomic
 def request_create_renewal(*, request: CapacityRequest, by) -> CapacityRequest:
     """A draft that asks to extend this request's allocation, same size and route."""
-    alloc = request.allocation
+    alloc = Allocation.objects.filter(pk=request.allocation_id).first()  # as it is now
     if alloc is None or alloc.status not in RENEWABLE:
         raise IntakeError("Only an active or expiring allocation can be renewed.")
     if alloc.ends_at is None:
@@ -102,6 +102,12 @@ def request_create_renewal(*, request: CapacityRequest, by) -> CapacityRequest:
     if not roles_for(by).can_file_for(request.tenant_id):
         raise IntakeError("Only a team lead of this tenant may renew its allocations.")
     fields = {name: getattr(request, name) for name in EDITABLE_FIELDS}
+    # The size it holds now (resized in place since approval, perhaps), where the answers
+    # say it: a renewal keeps the allocation as it is.
+    if alloc.route == Route.MIG_VCLUSTER and request.device_fill == "small":
+        fields["replicas"] = alloc.mig_count
+    elif request.device_fill == "full":
+        fields["whole_devices"] = alloc.whole_devices
     old_end = alloc.ends_at.date() if alloc.ends_at else timezone.localdate()
     length = (request.ends_on - request.starts_on) if request.ends_on else dt.timedelta(days=90)
     fields.update(title=f"Renewal: {request.title}"[:120], starts_on=old_end,

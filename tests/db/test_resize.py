@@ -209,3 +209,19 @@ def test_a_dispatched_allocation_is_split_again_over_its_workers(
     assert done.cluster_shares == {"w1": 1, "w2": 3}  # 4 in proportion 8 : 24
     assert "Split across MultiKueue workers: w1 1, w2 3" in \
         AllocationResize.objects.get(allocation=alloc).reason
+
+
+def test_a_resized_allocation_is_renewed_at_its_new_size(
+        tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    Allocation.objects.filter(pk=alloc.pk).update(
+        ends_at=timezone.now() + dt.timedelta(days=3))
+    allocation_resize(allocation=alloc, size=3, by=lead)
+    request = alloc.request
+    renewal = services.request_create_renewal(request=request, by=lead)
+    assert renewal.whole_devices == 3
+    services.request_submit(request=renewal, by=lead)
+    done = services.request_approve(request=renewal, by=admin_user, reason="keep it")
+    assert done.status == "approved"
+    alloc.refresh_from_db()
+    assert alloc.whole_devices == 3 and alloc.ends_at > timezone.now() + dt.timedelta(days=30)
