@@ -16,13 +16,13 @@ from dataclasses import replace
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Min, Sum
+from django.db.models import Count, Max, Min, Sum
 
 from fleet.allocations import lifecycle
 from fleet.domain import Route, mig_share
 from fleet.inventory.pricing import pool_rates
 from fleet.inventory.selectors import mig_weights, pools_capacity
-from fleet.models import Allocation, ClusterQueueState, Pool, QueueWorkload
+from fleet.models import Allocation, AllocationResize, ClusterQueueState, Pool, QueueWorkload
 from fleet.prometheus import instant_query, range_query
 from fleet.queues.utilisation import BUSY_METRIC, MEMORY_METRIC, pod_selector
 
@@ -120,10 +120,15 @@ def holds(now: dt.datetime) -> list[Hold]:
     """Every usable allocation as a Hold, priced at its pool's rate now."""
     rows = list(Allocation.objects.filter(status__in=lifecycle.USABLE, starts_at__lte=now)
                 .select_related("tenant", "pool"))
+    # Held at its size since its start, or since its last resize: a window measured at
+    # another size says nothing about this one.
+    resized = dict(AllocationResize.objects.filter(allocation__in=rows).values(
+        "allocation_id").annotate(last=Max("at")).values_list("allocation_id", "last"))
     rates = pool_rates({a.pool_id for a in rows}, now)
     weights = tuple(sorted((k, str(v)) for k, v in mig_weights().items()))
     return [Hold(allocation_id=a.pk, tenant=a.tenant.slug, pool=a.pool.slug,
-                 route=Route(a.route), held_devices=a.device_equivalents, held_since=a.starts_at,
+                 route=Route(a.route), held_devices=a.device_equivalents,
+                 held_since=max(a.starts_at, resized.get(a.pk, a.starts_at)),
                  rate_per_device_hour=rates[a.pool_id], whole_devices=a.whole_devices,
                  mig_profile=a.mig_profile, mig_count=a.mig_count,
                  devices_per_node=a.pool.devices_per_node, gpu_memory_gb=a.pool.gpu_memory_gb,

@@ -15,6 +15,7 @@ import datetime as dt
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -22,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from fleet.allocations import lifecycle
-from fleet.allocations.resize import allocation_resize, running_work
+from fleet.allocations.resize import resize_carry_out, resize_record, running_work
 from fleet.allocations.services import allocation_release
 from fleet.domain import FleetError, devices_text
 from fleet.models import Allocation
@@ -194,16 +195,8 @@ def in_place_size(finding: StrandedFinding) -> int | None:
 def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
             ) -> StrandedFinding:
     size = in_place_size(finding)
-    if size is not None:  # carried out first: a refused shrink records no yes
-        with transaction.atomic():
-            _decidable(finding, by, by_policy)
-        try:
-            allocation_resize(allocation=finding.allocation, size=size, by=by,
-                              by_policy=by_policy,
-                              reason=f"Stranded finding #{finding.pk} accepted.")
-        except FleetError as exc:
-            raise StrandedError(f"The shrink cannot be carried out now: {exc}") from exc
-    with transaction.atomic():
+    resized = None
+    with transaction.atomic():  # the finding's lock, then the pool's and the allocation's
         row = _decidable(finding, by, by_policy)
         release = row.action == F.Action.RELEASE
         if release and row.allocation.status not in lifecycle.RETIRABLE:
@@ -217,20 +210,28 @@ def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
                     f"Not released: {devices_text(in_use)} of its devices are held by "
                     f"running work ({', '.join(jobs)}), which a release would end. Stop it "
                     "first, or keep the hold with a reason.")
-        given_back = release or size is not None
-        outcome = (f"Released: {devices_text(row.stranded_devices)} device(s) given back to "
+        given_back = row.stranded_devices if release else Decimal(0)
+        if size is not None:  # carried out with the yes, or neither is recorded
+            try:
+                resized = resize_record(allocation=row.allocation, size=size, by=by,
+                                        by_policy=by_policy, may_grow=False,
+                                        reason=f"Stranded finding #{row.pk} accepted.")
+            except FleetError as exc:
+                raise StrandedError(f"The shrink cannot be carried out now: {exc}") from exc
+            _, held, plan = resized
+            given_back = held.device_equivalents - plan.device_equivalents
+        outcome = (f"Released: {devices_text(given_back)} device(s) given back to "
                    f"{row.pool.slug}; billing stops now." if release else
-                   f"Shrunk in place ({row.proposal}): {devices_text(row.stranded_devices)} "
-                   f"device(s) given back to {row.pool.slug}; billing follows from now."
-                   if size is not None else
+                   f"Shrunk in place ({row.proposal.rstrip('.')}): "
+                   f"{devices_text(given_back)} device(s) given back to {row.pool.slug}; "
+                   "billing follows from now." if size is not None else
                    "Recorded. The platform team carries it out (only a release or a shrink "
                    "in place is done by the portal); the hold is unchanged until then.")
         now = timezone.now()
         F.objects.filter(pk=row.pk).update(
             status=F.Status.ACCEPTED, decided_by=by, closed_at=now,
             grace_ended_at=now if by_policy else None,
-            decision_reason=reason.strip(), outcome=outcome,
-            given_back_devices=row.stranded_devices if given_back else 0)
+            decision_reason=reason.strip(), outcome=outcome, given_back_devices=given_back)
         row.refresh_from_db()
         audit_record(actor=by, subject=row, tenant=row.tenant, action="stranded.accepted",
                      from_state=F.Status.OPEN, to_state=F.Status.ACCEPTED,
@@ -239,6 +240,8 @@ def _accept(finding: StrandedFinding, *, by, reason: str, by_policy: str = ""
                      data={"action": row.action, "allocation": row.allocation_id,
                            "given_back_devices": str(row.given_back_devices)})
         _tell(row, "accepted")
+    if resized is not None:  # the cluster follows after the commit
+        resize_carry_out(row.allocation_id, resized[1], resized[2])
     if release:  # the release's own transaction and cluster calls, after the yes is kept
         try:
             allocation_release(allocation=row.allocation, by=by, by_policy=by_policy,

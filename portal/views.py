@@ -164,7 +164,7 @@ def _stranded_lines() -> list[str]:
             for la, r in zip(labels, rows, strict=True)]
     out += ["# HELP aifactory_stranded_given_back_devices Devices accepted stranded findings "
             "gave back to their pool (released or shrunk in place), by tenant and pool.",
-            "# TYPE aifactory_stranded_given_back_devices counter"]
+            "# TYPE aifactory_stranded_given_back_devices gauge"]
     out += [f'aifactory_stranded_given_back_devices{{tenant="{_escape_label(r["tenant"])}",'
             f'pool="{_escape_label(r["pool"])}"}} {r["devices"]:.4f}'
             for r in given_back_devices()]

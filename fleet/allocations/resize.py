@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -16,11 +17,20 @@ from tenants.audit import reason_error
 from tenants.notifications import Kind, notify, tenant_leads
 
 from ..domain import FleetError, Route
+from ..inventory.connections import backend_of
 from ..inventory.selectors import free_dedicated_nodes, mig_weights, pool_capacity
-from ..kube import KubeBackend, KubeError
-from ..models import Allocation, AllocationResize, GpuNode, Pool, QueueWorkload
+from ..kube import DryRunBackend, KubeBackend, KubeError
+from ..models import (
+    Allocation,
+    AllocationResize,
+    ClusterQueueState,
+    GpuNode,
+    Pool,
+    QueueWorkload,
+)
 from . import lifecycle
-from .desired import decided_shares
+from .desired import decided_shares, dispatch_workers, worker_capacity
+from .dispatch import split_shares
 from .reconcile import allocation_reconcile
 from .resizing import Held, ResizeFacts, ResizePlan, resize_plan, size_words
 from .transitions import allocation_transition
@@ -36,7 +46,8 @@ def held_of(alloc: Allocation) -> Held:
                 whole_devices=alloc.whole_devices, mig_profile=alloc.mig_profile,
                 mig_count=alloc.mig_count, device_equivalents=alloc.device_equivalents,
                 nodes=tuple(alloc.nodes.order_by("name").values_list("name", flat=True)),
-                devices_per_node=alloc.pool.devices_per_node)
+                devices_per_node=alloc.pool.devices_per_node,
+                ended=alloc.ends_at is not None and alloc.ends_at <= timezone.now())
 
 
 def running_work(alloc: Allocation) -> tuple[Decimal, tuple[str, ...]]:
@@ -47,16 +58,39 @@ def running_work(alloc: Allocation) -> tuple[Decimal, tuple[str, ...]]:
 
 
 def resize_facts(alloc: Allocation, *, extra_nodes: int = 0) -> ResizeFacts:
-    """What the decision reads: the work holding the allocation's quota and its pool's free
-    capacity (the caller holds the pool's lock, so neither can be promised meanwhile)."""
+    """What the decision reads: the work holding the allocation's quota (and when Kueue's
+    answer about it was read), its pool's free capacity, and for a dispatched allocation
+    what runs on each worker (the caller holds the pool's lock: nothing is promised
+    meanwhile)."""
     in_use, running = running_work(alloc)
     cap = pool_capacity(alloc.pool)
-    free_slices = (cap.free_mig_slices or {}).get(alloc.mig_profile) \
-        if cap.free_mig_slices is not None and alloc.mig_profile else None
+    free_slices = None
+    if cap.free_mig_slices is not None and alloc.mig_profile:
+        free_slices = cap.free_mig_slices.get(alloc.mig_profile, 0)  # unreported: none free
     nodes = (free_dedicated_nodes(alloc.pool, extra_nodes)
              if alloc.route == Route.DEDICATED_BLOCK and extra_nodes > 0 else ())
+    state = ClusterQueueState.objects.filter(allocation=alloc).only("observed_at").first()
+    try:
+        dry = isinstance(backend_of(alloc.pool.cluster), DryRunBackend)
+    except KubeError:
+        dry = False
+    worker_use, names, shares_after = {}, {}, None
+    if alloc.pool.dispatched and alloc.cluster_shares:
+        workers = dispatch_workers()
+        slug_of = {w.multikueue_cluster: w.slug for w in workers}
+        names = {w.slug: w.name for w in workers}
+        for ran_on, used in QueueWorkload.objects.filter(
+                allocation=alloc, state__in=HOLDING_WORK).exclude(ran_on="").values_list(
+                "ran_on").annotate(total=Sum("devices")).values_list("ran_on", "total"):
+            key = slug_of.get(ran_on, ran_on)
+            worker_use[key] = worker_use.get(key, Decimal(0)) + used
+        capacity = worker_capacity(alloc.pool, workers)
+        shares_after = lambda n: split_shares(n, capacity)  # noqa: E731
     return ResizeFacts(in_use=in_use, running=running, free_devices=cap.free_devices,
-                       free_slices=free_slices, free_nodes=nodes, mig_weights=mig_weights())
+                       free_slices=free_slices, free_nodes=nodes, mig_weights=mig_weights(),
+                       queue_read_at=state.observed_at if state else None, now=timezone.now(),
+                       read_every_seconds=0 if dry else settings.PORTAL_QUEUE_SYNC_SECONDS,
+                       worker_use=worker_use, worker_names=names, shares_after=shares_after)
 
 
 def allocation_resize(*, allocation: Allocation, size: int, by, reason: str = "",
@@ -64,6 +98,18 @@ def allocation_resize(*, allocation: Allocation, size: int, by, reason: str = ""
     """Change an active allocation's size. A team lead of the tenant or a platform admin
     shrinks it; only a platform admin grows it (a new promise). `by` None with `by_policy`:
     the tenant's own standing policy (billing's stranded-capacity grace period)."""
+    with transaction.atomic():
+        alloc, held, plan = resize_record(allocation=allocation, size=size, by=by,
+                                          reason=reason, by_policy=by_policy)
+    return resize_carry_out(alloc.pk, held, plan, backend=backend)
+
+
+def resize_record(*, allocation: Allocation, size: int, by, reason: str = "",
+                  by_policy: str = "", may_grow: bool = True
+                  ) -> tuple[Allocation, Held, ResizePlan]:
+    """The resize's reads, decision and writes, in the caller's transaction (which takes
+    the pool's lock, then the allocation's). FleetError, with the reason, when refused.
+    `may_grow` False: only a shrink (a stranded finding's), whoever asks."""
     roles = roles_for(by)
     if not ((by is None and by_policy) or roles.platform_admin
             or roles.can_file_for(allocation.tenant_id)):
@@ -75,24 +121,33 @@ def allocation_resize(*, allocation: Allocation, size: int, by, reason: str = ""
         alloc = Allocation.objects.select_related("pool").get(pk=allocation.pk)
         Pool.objects.select_for_update(of=("self",)).get(pk=alloc.pool_id)
         alloc = Allocation.objects.select_for_update(of=("self",)).select_related(
-            "tenant", "pool").get(pk=allocation.pk)
+            "tenant", "pool__cluster").get(pk=allocation.pk)
         held = held_of(alloc)
         per_node = max(1, alloc.pool.devices_per_node)
         facts = resize_facts(alloc, extra_nodes=max(0, size - held.size) // per_node
                              if isinstance(size, int) else 0)
-        plan = resize_plan(held, size, facts, may_grow=roles.platform_admin)
+        plan = resize_plan(held, size, facts, may_grow=roles.platform_admin and may_grow)
         if not plan.ok:
             raise FleetError(plan.reason)
         _write(alloc, held, plan, by=by, reason=reason, by_policy=by_policy)
+    return alloc, held, plan
+
+
+def resize_carry_out(allocation_id: int, held: Held, plan: ResizePlan, *,
+                     backend: KubeBackend | None = None) -> Allocation:
+    """After the resize is committed: bring the cluster in line (Kueue's quota, a block's
+    nodes). If the cluster is away the periodic reconcile finishes it; nothing is half
+    recorded."""
     cause = f"the resize to {size_words(held, plan.size)}"
     try:
-        allocation_reconcile(alloc.pk, backend=backend, cause=cause)
-    except KubeError as exc:  # the periodic reconcile finishes it
-        log.warning("resize of allocation %s: cluster update deferred: %s", alloc.pk, exc)
-        Allocation.objects.filter(pk=alloc.pk).update(
+        allocation_reconcile(allocation_id, backend=backend, cause=cause)
+    except KubeError as exc:
+        log.warning("resize of allocation %s: cluster update deferred: %s", allocation_id,
+                    exc)
+        Allocation.objects.filter(pk=allocation_id).update(
             status_message=f"Resized; the cluster update waits for the next reconcile: "
                            f"{exc.message}")
-    return Allocation.objects.get(pk=alloc.pk)
+    return Allocation.objects.get(pk=allocation_id)
 
 
 def _write(alloc: Allocation, held: Held, plan: ResizePlan, *, by, reason: str,
@@ -122,6 +177,7 @@ def _write(alloc: Allocation, held: Held, plan: ResizePlan, *, by, reason: str,
     # Through the lifecycle's one writer (in place: it stays active or expiring).
     allocation_transition(alloc.pk, from_states=lifecycle.RESIZABLE, to=alloc.status, by=by,
                           action="allocation.resized", reason=said,
+                          message=alloc.status_message,
                           data={**plan.data, "before": str(held.device_equivalents),
                                 **({"policy": by_policy} if by_policy else {})})
     notify(tenant_leads(alloc.tenant), Kind.CAPACITY_CHANGED,

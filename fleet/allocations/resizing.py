@@ -10,8 +10,9 @@ profile. A profile change is a new request (the finding's "convert"), not a resi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import datetime as dt
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from ..domain import DEVICE_PLACES, Route, devices_text, mig_device_equivalents
@@ -32,6 +33,7 @@ class Held:
     device_equivalents: Decimal
     nodes: tuple[str, ...] = ()  # a dedicated block's reserved nodes, in the order kept
     devices_per_node: int = 0  # a dedicated block's node size
+    ended: bool = False  # its end has passed (released, retirement not run yet)
 
     @property
     def size(self) -> int:
@@ -48,6 +50,27 @@ class ResizeFacts:
     free_slices: int | None = None  # free slices of its profile (MIG); None: not reported
     free_nodes: tuple[str, ...] = ()  # free validated nodes, in the order a block gets them
     mig_weights: Mapping[str, Decimal | str] | None = None
+    # When Kueue's answer about its queue was last read; None: never. A shrink needs a
+    # current read (queue_is_current), else what runs is not known.
+    queue_read_at: dt.datetime | None = None
+    now: dt.datetime | None = None
+    read_every_seconds: int = 0  # 0: nothing reads a cluster here (a dry run): not asked
+    # A dispatched allocation: what runs on each worker now, and each worker's share of a
+    # new size (fleet.allocations.dispatch.split_shares), by worker slug.
+    worker_use: Mapping[str, Decimal] = field(default_factory=dict)
+    worker_names: Mapping[str, str] = field(default_factory=dict)
+    shares_after: Callable[[int], Mapping[str, int]] | None = None
+
+
+MISSED_READS = 3  # queue reads missed in a row before what runs counts as unknown
+
+
+def queue_is_current(read_at: dt.datetime | None, now: dt.datetime | None,
+                     every_seconds: int) -> bool:
+    if not every_seconds:
+        return True
+    return read_at is not None and now is not None and \
+        (now - read_at).total_seconds() <= MISSED_READS * every_seconds + 5
 
 
 @dataclass(frozen=True)
@@ -87,6 +110,9 @@ def resize_plan(held: Held, size, facts: ResizeFacts, *, may_grow: bool) -> Resi
     if held.status not in lifecycle.RESIZABLE:
         return _refused(f"Only an active or expiring allocation is resized; this one is "
                         f"{lifecycle.AllocationStatus(held.status).label.lower()}.")
+    if held.ended:
+        return _refused("Its end has passed (it is being retired): there is nothing to "
+                        "resize.")
     if isinstance(size, bool) or not isinstance(size, int):
         return _refused("The new size is a whole number.")
     unit = "slices" if held.route == Route.MIG_VCLUSTER else "devices"
@@ -112,6 +138,10 @@ def resize_plan(held: Held, size, facts: ResizeFacts, *, may_grow: bool) -> Resi
     words = f"{size_words(held, held.size)} → {size_words(held, size)}"
     if size > held.size:
         return _grow(held, size, facts, may_grow=may_grow, words=words, plan=plan)
+    if not queue_is_current(facts.queue_read_at, facts.now, facts.read_every_seconds):
+        return _refused(f"{words} must leave running work its devices, and Kueue's answer "
+                        "about its queue has not been read lately, so what runs is not "
+                        "known. Try again once the queue page shows a current read.")
     if facts.in_use > size:
         jobs = ", ".join(facts.running[:5]) + (" …" if len(facts.running) > 5 else "")
         admitted = f"{_amount(held, facts.in_use)} are admitted now ({jobs})"
@@ -131,6 +161,15 @@ def resize_plan(held: Held, size, facts: ResizeFacts, *, may_grow: bool) -> Resi
         return _refused(f"{words} releases whole nodes, and a job of yours may run on any "
                         f"of them: {_amount(held, facts.in_use)} are admitted now. Shrink "
                         "the block when its queue is empty.")
+    if facts.shares_after is not None and facts.worker_use:
+        shares = facts.shares_after(size)
+        short = [(w, use, shares.get(w, 0)) for w, use in sorted(facts.worker_use.items())
+                 if use > shares.get(w, 0)]
+        if short:
+            w, use, share = short[0]
+            return _refused(f"{words} would give {facts.worker_names.get(w, w)} a share of "
+                            f"{_amount(held, share)}, while {_amount(held, use)} run there "
+                            "now. Shrink it when that work has finished.")
     keep = size // per_node if dedicated else 0
     return ResizePlan(True, f"Resized {words}: {devices_text(held.device_equivalents - after)}"
                       " device(s) given back to the pool; billing follows from now.", **plan,

@@ -95,7 +95,7 @@ class QueueView:
         size = self.allocation.size
         if q is None or not size or Decimal(size) == Decimal(q.nominal):
             return ""
-        return (f"Resized to {self.words(size)}; Kueue's quota as last read is still "
+        return (f"It holds {self.words(size)} now; Kueue's quota as last read is still "
                 f"{self.words(q.nominal)}. It follows as the cluster applies the change, and "
                 "this page with it.")
 

@@ -225,3 +225,33 @@ def test_a_resized_allocation_is_renewed_at_its_new_size(
     assert done.status == "approved"
     alloc.refresh_from_db()
     assert alloc.whole_devices == 3 and alloc.ends_at > timezone.now() + dt.timedelta(days=30)
+
+
+def _finding(alloc, stranded, after):
+    now = timezone.now()
+    return StrandedFinding.objects.create(
+        allocation=alloc, tenant=alloc.tenant, pool=alloc.pool, kind="oversized",
+        stranded_devices=Decimal(stranded), cost_per_day=Decimal("1.00"), action="shrink",
+        proposal=f"→ {after} device(s)", proposal_data={"whole_devices_after": after},
+        reason="Its peak fits less.", stranded_since=now - dt.timedelta(days=1),
+        found_at=now, last_seen_at=now)
+
+
+def test_a_finding_no_longer_open_changes_nothing_when_accepted(
+        tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    finding = _finding(alloc, 6, 2)
+    StrandedFinding.objects.filter(pk=finding.pk).update(status="resolved")
+    with pytest.raises(StrandedError, match="is resolved .* already"):
+        finding_accept(finding=finding, by=lead)
+    alloc.refresh_from_db()
+    assert alloc.whole_devices == 8 and not AllocationResize.objects.exists()
+
+
+def test_what_is_given_back_is_what_the_shrink_gave(tenant, lead, admin_user, pools,
+                                                    django_capture_on_commit_callbacks):
+    alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
+    finding = _finding(alloc, 6, 2)
+    allocation_resize(allocation=alloc, size=5, by=lead)  # by hand, after the finding
+    done = finding_accept(finding=finding, by=lead)
+    assert done.given_back_devices == 3 and "3 device(s) given back" in done.outcome

@@ -139,3 +139,45 @@ def test_a_month_names_every_size_it_held_in_order():
     assert sizes_held(5, [(during, 4, 3), (after, 3, 5)], start, end) == [4, 3]
     assert sizes_held(3, [(before, 8, 3)], start, end) == [3]  # resized before the month
     assert sizes_held(4, [(during, 4, 2), (during, 2, 4)], start, end) == [4, 2, 4]
+
+
+def test_a_shrink_needs_a_current_read_of_the_queue():
+    held, now = _held(size=8), HOUR
+    stale = ResizeFacts(in_use=Decimal(0), running=(), free_devices=Decimal(0),
+                        queue_read_at=now - dt.timedelta(minutes=5), now=now,
+                        read_every_seconds=15)
+    refused = resize_plan(held, 4, stale, may_grow=False)
+    assert not refused.ok and "has not been read lately" in refused.reason
+    never = ResizeFacts(in_use=Decimal(0), running=(), free_devices=Decimal(0), now=now,
+                        read_every_seconds=15)
+    assert not resize_plan(held, 4, never, may_grow=False).ok
+    fresh = ResizeFacts(in_use=Decimal(0), running=(), free_devices=Decimal(0),
+                        queue_read_at=now - dt.timedelta(seconds=20), now=now,
+                        read_every_seconds=15)
+    assert resize_plan(held, 4, fresh, may_grow=False).ok
+    # a grow takes nothing from running work: no read needed
+    assert resize_plan(held, 9, stale.__class__(**{**stale.__dict__,
+                                                   "free_devices": Decimal(1)}),
+                       may_grow=True).ok
+
+
+def test_a_dispatched_shrink_leaves_every_worker_what_runs_there():
+    held = _held(size=8)
+
+    def shares(n):  # two workers, the second with three times the devices
+        return {"w1": n // 4, "w2": n - n // 4}
+
+    facts = ResizeFacts(in_use=Decimal(3), running=("a",), free_devices=Decimal(0),
+                        worker_use={"w1": Decimal(2), "w2": Decimal(1)},
+                        worker_names={"w1": "GPU east"}, shares_after=shares)
+    refused = resize_plan(held, 4, facts, may_grow=False)  # w1 would get 1, 2 run there
+    assert not refused.ok and "GPU east a share of 1 device" in refused.reason
+    assert resize_plan(held, 7, facts, may_grow=False).ok is False  # 7 // 4 = 1 still
+    assert resize_plan(_held(size=12), 8, facts, may_grow=False).ok  # w1 gets 2
+
+
+def test_an_allocation_past_its_end_is_not_resized():
+    ended = Held(route=Route.SHARED_POOL, status="active", whole_devices=8, mig_profile="",
+                 mig_count=0, device_equivalents=Decimal(8), ended=True)
+    plan = resize_plan(ended, 4, _facts(), may_grow=True)
+    assert not plan.ok and "end has passed" in plan.reason

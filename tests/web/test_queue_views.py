@@ -273,5 +273,5 @@ def test_a_resize_kueue_has_not_reported_yet_is_said_not_hidden(client, lead, qu
     assert body["queue"]["resize_pending"] == ""  # the quota as read is its size
     Allocation.objects.filter(pk=acme.pk).update(whole_devices=2, device_equivalents=2)
     body = client.get(f"/api/allocations/{acme.pk}/queue/").json()
-    assert body["queue"]["resize_pending"].startswith("Resized to 2 devices; Kueue's quota "
-                                                      "as last read is still 4 devices")
+    assert body["queue"]["resize_pending"].startswith("It holds 2 devices now; Kueue's "
+                                                      "quota as last read is still 4 devices")
