@@ -12,14 +12,18 @@ Labels = tuple[tuple[str, str], ...]
 
 
 def write_openmetrics(path: Path, series: dict[Labels, list[tuple[int, float]]],
-                      metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE") -> None:
-    """series: labels → [(unix seconds, value)], ascending. One family, series after series.
-    Written as it goes (the rollup benchmark writes millions of samples)."""
+                      metric: str = "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                      more: dict[str, dict] | None = None) -> None:
+    """series: labels → [(unix seconds, value)], ascending. One family, series after series;
+    `more` (metric → series) adds families to the same file, so one backfill makes one set
+    of blocks for all. Written as it goes (the rollup benchmark writes millions of samples)."""
     with path.open("w") as out:
-        out.write(f"# TYPE {metric} gauge\n")
-        for labels, samples in series.items():
-            label_text = ",".join(f'{k}="{v}"' for k, v in labels)
-            out.writelines(f"{metric}{{{label_text}}} {value} {ts}\n" for ts, value in samples)
+        for name, family in {metric: series, **(more or {})}.items():
+            out.write(f"# TYPE {name} gauge\n")
+            for labels, samples in family.items():
+                label_text = ",".join(f'{k}="{v}"' for k, v in labels)
+                out.writelines(f"{name}{{{label_text}}} {value} {ts}\n"
+                               for ts, value in samples)
         out.write("# EOF\n")
 
 
@@ -62,6 +66,12 @@ class PrometheusServer:
 
         wait_until(ready, timeout=60, what="Prometheus")
         return self
+
+    def blocks(self) -> int:
+        """Persisted TSDB blocks (promtool writes one per two hours of backfill; Prometheus
+        compacts them into longer ones about a minute after it starts, and on)."""
+        data = self.workdir / "tsdb"
+        return sum(1 for d in data.iterdir() if d.is_dir() and (d / "meta.json").exists())
 
     def stop(self) -> None:
         if self.proc:
