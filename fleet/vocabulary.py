@@ -63,6 +63,8 @@ class WorkloadState:
     STOPPING = "stopping"
     CHOICES = [(PENDING, "Pending"), (ADMITTED, "Running"), (DEACTIVATED, "Deactivated"),
                (FINISHED, "Finished"), (GONE, "Deleted"), (STOPPING, "Stopping")]
+    # The states in which a workload holds quota of its ClusterQueue.
+    HOLDING = (ADMITTED, STOPPING)
 
 
 class LedgerEvent:

@@ -28,6 +28,7 @@ from ..models import (
     Pool,
     QueueWorkload,
 )
+from ..vocabulary import WorkloadState
 from . import lifecycle
 from .desired import decided_shares, dispatch_workers, worker_capacity
 from .dispatch import split_shares
@@ -37,8 +38,6 @@ from .transitions import allocation_transition
 
 log = logging.getLogger(__name__)
 
-# Admitted work holds its devices until its pods are gone (a preempted one's still stop).
-HOLDING_WORK = (QueueWorkload.State.ADMITTED, QueueWorkload.State.STOPPING)
 
 
 def held_of(alloc: Allocation) -> Held:
@@ -52,7 +51,7 @@ def held_of(alloc: Allocation) -> Held:
 
 def running_work(alloc: Allocation) -> tuple[Decimal, tuple[str, ...]]:
     """What its admitted work holds now (in its unit) and the first of those jobs' names."""
-    work = QueueWorkload.objects.filter(allocation=alloc, state__in=HOLDING_WORK)
+    work = QueueWorkload.objects.filter(allocation=alloc, state__in=WorkloadState.HOLDING)
     in_use = work.aggregate(total=Sum("devices"))["total"] or Decimal(0)
     return in_use, tuple(work.order_by("name").values_list("job", flat=True)[:6])
 
@@ -80,7 +79,7 @@ def resize_facts(alloc: Allocation, *, extra_nodes: int = 0) -> ResizeFacts:
         slug_of = {w.multikueue_cluster: w.slug for w in workers}
         names = {w.slug: w.name for w in workers}
         for ran_on, used in QueueWorkload.objects.filter(
-                allocation=alloc, state__in=HOLDING_WORK).exclude(ran_on="").values_list(
+                allocation=alloc, state__in=WorkloadState.HOLDING).exclude(ran_on="").values_list(
                 "ran_on").annotate(total=Sum("devices")).values_list("ran_on", "total"):
             key = slug_of.get(ran_on, ran_on)
             worker_use[key] = worker_use.get(key, Decimal(0)) + used

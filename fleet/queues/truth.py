@@ -33,8 +33,7 @@ PENDING, ADMITTED, FINISHED, GONE = (WorkloadState.PENDING, WorkloadState.ADMITT
 DEACTIVATED = WorkloadState.DEACTIVATED
 # Evicted or preempted, its quota still reserved while its pods stop: never "running".
 STOPPING = WorkloadState.STOPPING
-# The states in which a workload holds quota of its ClusterQueue.
-HOLDING = (ADMITTED, STOPPING)
+HOLDING = WorkloadState.HOLDING
 # The portal's own reason code for a workload whose quota the MultiKueue manager reserved
 # while no worker has admitted it yet (Kueue leaves QuotaReserved's reason at its admitted
 # value there).
