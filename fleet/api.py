@@ -10,7 +10,12 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from tenants.access import require_platform_admin, roles_for, scope_to_tenants
+from tenants.access import (
+    require_holdings_changer,
+    require_platform_admin,
+    roles_for,
+    scope_to_tenants,
+)
 from tenants.audit import REASON_MAX
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
@@ -124,10 +129,7 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
         """End an active allocation now (a team lead of its tenant, or a platform admin):
         billing stops at this moment and its objects are removed. Audited."""
         alloc = self.get_object()  # another tenant's: 404
-        roles = roles_for(request.user)
-        if not (roles.platform_admin or roles.can_file_for(alloc.tenant_id)):
-            raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
-                                   "release an allocation.")
+        require_holdings_changer(request.user, alloc.tenant_id, "release")
         body = ReleaseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         alloc = allocation_release(allocation=alloc, by=request.user,
@@ -143,10 +145,7 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
         running work holds what a shrink would take or the pool cannot give what a grow
         needs. Kueue's quota follows; billing counts the new size from this moment."""
         alloc = self.get_object()  # another tenant's: 404
-        roles = roles_for(request.user)
-        if not (roles.platform_admin or roles.can_file_for(alloc.tenant_id)):
-            raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
-                                   "resize an allocation.")
+        require_holdings_changer(request.user, alloc.tenant_id, "resize")
         body = ResizeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         alloc = allocation_resize(allocation=alloc, size=body.validated_data["size"],

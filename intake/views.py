@@ -16,10 +16,12 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from fleet.allocations.lifecycle import IN_PROGRESS
 from fleet.allocations.resize import allocation_resize as resize
+from fleet.allocations.resizing import MAX_SIZE
 from fleet.allocations.services import allocation_release as release
 from fleet.allocations.services import allocation_retry as retry
 from fleet.domain import FleetError
 from tenants.access import (
+    require_holdings_changer,
     require_lead_of,
     require_platform_admin,
     roles_for,
@@ -277,10 +279,7 @@ def request_delete(request, pk: int):
 def allocation_release(request, pk: int):
     """End the request's allocation now: billing stops, its objects are removed."""
     obj = get_request_for(request.user, pk)
-    roles = roles_for(request.user)
-    if not (roles.platform_admin or roles.can_file_for(obj.tenant_id)):
-        raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
-                               "release an allocation.")
+    require_holdings_changer(request.user, obj.tenant_id, "release")
     if obj.allocation is None:
         messages.error(request, "This request has no allocation to release.")
         return redirect("intake:detail", pk=obj.pk)
@@ -299,10 +298,7 @@ def allocation_release(request, pk: int):
 def allocation_resize(request, pk: int):
     """A new size for the request's allocation, in place (the fleet's resize decides)."""
     obj = get_request_for(request.user, pk)
-    roles = roles_for(request.user)
-    if not (roles.platform_admin or roles.can_file_for(obj.tenant_id)):
-        raise PermissionDenied("Only a team lead of this tenant or a platform admin may "
-                               "resize an allocation.")
+    require_holdings_changer(request.user, obj.tenant_id, "resize")
     if obj.allocation is None:
         messages.error(request, "This request has no allocation to resize.")
         return redirect("intake:detail", pk=obj.pk)
@@ -312,7 +308,7 @@ def allocation_resize(request, pk: int):
         size = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else None
         if size is None:
             raise FleetError(f"The new size is a whole number of {obj.allocation.size_unit}, "
-                             "from 1 to 10,000.")
+                             f"from 1 to {MAX_SIZE:,}.")
         alloc = resize(allocation=obj.allocation, size=size, by=request.user,
                        reason=request.POST.get("reason", ""))
         messages.success(request, f"{alloc.namespace} now holds {alloc.size} "

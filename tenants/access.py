@@ -43,6 +43,10 @@ class PortalRoles:
     def can_file_for(self, tenant_id: int) -> bool:
         return tenant_id in self.lead_of
 
+    def can_change_holdings_of(self, tenant_id: int) -> bool:
+        """Release or resize what a tenant holds: its leads, or a platform admin."""
+        return self.platform_admin or self.can_file_for(tenant_id)
+
     @property
     def labels(self) -> list[str]:
         out = []
@@ -156,6 +160,16 @@ def require_platform_admin(user) -> PortalRoles:
     roles = roles_for(user)
     if not roles.platform_admin:
         raise PermissionDenied("Only platform admins may do this.")
+    return roles
+
+
+def require_holdings_changer(user, tenant_id: int, what: str) -> PortalRoles:
+    """Releasing or resizing an allocation (`what`: "release", "resize") is for the
+    tenant's leads and platform admins: anyone else who may see it gets 403."""
+    roles = roles_for(user)
+    if not roles.can_change_holdings_of(tenant_id):
+        raise PermissionDenied(f"Only a team lead of this tenant or a platform admin may "
+                               f"{what} an allocation.")
     return roles
 
 

@@ -110,8 +110,7 @@ def resize_record(*, allocation: Allocation, size: int, by, reason: str = "",
     the pool's lock, then the allocation's). FleetError, with the reason, when refused.
     `may_grow` False: only a shrink (a stranded finding's), whoever asks."""
     roles = roles_for(by)
-    if not ((by is None and by_policy) or roles.platform_admin
-            or roles.can_file_for(allocation.tenant_id)):
+    if not ((by is None and by_policy) or roles.can_change_holdings_of(allocation.tenant_id)):
         raise FleetError("Only a team lead of this tenant or a platform admin may resize it.")
     if problem := reason_error(reason, required=False):
         raise FleetError(problem)

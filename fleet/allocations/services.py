@@ -129,7 +129,7 @@ def allocation_release(*, allocation: Allocation, by, reason: str = "",
     roles = roles_for(by)
     if by_policy and by is None:
         pass  # the policy is the authority; the audit row names it
-    elif not (roles.platform_admin or roles.can_file_for(allocation.tenant_id)):
+    elif not roles.can_change_holdings_of(allocation.tenant_id):
         raise FleetError("Only a team lead of this tenant or a platform admin may release it.")
     if problem := reason_error(reason, required=False):
         raise FleetError(problem)
