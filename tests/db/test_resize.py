@@ -9,15 +9,20 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.domain import month_start
 from billing.models import StrandedFinding
+from billing.services import live_lines, refresh_months
 from billing.stranded_services import StrandedError, finding_accept
 from fleet.allocations.resize import allocation_resize
 from fleet.domain import FleetError
-from fleet.models import Allocation, AllocationResize, QueueWorkload, Route
+from fleet.inventory.sync import record_node_events
+from fleet.kube import DryRunBackend
+from fleet.models import Allocation, AllocationResize, Cluster, QueueWorkload, Route
 from intake import services
+from portal.demo_fleet import demo_node
 from tenants.audit import audit_for
 from tenants.models import Notification, PlatformRole
-from tests.factories import make_platform_user, make_request
+from tests.factories import ClusterFactory, make_platform_user, make_request, usage_hour
 from tests.harness.concurrency import race
 
 pytestmark = pytest.mark.django_db
@@ -171,10 +176,6 @@ def test_a_grown_block_names_no_node_to_its_tenant(tenant, lead, admin_user, poo
 
 def test_the_months_statement_line_says_both_sizes(tenant, lead, admin_user, pools,
                                                    django_capture_on_commit_callbacks):
-    from billing.domain import month_start
-    from billing.services import live_lines, refresh_months
-    from tests.factories import usage_hour
-
     alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
     month = month_start(timezone.now())
     usage_hour(alloc, dt.datetime.combine(month, dt.time(), tzinfo=dt.UTC), 3600 * 8, 0,
@@ -189,12 +190,6 @@ def test_a_dispatched_allocation_is_split_again_over_its_workers(
         tenant, lead, admin_user, pools, django_capture_on_commit_callbacks):
     """A shared pool dispatched by MultiKueue: the workers' quota is the new size's split,
     so the manager's ClusterQueue (their sum) and billing's parts follow the resize."""
-    from fleet.inventory.sync import record_node_events
-    from fleet.kube import DryRunBackend
-    from fleet.models import Cluster
-    from portal.demo_fleet import demo_node
-    from tests.factories import ClusterFactory
-
     alloc = _active(tenant, lead, admin_user, django_capture_on_commit_callbacks)
     shared = pools[Route.SHARED_POOL]
     Cluster.objects.filter(pk=shared.cluster_id).update(role=Cluster.Role.MANAGER)

@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from billing.domain import allocation_hour, held_device_seconds
+from billing.domain import allocation_hour, held_device_seconds, sizes_held
 from fleet.allocations.resizing import Held, ResizeFacts, resize_plan
 from fleet.domain import Route, mig_device_equivalents
 
@@ -129,8 +129,6 @@ def test_a_resized_hour_is_priced_on_what_was_held():
 
 
 def test_a_month_names_every_size_it_held_in_order():
-    from billing.domain import sizes_held
-
     start, end = HOUR, HOUR + dt.timedelta(days=30)
     before, during, after = (start - dt.timedelta(days=1), start + dt.timedelta(days=3),
                              end + dt.timedelta(days=2))

@@ -2,21 +2,26 @@
 in one step, never another tenant's; admins see every finding and the fleet board."""
 
 import datetime as dt
+import json
+import re
 from decimal import Decimal
+from urllib.parse import unquote_plus
 
 import pytest
 from django.test import TestCase
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from billing.domain import month_start
 from billing.models import StrandedFinding
+from billing.services import refresh_months
 from billing.stranded import Hold, idle_hold, summarise
 from billing.stranded_services import findings_record
 from billing.stranded_thresholds import Thresholds
 from fleet.domain import Route
 from intake import services
 from tenants.audit import audit_for
-from tests.factories import make_request
+from tests.factories import make_request, usage_hour
 
 pytestmark = pytest.mark.django_db
 TH = Thresholds()
@@ -164,13 +169,6 @@ def test_a_lead_sets_the_grace_policy_on_the_page(client, lead, tenant, findings
 
 def test_findings_are_shown_where_people_already_look(client, lead, admin_user, tenant,
                                                       finance_user, findings):
-    import json
-    import re
-
-    from billing.domain import month_start
-    from billing.services import refresh_months
-    from tests.factories import usage_hour
-
     mine, theirs = findings
     found = f"{mine.stranded_devices:.0f} device(s) held and unused"
     client.force_login(lead)
@@ -213,8 +211,6 @@ def test_metrics_count_what_was_given_back(client, lead, findings):
 
 def test_a_move_to_mig_is_converted_into_a_new_request_the_lead_files(client, lead, tenant,
                                                                       findings):
-    from urllib.parse import unquote_plus
-
     mine, _ = findings
     StrandedFinding.objects.filter(pk=mine.pk).update(
         action="move_to_mig", proposal="8 whole device(s) → 2 × MIG 3g.40gb in mig",
