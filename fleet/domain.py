@@ -100,6 +100,15 @@ def in_devices(amount, profile: str, weights: Mapping[str, Decimal | str] | None
     return Decimal(amount) * mig_share(profile, weights)
 
 
+def size_unit(route: str, mig_profile: str, n: int = 2) -> str:
+    """An allocation's own unit, for `n` of it: "devices", "3g.40gb slice" (the resize, its
+    form and its messages all say it so)."""
+    plural = "" if n == 1 else "s"
+    if route == Route.MIG_VCLUSTER:
+        return f"{mig_profile} slice{plural}"
+    return f"device{plural}"
+
+
 class FleetError(DomainError, ValueError):
     """A refusal of the fleet (a ValueError too, for callers that catch it so)."""
 

@@ -16,7 +16,7 @@ from django.db import models
 from tenants.models import AppendOnlyModel, Tenant, slug_validator
 
 from .allocations import lifecycle
-from .domain import Route, largest_job
+from .domain import Route, largest_job, size_unit
 from .vocabulary import (
     HOME_CLUSTER,
     ClusterConnections,
@@ -346,7 +346,7 @@ class Allocation(models.Model):
 
     @property
     def size_unit(self) -> str:
-        return f"{self.mig_profile} slices" if self.route == Route.MIG_VCLUSTER else "devices"
+        return size_unit(self.route, self.mig_profile)
 
     @property
     def is_renewable(self) -> bool:

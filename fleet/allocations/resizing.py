@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from ..domain import DEVICE_PLACES, Route, devices_text, mig_device_equivalents
+from ..domain import DEVICE_PLACES, Route, devices_text, mig_device_equivalents, size_unit
 from . import lifecycle
 
 MAX_SIZE = 10_000  # far above any pool; a typo such as 80000 is refused, not priced
@@ -94,9 +94,8 @@ class ResizePlan:
 
 def size_words(held: Held, size: int) -> str:
     """'4 devices', '2 × 3g.40gb slices'."""
-    if held.route == Route.MIG_VCLUSTER:
-        return f"{size} × {held.mig_profile} slice{'s' if size != 1 else ''}"
-    return f"{size} device{'s' if size != 1 else ''}"
+    times = " ×" if held.route == Route.MIG_VCLUSTER else ""
+    return f"{size}{times} {size_unit(held.route, held.mig_profile, size)}"
 
 
 def _refused(reason: str) -> ResizePlan:
