@@ -78,7 +78,10 @@ class KubeBackend(Protocol):
     # the dry-run record does not.
     enforces_admission: bool
 
-    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict: ...
+    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False,
+              field_manager: str = "") -> dict:
+        """Server-side apply, as `field_manager` when given (else the backend's own)."""
+        ...
 
     def get(self, api_version: str, kind: str, name: str, namespace: str = "") -> dict | None:
         ...
@@ -237,7 +240,8 @@ class KubernetesBackend:
 
     # -- operations
 
-    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict:
+    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False,
+              field_manager: str = "") -> dict:
         """Server-side apply. Sent and read as plain JSON: the dynamic client's deep copies and
         object conversion of body and answer cost more CPU than the request itself (a
         provisioning worker applies ~17 objects per allocation)."""
@@ -246,7 +250,7 @@ class KubernetesBackend:
         if resource.namespaced and not key.namespace:
             raise KubeError(f"Applying {key}: a {key.kind} needs a namespace",
                             retriable=False)
-        query = [("fieldManager", self.field_manager)]
+        query = [("fieldManager", field_manager or self.field_manager)]
         if force:
             query.append(("force", "true"))
         if dry_run:
@@ -390,12 +394,25 @@ class DryRunBackend:
     objects: dict[ObjectKey, dict] = field(default_factory=dict)
     log: list[tuple[str, ObjectKey]] = field(default_factory=list)
     deleted: set[ObjectKey] = field(default_factory=set)
+    data_owners: dict[ObjectKey, dict[str, dict]] = field(default_factory=dict)
 
-    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False) -> dict:
+    def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False,
+              field_manager: str = "") -> dict:
         key = ObjectKey.of(manifest)
         stored = copy.deepcopy(manifest)
         stored.setdefault("metadata", {}).setdefault("managedFields", [
-            {"manager": self.field_manager, "operation": "Apply"}])
+            {"manager": field_manager or self.field_manager, "operation": "Apply"}])
+        if field_manager:
+            # As server-side apply owns a map's keys one by one: each manager's
+            # `spec.entries` keys are its own, and an apply without a key it set removes it.
+            owners = {**self.data_owners.get(key, {}),
+                      field_manager: dict((manifest.get("spec") or {}).get("entries") or {})}
+            if not dry_run:
+                self.data_owners[key] = owners
+            stored["spec"] = {"entries": {k: v for mine in owners.values()
+                                          for k, v in mine.items()}}
+            stored["metadata"]["managedFields"] = [
+                {"manager": m, "operation": "Apply"} for m in owners]
         if not dry_run:
             self.objects[key] = stored
             self.deleted.discard(key)
@@ -434,6 +451,7 @@ class DryRunBackend:
         key = ObjectKey(api_version, kind, namespace, name)
         self.log.append(("delete", key))
         self.deleted.add(key)
+        self.data_owners.pop(key, None)
         return self.objects.pop(key, None) is not None
 
 

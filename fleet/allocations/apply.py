@@ -25,20 +25,28 @@ from ..kube import (
     prune,
 )
 from ..models import Allocation, Route
-from .guards import GuardsPending, ask_guards_deferring, guards_in_force
-from .manifests import (
-    AFTER_GUARDS_KINDS,
-    GUARD_KINDS,
-    OWNED_KINDS,
-    apply_waves,
-    drift,
+from .admission import (
+    GUARD_PARAMS,
+    GUARDED_ROUTES,
+    PARAMS_API,
+    PARAMS_KIND,
+    entries_manager,
+    entries_owner,
+    guard_params,
+    is_guard_params,
+    params_allocation,
+)
+from .guard_check import (
+    GUARD_DIGEST_LABEL,
+    entries_digest,
     guard_probe,
-    guards_content_digest,
     guards_fingerprint,
     is_guard_check,
-    node_release,
+    is_shared_guard,
     stamp_guard_check,
 )
+from .guards import GuardsPending, ask_guards_deferring, guards_in_force
+from .manifests import AFTER_GUARDS_KINDS, OWNED_KINDS, apply_waves, drift, node_release
 from .repair import Repair
 from .transitions import allocation_transition, record_progress
 
@@ -54,8 +62,9 @@ class ApplySink:
         done, probe, live_guards = 0, None, []
         for k, wave in enumerate(waves):
             if any(is_guard_check(m) for m in wave):
-                wave = [stamp_guard_check(m, guards_fingerprint(live_guards)) for m in wave]
-                probe = guard_probe(wave) or probe
+                fingerprint = guards_fingerprint(live_guards)
+                wave = [stamp_guard_check(m, fingerprint) for m in wave]
+                probe = guard_probe(manifests, fingerprint) or probe
             if probe and any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
                 # The block's nodes and the tenant's access only once the guards are in
                 # force (the waves before were applied while the API server compiled them).
@@ -64,7 +73,7 @@ class ApplySink:
             applied = apply_together(backend, wave)
             # The guards as the API server holds them name the check (its fingerprint).
             live_guards += [a for m, a in zip(wave, applied, strict=True)
-                            if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
+                            if is_shared_guard(m)]
             done += len(wave)
             record_progress(alloc.pk, done, total)
         return _provisioned(alloc, total, None)
@@ -75,16 +84,15 @@ class ApplySink:
             apply_together(backend, wave)
 
     def withdraw_part(self, alloc, cluster):
-        return prune(backend_of(cluster), label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
-                     kinds=OWNED_KINDS)
+        return withdraw_from(alloc, backend_of(cluster))
 
     def repair_part(self, alloc, cluster, manifests):
         return reapply(alloc, manifests, backend_of(cluster)).on(cluster.slug)
 
     def resume(self, alloc, manifests, backend, pending, defer=None):
         waves = apply_waves(manifests)
-        now = guard_probe(manifests)
-        if now is None or guards_content_digest(pending.probe) != guards_content_digest(now):
+        now = entries_digest(manifests)
+        if not now or pending.probe["metadata"]["labels"].get(GUARD_DIGEST_LABEL) != now:
             # The allocation changed since (its guards would differ): start over.
             return self.publish(alloc, manifests, backend, defer)
         first = next(k for k, w in enumerate(waves)
@@ -120,8 +128,7 @@ class ApplySink:
         return _provisioned(alloc, total, guarded)
 
     def withdraw(self, alloc, backend):
-        return prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
-                     kinds=OWNED_KINDS)
+        return withdraw_from(alloc, backend)
 
     def withdrawn_words(self, withdrawn):
         return f"Retired: removed {len(withdrawn)} object(s)"
@@ -170,13 +177,38 @@ def _apply_pool():
         return _pool
 
 
+def apply_one(backend: KubeBackend, manifest: dict) -> dict:
+    """Apply one object as the portal does: the guards' params as the allocation's own
+    field manager (its keys only); nodes, shared with the kubelet and others, never forced."""
+    if is_guard_params(manifest):
+        owner = params_allocation(manifest)
+        return backend.apply(manifest, force=True,
+                             field_manager=entries_manager(backend.field_manager, owner))
+    return backend.apply(manifest, force=manifest["kind"] != "Node")
+
+
+def withdraw_from(alloc: Allocation, backend: KubeBackend) -> list[ObjectKey]:
+    """Delete the allocation's objects in one cluster and take its keys out of the
+    guards' params (the shared policies stay: other allocations read them)."""
+    removed = prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
+                    kinds=OWNED_KINDS)
+    if alloc.route in GUARDED_ROUTES:
+        withdraw_entries(backend, alloc.pk)
+    return removed
+
+
+def withdraw_entries(backend: KubeBackend, allocation_id: int) -> None:
+    # Applying no keys as the allocation's manager removes the keys it owned alone.
+    backend.apply(guard_params({}), force=True,
+                  field_manager=entries_manager(backend.field_manager, allocation_id))
+
+
 def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
     """Apply objects that do not depend on each other in parallel; every one is attempted,
     then the first failure (in render order) is raised for the task to retry or fail. The
     objects as the API server returned them, in the same order."""
     def one(manifest: dict) -> dict:
-        # Nodes are shared with the kubelet and others: never force on them.
-        return backend.apply(manifest, force=manifest["kind"] != "Node")
+        return apply_one(backend, manifest)
 
     if len(manifests) == 1 or threading.current_thread() is not threading.main_thread():
         # Already on a thread of someone's pool (a threads worker, runserver): one by one.
@@ -203,9 +235,10 @@ def reapply(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> R
     repair = Repair(applied=len(manifests))
     probe, checked, live_guards = None, False, []
     for manifest in manifests:
-        if is_guard_check(manifest):  # names the guards as they live now (see manifests)
-            manifest = stamp_guard_check(manifest, guards_fingerprint(live_guards))
-            probe = guard_probe([manifest]) or probe
+        if is_guard_check(manifest):  # names the guards as they live now (see admission)
+            fingerprint = guards_fingerprint(live_guards)
+            manifest = stamp_guard_check(manifest, fingerprint)
+            probe = guard_probe(manifests, fingerprint) or probe
         if probe and not checked and manifest["kind"] in AFTER_GUARDS_KINDS:
             # The guards in force before a node is (again) reserved or access (re)granted:
             # one dry-run when nothing changed; a wait after a guard was made again, after a
@@ -222,11 +255,15 @@ def reapply(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> R
                                        if k not in ("apiVersion", "kind")}, live)]
             if paths:
                 repair.changed.append((str(key), ", ".join(paths)))
-        applied = backend.apply(manifest, force=manifest["kind"] != "Node")
-        if manifest["kind"] in GUARD_KINDS and not is_guard_check(manifest):
+        applied = apply_one(backend, manifest)
+        if is_shared_guard(manifest):
             live_guards.append(applied)
+    if probe and not checked:
+        guards_in_force(backend, probe)  # before anything below removes an older guard
     # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
-    # another role) are removed; the namespace itself is always among the desired.
+    # another role, or the guards a portal before shared guards rendered per allocation:
+    # only now that the shared ones are in force) are removed; the namespace itself is
+    # always among the desired.
     desired = {ObjectKey.of(m) for m in manifests}
     for key in prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
                      kinds=[k for k in OWNED_KINDS if k[1] not in ("Namespace", "Node")],
@@ -282,4 +319,9 @@ def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:
             key = ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind})
             if backend.delete(api_version, kind, key.name, key.namespace):
                 removed.append(key)
+    params = backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) or {}
+    for field in (params.get("metadata") or {}).get("managedFields") or []:
+        owner = entries_owner(backend.field_manager, field.get("manager", ""))
+        if owner is not None and str(owner) not in live_ids:
+            withdraw_entries(backend, owner)  # keys of an allocation retired or gone
     return removed

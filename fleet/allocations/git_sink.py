@@ -14,10 +14,12 @@ from ..inventory.connections import backend_of
 from ..kube import KubeBackend, KubeError, ObjectKey
 from ..models import Allocation
 from . import gitops
-from .desired import allocation_manifests, worker_targets
+from .admission import GUARDED_ROUTES, guard_params, is_guard_params, params_entries
+from .desired import allocation_manifests, allocation_spec, worker_targets
 from .gitops_status import parse_ref, tool_status
+from .guard_check import guard_probe, is_guard_check
 from .guards import guards_in_force
-from .manifests import guard_probe
+from .manifests import guard_manifests, is_guard_object
 from .repair import Repair
 from .transitions import allocation_transition, record_progress
 
@@ -76,10 +78,50 @@ def _provenance(alloc: Allocation) -> dict[str, str]:
             "approver": created.actor_name if created else "—"}
 
 
+def cluster_guards(cluster: str, *, excluding: int | None = None) -> list[dict]:
+    """The cluster's admission guards as one set of objects: the shared policies of every
+    guarded route in use there, the check, and one params object with the entries of
+    every guarded allocation not retired (read now: called under the repository's lock)."""
+    allocations = (Allocation.objects
+                   .filter(route__in=GUARDED_ROUTES, pool__cluster__slug=cluster)
+                   .exclude(status=S.RETIRED).exclude(pk=excluding)
+                   .select_related("tenant", "pool")
+                   .order_by("pk"))
+    shared: dict[tuple, dict] = {}
+    entries: dict[str, str] = {}
+    params = None
+    for alloc in allocations:
+        for m in guard_manifests(allocation_spec(alloc)):
+            if is_guard_params(m):
+                params = m
+                entries |= params_entries(m)
+            else:
+                shared[(m["kind"], m["metadata"]["name"])] = m
+    if params is None:
+        # None left: the params stay, empty, so however the GitOps tool orders its pruning
+        # of the policies, no binding is ever left without them (it would refuse every pod).
+        return [guard_params({})]
+    merged = guard_params(dict(sorted(entries.items())))
+    checks = [m for m in shared.values() if is_guard_check(m)]
+    return [merged, *(m for m in shared.values() if not is_guard_check(m)), *checks]
+
+
+def _commit_guards(cluster: str, *, excluding: int | None = None) -> gitops.Publication:
+    def files():
+        return gitops.directory_files(cluster_guards(cluster, excluding=excluding))
+
+    return gitops.Repository().change(
+        gitops.guards_path(cluster=cluster), files,
+        "Admission guards: the shared policies and every guarded allocation's entries\n")
+
+
 def _commit(alloc: Allocation, cluster: str, manifests: list[dict]) -> gitops.Publication:
     """The allocation's directory for one cluster written and committed (idempotent), with
-    its audit row when it changed something."""
-    files = gitops.directory_files(manifests)
+    its audit row when it changed something. Its part of the admission guards goes to the
+    cluster's guards directory, committed first."""
+    if any(is_guard_object(m) for m in manifests):
+        _commit_guards(cluster)
+    files = gitops.directory_files([m for m in manifests if not is_guard_object(m)])
     path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace, cluster=cluster)
     published = gitops.Repository().change(path, files, gitops.commit_message(
         action="publish", objects=len(files) - 1, **_provenance(alloc)))
@@ -99,7 +141,8 @@ def _publish(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> 
     Allocation.objects.filter(pk=alloc.pk).update(
         status_message=f"Committed {published.commit[:12]} to {settings.PORTAL_GITOPS_REPO} "
                        f"({published.path}); waiting for the cluster to apply it.")
-    record_progress(alloc.pk, 0, len(gitops.directory_files(manifests)) - 1)
+    record_progress(alloc.pk, 0, len([m for m in manifests
+                                      if m["kind"] not in gitops.NOT_COMMITTED]))
     return Allocation.objects.get(pk=alloc.pk)
 
 
@@ -114,6 +157,9 @@ def _unpublish(alloc: Allocation, cluster: str = "") -> list[str]:
                                   cluster=cluster or alloc.pool.cluster.slug)
     removed = gitops.Repository().change(path, None, gitops.commit_message(
         action="retire", objects=0, **_provenance(alloc)))
+    if alloc.route in GUARDED_ROUTES:
+        # Its entries leave the params (it is retiring: no longer among the live).
+        _commit_guards(cluster or alloc.pool.cluster.slug, excluding=alloc.pk)
     if removed.changed:
         audit_record(actor=None, subject=alloc, tenant=alloc.tenant,
                      action="allocation.uncommitted",

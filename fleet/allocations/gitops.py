@@ -86,6 +86,16 @@ def allocation_path(tenant_slug: str, namespace: str, *, cluster: str = HOME_CLU
     return "/".join(p for p in (*where, root, tenant_slug, namespace) if p)
 
 
+# The admission guards of a cluster (shared policies, their check and the params holding
+# every guarded allocation's entries) are one directory beside the tenants' (no tenant slug
+# starts with "_"): one object each, never one per allocation's directory.
+GUARDS_DIRECTORY = ("_platform", "admission-guards")
+
+
+def guards_path(*, cluster: str = HOME_CLUSTER, root: str = "") -> str:
+    return allocation_path(*GUARDS_DIRECTORY, cluster=cluster, root=root)
+
+
 def directory_files(manifests: list[dict]) -> dict[str, str]:
     """File name → YAML for one allocation's directory, numbered in apply order, with the
     kustomization that lists them in that order."""
@@ -167,17 +177,20 @@ class Repository:
     def head(self) -> str:
         return self.git("rev-parse", "HEAD").stdout.strip()
 
-    def change(self, path: str, files: dict[str, str] | None, message: str) -> Publication:
+    def change(self, path: str, files, message: str) -> Publication:
         """Make `path` hold exactly `files` (None: remove it), commit if that changed
-        anything, and push; redone from the new tip when another writer pushed first."""
+        anything, and push; redone from the new tip when another writer pushed first.
+        `files` may be a function, called under the lock at every attempt (what the path
+        holds is then made from what is true at that moment, not before the wait)."""
         with self.locked():
             for _ in range(5):
                 self.sync()
+                wanted = files() if callable(files) else files
                 target = self.dir / path
                 shutil.rmtree(target, ignore_errors=True)
-                if files is not None:
+                if wanted is not None:
                     target.mkdir(parents=True)
-                    for name, text in files.items():
+                    for name, text in wanted.items():
                         (target / name).write_text(text)
                 self.git("add", "-A", "--", path)
                 if not self.git("status", "--porcelain", "--", path).stdout.strip():

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, replace
 from django.conf import settings
 
 from ..kube import KubeBackend, KubeError
-from .manifests import guard_check_answer, refused_by_admission
+from .guard_check import guard_check_answer, refused_by_admission
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,6 @@ renderer, and the guards, quota and access every route shares sit beside the rou
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 
 from ..domain import Route
@@ -32,14 +30,20 @@ from ..vocabulary import (
     MIG_RESOURCE_PREFIX,
     WHOLE_GPU,
 )
+from .admission import (
+    GUARD_KIND_NAMES,
+    GUARD_POLICY_KIND,
+    guard_entries,
+    guard_params,
+    is_guard_params,
+    shared_guards,
+)
+from .guard_check import guard_check, is_guard_check
 
 MIG_DRIVER = DRA_DRIVER
 # Namespaces of the platform itself (CNI, kube-proxy, device plugins, DCGM): their
 # DaemonSets tolerate every taint and must keep running on every node, dedicated ones too.
 PLATFORM_NAMESPACES = ("kube-system", "kube-node-lease", "kube-public")
-GUARD_POLICY_KIND = "ValidatingAdmissionPolicy"
-GUARD_BINDING_KIND = "ValidatingAdmissionPolicyBinding"
-GUARD_KIND_NAMES = frozenset({GUARD_POLICY_KIND, GUARD_BINDING_KIND})
 
 
 def mig_device_class(profile: str) -> str:
@@ -301,291 +305,6 @@ def _dedicated_nodes(spec: AllocationSpec) -> list[dict]:
                              "effect": "NoSchedule"}]}} for node in spec.nodes]
 
 
-# Where a pod's spec sits in each kind a tenant may write, so every guard is checked on
-# the template at submit time (a refusal the tenant sees at once) and again on the pods that
-# controllers make from it (the last word: nothing reaches a node without passing it).
-POD_SPEC_PATHS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("", ("pods",), "spec"),
-    ("apps", ("deployments", "replicasets", "statefulsets", "daemonsets"),
-     "spec.template.spec"),
-    ("batch", ("jobs",), "spec.template.spec"),
-    ("batch", ("cronjobs",), "spec.jobTemplate.spec.template.spec"),
-)
-def _cel_list(values) -> str:
-    return "[" + ", ".join(f"'{v}'" for v in values) + "]"
-
-
-def _guard_variables(path: str, *, pods: bool) -> list[dict]:
-    """`spec`: the pod spec; `changed`: whether this write can change placement (a create,
-    or a template edit: an update of a pod cannot move it, and scaling a Deployment does not
-    touch its template); `fresh`: the tolerations this write adds (on a pod update only the
-    new ones: a pod admitted before a guard existed must still be updatable, e.g. to remove
-    a finalizer). Every field is read through optionals, so absent fields never fail."""
-    spec = f"object.{path}"
-    changed = "request.operation != 'UPDATE'" if pods else \
-        f"request.operation != 'UPDATE' || oldObject == null || {spec} != oldObject.{path}"
-    fresh = ("variables.spec.?tolerations.orValue([]).filter(t, "
-             "request.operation != 'UPDATE' || oldObject == null || "
-             f"!oldObject.{path}.?tolerations.orValue([]).exists(o, o == t))") if pods else \
-        "variables.spec.?tolerations.orValue([]).filter(t, variables.changed)"
-    return [{"name": "spec", "expression": spec},
-            {"name": "changed", "expression": changed},
-            {"name": "fresh", "expression": fresh}]
-
-
-def _admission_policies(spec: AllocationSpec, name: str, validations, namespace_selector: dict,
-                        *, pod_only: list[dict] = ()) -> list[dict]:
-    """One ValidatingAdmissionPolicy (and binding) per place a pod spec can sit. Each
-    validation is (expression over `variables`, message); `pod_only` ones apply to pods."""
-    group = "admissionregistration.k8s.io/v1"
-    out = []
-    for api_group, resources, path in POD_SPEC_PATHS:
-        pods = resources == ("pods",)
-        suffix = "pods" if pods else resources[0].rstrip("s")
-        if api_group == "apps":
-            suffix = "apps"
-        policy = f"{name}-{suffix}"
-        checks = [*validations, *(pod_only if pods else ())]
-        out += [
-            {"apiVersion": group, "kind": "ValidatingAdmissionPolicy",
-             "metadata": _meta(spec, policy, namespaced=False),
-             "spec": {"failurePolicy": "Fail",
-                      "matchConstraints": {"resourceRules": [{
-                          "apiGroups": [api_group], "apiVersions": ["v1"],
-                          "operations": ["CREATE", "UPDATE"], "resources": list(resources)}]},
-                      "variables": _guard_variables(path, pods=pods),
-                      "validations": [{"expression": e, "message": m} for e, m in checks]}},
-            {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
-             "metadata": _meta(spec, policy, namespaced=False),
-             "spec": {"policyName": policy, "validationActions": ["Deny"],
-                      "matchResources": {"namespaceSelector": namespace_selector}}},
-        ]
-    return out
-
-
-def _tolerates(key_test: str, effect: str = "NoSchedule") -> str:
-    return (f"variables.fresh.exists(t, {key_test} && "
-            f"t.?effect.orValue('') in ['', '{effect}'])")
-
-
-def dedicated_guard_rules(spec: AllocationSpec) -> list[tuple[str, str]]:
-    """What no namespace outside the tenant's own (and the platform's) may do to the
-    tenant's dedicated nodes. The taint keeps the scheduler away; these keep a pod from
-    tolerating it, from naming a node directly (spec.nodeName skips the scheduler, and a
-    kubelet enforces only NoExecute taints) and, for a clear refusal instead of a pod that
-    pends forever, from selecting those nodes."""
-    tenant, nodes = spec.tenant, _cel_list(spec.nodes)
-    everything = _tolerates("t.?key.orValue('') == '' && "
-                            "t.?operator.orValue('Equal') == 'Exists'")
-    ours = _tolerates(f"t.?key.orValue('') == '{DEDICATED_TAINT}' && "
-                      f"(t.?operator.orValue('Equal') == 'Exists' || "
-                      f"t.?value.orValue('') == '{tenant}')")
-    pinned = f"variables.changed && variables.spec.?nodeName.orValue('') in {nodes}"
-    # A node-affinity term selects only dedicated nodes when one of its `In` expressions
-    # lists nothing else (terms are ORed: one such term is enough to aim at the block).
-    block = str(spec.allocation_id)  # the block's own node label (its flavor selects it)
-    aims = (f"(e.key == '{DEDICATED_LABEL}' && e.values.all(v, v == '{tenant}')) || "
-            f"(e.key == '{LABEL_ALLOCATION}' && e.values.all(v, v == '{block}')) || "
-            f"(e.key == 'kubernetes.io/hostname' && e.values.all(v, v in {nodes}))")
-    selector = ("variables.changed && ("
-                f"variables.spec.?nodeSelector[?'{DEDICATED_LABEL}'].orValue('') == '{tenant}'"
-                f" || variables.spec.?nodeSelector[?'{LABEL_ALLOCATION}'].orValue('') == "
-                f"'{block}'"
-                f" || variables.spec.?nodeSelector[?'kubernetes.io/hostname'].orValue('') in "
-                f"{nodes} || variables.spec.?affinity.?nodeAffinity"
-                ".?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms"
-                ".orValue([]).exists(term, "
-                "term.?matchExpressions.orValue([]).exists(e, e.operator == 'In' && "
-                f"e.?values.orValue([]).size() > 0 && ({aims})) || "
-                "term.?matchFields.orValue([]).exists(e, e.key == 'metadata.name' && "
-                "e.operator == 'In' && e.?values.orValue([]).size() > 0 && "
-                f"e.values.all(v, v in {nodes}))))")
-    # Refusals go to other tenants: they name neither the owner nor its nodes.
-    return [
-        (f"!({ours})",
-         f"Only the tenant a dedicated block belongs to may tolerate its taint "
-         f"({DEDICATED_TAINT}); remove that toleration."),
-        (f"!({everything})",
-         "A toleration of every taint (operator Exists without a key) would let this pod "
-         "onto nodes dedicated to another tenant; tolerate the taints you need by key."),
-        (f"!({pinned})",
-         "That node is dedicated to another tenant: a pod of this namespace may not name it "
-         "in spec.nodeName; leave placement to the scheduler."),
-        (f"!({selector})",
-         "This pod selects nodes dedicated to another tenant; it could never run there. "
-         "Select other nodes or leave placement to the scheduler."),
-    ]
-
-
-def guard_name(allocation_id: int) -> str:
-    """What an allocation's admission guards (and their check) are named after: cluster-scoped
-    objects, so named by the allocation, never by its tenant (refusals quote the name)."""
-    return f"aifactory-a{allocation_id}"
-
-
-def _dedicated_guard(spec: AllocationSpec) -> list[dict]:
-    # Every namespace but the tenant's own and the platform's. NotIn also matches namespaces
-    # without the tenant label (default, anything the portal does not own).
-    selector = {"matchExpressions": [
-        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-         "values": list(spec.platform_namespaces)},
-        {"key": LABEL_TENANT, "operator": "NotIn", "values": [spec.tenant]}]}
-    # The API server quotes the policy's name in every refusal, and refusals go to other
-    # tenants: the name says which allocation, never whose.
-    return _admission_policies(spec, f"{guard_name(spec.allocation_id)}-dedicated",
-                               dedicated_guard_rules(spec), selector)
-
-
-def confidential_guard_rules(spec: AllocationSpec) -> tuple[list[tuple[str, str]],
-                                                            list[tuple[str, str]]]:
-    """(rules for pods and templates, rules for pods only). A confidential namespace runs
-    only pods of the confidential RuntimeClass, placed by the scheduler on nodes of the
-    confidential BIOS profile: Kueue writes the flavor's node labels into the pods it admits;
-    a pod made by hand must select them itself."""
-    rc = spec.confidential_runtime_class
-    (bios_key, bios_value), = CONFIDENTIAL_BIOS.items()
-    both = [
-        (f"!variables.changed || variables.spec.?runtimeClassName.orValue('') == '{rc}'",
-         f"Pods in this confidential namespace must use the {rc} RuntimeClass "
-         f"(spec.runtimeClassName: {rc})."),
-        ("!variables.changed || variables.spec.?nodeName.orValue('') == ''",
-         "Pods in this confidential namespace are placed by the scheduler on confidential "
-         "nodes; spec.nodeName is not allowed."),
-    ]
-    pods = [
-        (f"!variables.changed || variables.spec.?nodeSelector[?'{bios_key}'].orValue('') == "
-         f"'{bios_value}'",
-         f"Pods in this confidential namespace must run on confidential nodes: submit them "
-         f"through the LocalQueue (Kueue adds the node selector) or set nodeSelector "
-         f"{bios_key}: {bios_value}."),
-    ]
-    return both, pods
-
-
-def _confidential_guard(spec: AllocationSpec) -> list[dict]:
-    both, pods = confidential_guard_rules(spec)
-    return _admission_policies(
-        spec, f"{guard_name(spec.allocation_id)}-confidential", both,
-        {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}, pod_only=pods)
-
-
-# The API server loads admission policies from a watch and recompiles them about once a
-# second, each apiserver on its own: a policy that was just created may not refuse anything
-# yet. Nothing in the API says when it does, so provisioning asks: after the guards it
-# applies one last policy, the check, that refuses exactly one object nobody else creates (a
-# namespace carrying the check's own label), and dry-runs that object until it is refused.
-# The check comes last in both watches (policies and bindings), and the API server compiles
-# every policy it has seen at once, so its refusal means the guards before it are in force
-# too — before the dedicated nodes are tainted and before anyone gets access.
-GUARD_PROBE_LABEL = "aifactory.io/guard-probe"
-GUARD_DIGEST_ANNOTATION = "aifactory.io/guards-digest"
-GUARD_DIGEST_LABEL = "aifactory.io/guards-digest"
-
-
-GUARD_CHECK_SUFFIX = "-guard-check"
-
-
-def guard_check_name(spec: AllocationSpec) -> str:
-    return f"{guard_name(spec.allocation_id)}{GUARD_CHECK_SUFFIX}"
-
-
-def _guard_check(spec: AllocationSpec, guards: list[dict]) -> list[dict]:
-    # The refusal quotes a digest of the guards: after a change (a block moved to other
-    # nodes) only the check of the new guards answers with the new digest.
-    name = guard_check_name(spec)
-    digest = hashlib.sha256(json.dumps(guards, sort_keys=True).encode()).hexdigest()[:12]
-    group = "admissionregistration.k8s.io/v1"
-    meta = _meta(spec, name, namespaced=False)
-    meta["annotations"] = {GUARD_DIGEST_ANNOTATION: digest}
-    binding_meta = _meta(spec, name, namespaced=False)
-    binding_meta["annotations"] = {GUARD_DIGEST_ANNOTATION: digest}
-    return [
-        {"apiVersion": group, "kind": "ValidatingAdmissionPolicy", "metadata": meta,
-         "spec": {"failurePolicy": "Fail",
-                  "matchConstraints": {
-                      "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                                         "operations": ["CREATE"],
-                                         "resources": ["namespaces"]}],
-                      # Only the probe carries this label: no real namespace is evaluated.
-                      "objectSelector": {"matchLabels": {GUARD_PROBE_LABEL: name}}},
-                  "validations": [{"expression": "false", "message":
-                                   f"{name}: the guards applied before this check "
-                                   f"(digest {digest}) are in force."}]}},
-        # The binding matches only a probe of these guards' digest: a refusal quoting it
-        # was given through this binding, so the binding watch has it too.
-        {"apiVersion": group, "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": binding_meta,
-         "spec": {"policyName": name, "validationActions": ["Deny"],
-                  "matchResources": {"objectSelector": {"matchLabels": {
-                      GUARD_PROBE_LABEL: name, GUARD_DIGEST_LABEL: digest}}}}},
-    ]
-
-
-def is_guard_check(manifest: dict) -> bool:
-    return manifest["kind"] in GUARD_KIND_NAMES and \
-        manifest["metadata"]["name"].endswith(GUARD_CHECK_SUFFIX)
-
-
-def guards_fingerprint(live_guards: list[dict]) -> str:
-    """Of the guards as the API server holds them: a guard deleted and made again (same
-    content, new uid) or changed (new generation) changes it."""
-    keys = sorted((g.get("kind", ""), (g.get("metadata") or {}).get("name", ""),
-                   (g.get("metadata") or {}).get("uid", ""),
-                   (g.get("metadata") or {}).get("generation", 0)) for g in live_guards)
-    return hashlib.sha256(json.dumps(keys).encode()).hexdigest()[:8]
-
-
-def stamp_guard_check(manifest: dict, fingerprint: str) -> dict:
-    """A check object as applied: its digest also names the guards as they live (their uids
-    and generations), so the check's policy and binding change — and become the newest
-    objects in both watches — whenever a guard was made again or changed, even with the
-    same content. Other objects are returned as they are."""
-    digest = manifest["metadata"].get("annotations", {}).get(GUARD_DIGEST_ANNOTATION)
-    if not digest or "." in digest or not is_guard_check(manifest):
-        return manifest
-    return json.loads(json.dumps(manifest).replace(digest, f"{digest}.{fingerprint}"))
-
-
-def guards_content_digest(manifest: dict) -> str:
-    """The digest a check or probe carries, without the stamp of the guards as they lived
-    (stamp_guard_check appends ".<fingerprint>"): what the guards' content alone names."""
-    digest = (manifest["metadata"].get("annotations") or {}).get(GUARD_DIGEST_ANNOTATION, "")
-    return digest.split(".", 1)[0]
-
-
-def guard_probe(manifests: list[dict]) -> dict | None:
-    """The object only the allocation's guard check refuses (never created: dry-run only),
-    or None when the allocation has no guards."""
-    for m in manifests:
-        digest = m["metadata"].get("annotations", {}).get(GUARD_DIGEST_ANNOTATION)
-        if m["kind"] == GUARD_POLICY_KIND and digest:
-            name = m["metadata"]["name"]
-            return {"apiVersion": "v1", "kind": "Namespace",
-                    "metadata": {"name": name,
-                                 "labels": {GUARD_PROBE_LABEL: name, GUARD_DIGEST_LABEL: digest},
-                                 "annotations": {GUARD_DIGEST_ANNOTATION: digest}}}
-    return None
-
-
-def refused_by_admission(status: int | None, message: str) -> bool:
-    """Whether an API error is an admission control's refusal (a policy or webhook), not a
-    missing permission ("... cannot create resource ...") or a server away."""
-    return status in (400, 403, 422) and " cannot " not in message and (
-        "denied" in message or "admission webhook" in message)
-
-
-def guard_check_answer(probe: dict, status: int | None, message: str) -> str:
-    """What the API server's refusal of the probe says: "current" (the check of these guards
-    refused it: they are in force), "older" (a check of the guards as they were, e.g. before
-    a block moved: not yet) or "other" (not the check at all: a missing permission, say)."""
-    meta = probe["metadata"]
-    if status not in (400, 403, 422) or f"'{meta['name']}'" not in message or \
-            "(digest " not in message:
-        return "other"
-    digest = meta["annotations"][GUARD_DIGEST_ANNOTATION]
-    return "current" if f"(digest {digest})" in message else "older"
-
-
 def _mig_device_class(spec: AllocationSpec) -> dict:
     """Pool-level (no allocation label, like the flavor): one class per offered profile."""
     expression = (f"device.driver == '{MIG_DRIVER}' && "
@@ -627,17 +346,23 @@ def _vcluster(spec: AllocationSpec) -> list[dict]:
     ]
 
 
+def guard_manifests(spec: AllocationSpec) -> list[dict]:
+    """The allocation's part of the admission guards: its keys in the shared params, the
+    route's shared policies and bindings, then the check (none for an unguarded route)."""
+    shared = shared_guards(spec.route, platform_namespaces=spec.platform_namespaces,
+                           runtime_class=spec.confidential_runtime_class)
+    if not shared:
+        return []
+    entries = guard_entries(spec.route, allocation_id=spec.allocation_id, tenant=spec.tenant,
+                            namespace=spec.namespace, nodes=spec.nodes, shared=shared)
+    return [guard_params(entries), *shared, *guard_check()]
+
+
 def render_manifests(spec: AllocationSpec) -> list[dict]:
     """Every object of the allocation, in the order they must be applied: guard rails
     first (the API server takes a moment to load an admission policy), the tenant's access
     last (nobody can act in the namespace before its quota, policies and queue exist)."""
-    out: list[dict] = []
-    if spec.route == Route.DEDICATED_BLOCK:
-        out += _dedicated_guard(spec)
-    if spec.route == Route.CONFIDENTIAL_POOL:
-        out += _confidential_guard(spec)
-    if out:
-        out += _guard_check(spec, out)  # after every guard: its refusal says all are in force
+    out = guard_manifests(spec)
     out += [_namespace(spec), _quota(spec), _limit_range(spec), *_network_policies(spec)]
     if spec.route == Route.DEDICATED_BLOCK:
         out += _dedicated_nodes(spec)
@@ -648,18 +373,20 @@ def render_manifests(spec: AllocationSpec) -> list[dict]:
     return out
 
 
+def is_guard_object(manifest: dict) -> bool:
+    """A guard policy, binding or the guards' params: the platform's, shared by
+    allocations, applied before anything that relies on them."""
+    return manifest.get("kind") in GUARD_KIND_NAMES or is_guard_params(manifest)
+
+
 # Node names are the platform's business (a tenant sees its quota, not its hosts), and the
-# guard policies name the nodes they protect.
+# guards' params name the nodes they protect and every guarded tenant.
 PLATFORM_ONLY_KINDS = frozenset({"Node", *GUARD_KIND_NAMES})
 
 
 def tenant_may_see(manifest: dict) -> bool:
     """Whether a tenant's people are shown this object of their allocation."""
-    return manifest.get("kind") not in PLATFORM_ONLY_KINDS
-
-
-# Kinds an allocation may own, for listing and pruning (namespaces last).
-GUARD_KINDS = GUARD_KIND_NAMES
+    return manifest.get("kind") not in PLATFORM_ONLY_KINDS and not is_guard_params(manifest)
 
 
 # What only comes after the guards are in force: a dedicated block's nodes (labelled and
@@ -670,26 +397,31 @@ AFTER_GUARDS_KINDS = frozenset({"Node", "RoleBinding"})
 
 def apply_waves(manifests: list[dict]) -> list[list[dict]]:
     """render_manifests' order as waves that may each be applied in parallel: the guard
-    rails first — every guard's policy, then every guard's binding, then the check's policy
-    alone and the check's binding alone, so each binding follows its policy and the check is
-    the last object written to both watches (what its refusal proves rests on that); then the
+    rails first — the params with every shared policy (a binding refuses everything while
+    its params are missing), then every shared binding, then the check's policy alone and
+    the check's binding alone, so each binding follows its policy and the check is the last
+    object written to both watches (what its refusal proves rests on that); then the
     namespace with the cluster-scoped objects (device class, flavor, ClusterQueue); then
     everything inside the namespace; then a dedicated block's nodes; the tenant's
     RoleBindings last, so nobody gets access before quota, policies and queue exist."""
-    rails = [m for m in manifests if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
-    checks = [m for m in manifests if m["kind"] in GUARD_KINDS and is_guard_check(m)]
-    policies = [m for m in rails if m["kind"] == GUARD_POLICY_KIND]
-    bindings = [m for m in rails if m["kind"] != GUARD_POLICY_KIND]
+    guards = [m for m in manifests if is_guard_object(m)]
+    rails = [m for m in guards if not is_guard_check(m)]
+    checks = [m for m in guards if is_guard_check(m)]
+    first = [m for m in rails if m["kind"] != "ValidatingAdmissionPolicyBinding"]
+    bindings = [m for m in rails if m["kind"] == "ValidatingAdmissionPolicyBinding"]
     checks.sort(key=lambda m: m["kind"] != GUARD_POLICY_KIND)  # policy first
-    guards = [w for w in (policies, bindings) if w] + [[m] for m in checks]
-    rest = [m for m in manifests if m["kind"] not in GUARD_KINDS]
+    waves = [w for w in (first, bindings) if w] + [[m] for m in checks]
+    rest = [m for m in manifests if not is_guard_object(m)]
     nodes = [m for m in rest if m["kind"] == "Node"]
     cluster = [m for m in rest if not m["metadata"].get("namespace") and m["kind"] != "Node"]
     access = [m for m in rest if m["kind"] == "RoleBinding"]
     inside = [m for m in rest if m["metadata"].get("namespace") and m["kind"] != "RoleBinding"]
-    return [*guards, *(w for w in (cluster, inside, nodes, access) if w)]
+    return [*waves, *(w for w in (cluster, inside, nodes, access) if w)]
 
 
+# Kinds an allocation may own, for listing and pruning (namespaces last). The guards'
+# policies and bindings are listed for portals that rendered them per allocation (each
+# carried its allocation's label); the shared ones carry none and are never pruned.
 OWNED_KINDS: tuple[tuple[str, str], ...] = (
     (KUEUE, "LocalQueue"), (KUEUE, "ClusterQueue"), (KUEUE, "ResourceFlavor"),
     ("cluster.x-k8s.io/v1beta2", "Cluster"),

@@ -4,7 +4,8 @@ attempt may have stopped between the guards and the nodes) — and a guard made 
 the check, so an old check's refusal does not pass for it.
 
 The backend here is the dry-run record with one rule of a real API server added: the probe is
-refused once the check naming it has been applied (compilation is instant). What a real API
+refused once the check stamped as the probe says has been applied and the params hold the
+probe's allocation's check entry (compilation is instant). What a real API
 server does is tried in tests/k8s/test_hostile_specs.py and tests/k8s/test_placement.py."""
 
 from __future__ import annotations
@@ -12,12 +13,19 @@ from __future__ import annotations
 import pytest
 
 from fleet.allocations import tasks
-from fleet.allocations.desired import allocation_spec
-from fleet.allocations.manifests import (
-    GUARD_CHECK_SUFFIX,
+from fleet.allocations.admission import (
+    CHECK_KEY,
+    GUARD_PARAMS,
+    PARAMS_API,
+    PARAMS_KIND,
+    params_entries,
+)
+from fleet.allocations.guard_check import (
+    GUARD_CHECK,
     GUARD_DIGEST_ANNOTATION,
+    GUARD_DIGEST_LABEL,
+    GUARD_FINGERPRINT_LABEL,
     GUARD_PROBE_LABEL,
-    guard_check_name,
 )
 from fleet.allocations.reconcile import allocation_reconcile
 from fleet.inventory.sync import fleet_sync
@@ -32,7 +40,8 @@ ADMISSION = "admissionregistration.k8s.io/v1"
 
 
 class CompilingBackend(DryRunBackend):
-    """Refuses a probe whose digest the stored check quotes; records every call in order."""
+    """Refuses a probe when the stored check is stamped with the probe's fingerprint and the
+    params hold its allocation's check entry; records every call in order."""
 
     enforces_admission = True
 
@@ -40,19 +49,22 @@ class CompilingBackend(DryRunBackend):
         super().__init__()
         self.calls: list[tuple[str, str]] = []
 
-    def apply(self, manifest, *, dry_run=False, force=False):
+    def apply(self, manifest, *, dry_run=False, force=False, field_manager=""):
         labels = manifest.get("metadata", {}).get("labels") or {}
         if dry_run and GUARD_PROBE_LABEL in labels:
             name = manifest["metadata"]["name"]
-            digest = manifest["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
+            digest, stamp = labels[GUARD_DIGEST_LABEL], labels[GUARD_FINGERPRINT_LABEL]
             self.calls.append(("probe", digest))
-            check = self.get(ADMISSION, "ValidatingAdmissionPolicy", name)
+            check = self.get(ADMISSION, "ValidatingAdmissionPolicy", GUARD_CHECK)
             quoted = check and check["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
-            if quoted:
+            params = self.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) or {}
+            entry = params_entries(params).get(f"{CHECK_KEY}{labels[GUARD_PROBE_LABEL]}")
+            if quoted == stamp and entry == digest:
                 raise KubeError(f"Applying Namespace {name}: ValidatingAdmissionPolicy "
-                                f"'{name}' with binding '{name}' denied request: {name}: the "
-                                f"guards applied before this check (digest {quoted}) are "
-                                "in force.", retriable=False, status=422)
+                                f"'{GUARD_CHECK}' with binding '{GUARD_CHECK}' denied request: "
+                                f"{GUARD_CHECK} [{quoted}]: the guards of "
+                                f"{labels[GUARD_PROBE_LABEL]} (digest {entry}) are in force.",
+                                retriable=False, status=422)
             return manifest
         self.calls.append(("apply", manifest["kind"]))
         meta = manifest.get("metadata", {})
@@ -60,7 +72,8 @@ class CompilingBackend(DryRunBackend):
                          meta.get("namespace", ""))
         # an object made (again) gets a new uid; one applied over keeps its own
         uid = (there or {}).get("metadata", {}).get("uid") or f"uid-{len(self.log)}"
-        out = super().apply(manifest, dry_run=dry_run, force=force)
+        out = super().apply(manifest, dry_run=dry_run, force=force,
+                            field_manager=field_manager)
         out["metadata"]["uid"] = uid
         return out
 
@@ -114,19 +127,34 @@ def test_the_reconcile_asks_even_when_nothing_changed(block):
 
 def test_a_guard_made_again_changes_the_check(block):
     alloc, backend = block
-    check = guard_check_name(allocation_spec(alloc))
-    before = backend.get(ADMISSION, "ValidatingAdmissionPolicy", check)
+    before = backend.get(ADMISSION, "ValidatingAdmissionPolicy", GUARD_CHECK)
     guard = next(k for k in backend.objects
-                 if k.kind == "ValidatingAdmissionPolicyBinding"
-                 and not k.name.endswith(GUARD_CHECK_SUFFIX))
-    backend.delete(ADMISSION, guard.kind, guard.name)  # someone deleted a guard
+                 if k.kind == "ValidatingAdmissionPolicyBinding" and k.name != GUARD_CHECK)
+    backend.delete(ADMISSION, guard.kind, guard.name)  # someone deleted a shared guard
     found = allocation_reconcile(alloc.pk, backend=backend)
-    after = backend.get(ADMISSION, "ValidatingAdmissionPolicy", check)
+    after = backend.get(ADMISSION, "ValidatingAdmissionPolicy", GUARD_CHECK)
     assert any("was deleted" in f for f in found)
     d = GUARD_DIGEST_ANNOTATION
     assert before["metadata"]["annotations"][d] != after["metadata"]["annotations"][d]
     # and a reconcile with nothing changed leaves the check as it is (no drift every time)
     assert allocation_reconcile(alloc.pk, backend=backend) == []
+
+
+def test_the_entries_of_one_allocation_are_its_own(block, pools, tenant, lead, admin_user,
+                                                   django_capture_on_commit_callbacks):
+    """A second block's keys join the first's in the one params object; retiring the
+    first removes only its keys (and leaves the shared policies to the second)."""
+    from fleet.allocations.retirement import allocation_retire
+
+    alloc, backend = block
+    data = lambda: params_entries(backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))  # noqa: E731
+    mine = {k for k in data() if k.endswith(f".{alloc.pk}")}
+    assert mine == {f"{CHECK_KEY}{alloc.pk}", f"block.{alloc.pk}"}
+    assert {k for k in data() if k.startswith("node.")} == {
+        f"node.{n}" for n in alloc.nodes.values_list("name", flat=True)}
+    allocation_retire(alloc.pk, backend=backend)
+    assert not {k for k in data() if k.endswith(f".{alloc.pk}") or k.startswith("node.")}
+    assert backend.get(ADMISSION, "ValidatingAdmissionPolicy", GUARD_CHECK) is not None
 
 
 def test_one_allocations_trouble_does_not_hold_up_the_reconcile_of_the_others(
@@ -163,14 +191,15 @@ class SlowCompilingBackend(CompilingBackend):
         super().__init__()
         self.asks, self.asked = asks, 0
 
-    def apply(self, manifest, *, dry_run=False, force=False):
+    def apply(self, manifest, *, dry_run=False, force=False, field_manager=""):
         labels = manifest.get("metadata", {}).get("labels") or {}
         if dry_run and GUARD_PROBE_LABEL in labels:
             self.asked += 1
             if self.asked < self.asks:
                 self.calls.append(("probe", "not yet"))
                 return manifest
-        return super().apply(manifest, dry_run=dry_run, force=force)
+        return super().apply(manifest, dry_run=dry_run, force=force,
+                             field_manager=field_manager)
 
 
 @pytest.fixture
@@ -241,7 +270,7 @@ def test_a_resume_for_guards_that_changed_starts_over(approved):
     deferred = []
     allocation_provision(alloc.pk, backend=backend, defer=deferred.append)
     stale = deferred[0].as_task_kwargs()
-    stale["probe"]["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION] = "0000.1111"
+    stale["probe"]["metadata"]["labels"][GUARD_DIGEST_LABEL] = "000011112222"
     backend.calls.clear()
     allocation_provision(alloc.pk, backend=backend, defer=deferred.append, resume=stale)
     assert ("apply", "ValidatingAdmissionPolicy") in backend.calls  # the guards again

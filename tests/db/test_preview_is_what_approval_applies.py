@@ -5,8 +5,8 @@ import re
 
 import pytest
 
+from fleet.allocations.admission import BLOCK_KEY, CHECK_KEY
 from fleet.allocations.desired import allocation_manifests
-from fleet.allocations.manifests import GUARD_DIGEST_ANNOTATION, guard_name
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import LABEL_ALLOCATION, DryRunBackend
 from fleet.models import Pool, Route
@@ -44,22 +44,19 @@ def synced_fleet(pools):
 
 
 def _without_allocation_id(manifests: list[dict], allocation_id: int) -> list[dict]:
-    def walk(value):
+    def walk(value, key=""):
         if isinstance(value, dict):
-            return {k: ("<allocation>" if k == LABEL_ALLOCATION and v == str(allocation_id)
-                        else "<guards>" if k == GUARD_DIGEST_ANNOTATION else walk(v))
+            # the guards' params key the block and the check entry by the allocation
+            return {(k.replace(f".{allocation_id}", ".<allocation>")
+                     if k.startswith((BLOCK_KEY, CHECK_KEY)) else k):
+                    ("<allocation>" if k == LABEL_ALLOCATION and v == str(allocation_id)
+                     else walk(v, k))
                     for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v) for v in value]
-        if isinstance(value, str):  # guard policies are named by their allocation, and
-            # refuse selectors of its block's allocation label
-            for before, after in ((f"{guard_name(allocation_id)}-", "aifactory-a<allocation>-"),
-                                  (f"v == '{allocation_id}'", "v == '<allocation>'"),
-                                  (f"orValue('') == '{allocation_id}'",
-                                   "orValue('') == '<allocation>'")):
-                value = value.replace(before, after)
-            # the guard check quotes a digest of the guards, which name the allocation
-            return re.sub(r"digest [0-9a-f]{12}", "digest <guards>", value)
+        if isinstance(value, str) and key.startswith(CHECK_KEY):
+            # the check entry is a digest of the entries, which name the allocation
+            return re.sub(r"^[0-9a-f]{12}$", "<guards>", value)
         return value
     return [walk(m) for m in manifests]
 

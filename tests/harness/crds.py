@@ -29,6 +29,7 @@ UPSTREAM_CRDS = [
     ]),
 ]
 OWN_CRDS = Path(__file__).resolve().parents[1] / "k8s" / "crds"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def module_dir(module: str, version: str) -> Path:
@@ -48,4 +49,5 @@ def crd_files() -> list[Path]:
         root = module_dir(module, version)
         files += [root / p for p in paths]
     files.append(OWN_CRDS / "vcluster-minimal.yaml")
+    files.append(ROOT / "deploy" / "crds" / "guardparams.yaml")  # the portal's own kind
     return files

@@ -113,6 +113,9 @@ def fleet(admin_kube, kube, pools):
         for obj in admin_kube.list(group, kind,
                                    label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             admin_kube.delete(group, kind, obj["metadata"]["name"])
+    # ...nor their params (after the bindings that read them: without them a binding
+    # refuses everything), whose entries name earlier tests' tenants and nodes.
+    admin_kube.delete("aifactory.io/v1", "GuardParams", "aifactory-guards")
     for i in range(2):
         create_gpu_node(admin_kube, f"blk-{i}", labels={"aifactory.io/validated": "true",
                                                     "aifactory.io/pool": "dedicated"})

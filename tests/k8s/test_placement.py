@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND, params_entries
 from fleet.allocations.connect import example_workload
 from fleet.allocations.desired import allocation_spec
 from fleet.inventory.connections import backend_of, home_cluster
@@ -395,7 +396,6 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     guard now protects the new node by name (an intruder's pod pinned there is refused, one
     pinned to the old node is not); the tenant's Job is placed on the new node and runs."""
     from fleet.allocations.desired import allocation_manifests
-    from fleet.allocations.manifests import is_guard_check
     from fleet.allocations.moves import allocation_move_off
     from fleet.inventory.services import node_set_retiring
     from fleet.models import GpuNode
@@ -432,15 +432,12 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     # At once: the move's reconcile waited for the changed guards' check before it tainted
     # the new node.
     assert "dedicated" in outcome(who, pinned)
-    # The block's own guards, as the API server holds them, name the new node and not the
-    # old (guards left by earlier tests may name either, so the refusal alone proves less).
-    guards = [m for m in allocation_manifests(block)
-              if m["kind"] == "ValidatingAdmissionPolicy" and not is_guard_check(m)]
-    assert guards
-    for guard in guards:
-        live = str(admin.get("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy",
-                             guard["metadata"]["name"])["spec"]["validations"])
-        assert f"'{new}'" in live and f"'{old}'" not in live, live
+    # The block's entries in the guards' params, as the API server holds them, name the
+    # new node and not the old (the shared policies name no node at all).
+    live = params_entries(admin.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
+    assert live.get(f"node.{new}") == block.tenant.slug and f"node.{old}" not in live
+    assert not any(new in str(m) or old in str(m) for m in allocation_manifests(block)
+                   if m["kind"] == "ValidatingAdmissionPolicy")
 
     job = example_workload(allocation_spec(block), image=IMAGE)
     job["spec"]["template"].setdefault("metadata", {})["annotations"] = start_delays(

@@ -1,16 +1,13 @@
 """Provisioning applies an allocation's objects in waves that may run in parallel: nothing
-lost or doubled, guard rails first (every policy before every binding, the check's policy and
-then its binding last and alone), the namespace and cluster-scoped objects before anything
-inside the namespace, access last."""
+lost or doubled, guard rails first (the params and every policy before every binding, the
+check's policy and then its binding last and alone), the namespace and cluster-scoped
+objects before anything inside the namespace, access last."""
 
 import pytest
 
-from fleet.allocations.manifests import (
-    GUARD_KINDS,
-    apply_waves,
-    is_guard_check,
-    render_manifests,
-)
+from fleet.allocations.admission import is_guard_params
+from fleet.allocations.guard_check import is_guard_check
+from fleet.allocations.manifests import apply_waves, is_guard_object, render_manifests
 from fleet.domain import Route
 from tests.factories import spec
 
@@ -31,13 +28,15 @@ def test_waves_keep_every_object_once_in_a_safe_order(route, nodes):
     flat = [m for w in waves for m in w]
     assert sorted(map(key, flat)) == sorted(map(key, manifests))
     position = {key(m): i for i, w in enumerate(waves) for m in w}
-    guards = [m for m in manifests if m["kind"] in GUARD_KINDS]
+    guards = [m for m in manifests if is_guard_object(m)]
     checks = [m for m in guards if is_guard_check(m)]
     rails = [m for m in guards if not is_guard_check(m)]
     first_binding = min((position[key(m)] for m in rails
                          if m["kind"] == "ValidatingAdmissionPolicyBinding"), default=None)
     assert all(position[key(m)] < first_binding for m in rails
                if m["kind"] == "ValidatingAdmissionPolicy")  # a binding follows its policy
+    # ...and its params: a binding whose params are missing refuses everything.
+    assert all(position[key(m)] < first_binding for m in rails if is_guard_params(m))
     if guards:
         policy, binding = sorted(checks, key=lambda m: m["kind"])
         assert policy["kind"] == "ValidatingAdmissionPolicy"
@@ -49,7 +48,7 @@ def test_waves_keep_every_object_once_in_a_safe_order(route, nodes):
         assert all(position[key(m)] < position[key(policy)] for m in rails)
     ns = next(m for m in manifests if m["kind"] == "Namespace")
     for m in manifests:
-        if m["kind"] in GUARD_KINDS:
+        if is_guard_object(m):
             continue
         assert position[key(m)] > max((position[key(g)] for g in guards), default=-1)
         if m["metadata"].get("namespace"):

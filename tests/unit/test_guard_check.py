@@ -1,6 +1,7 @@
-"""An allocation's guards are in force before anything after them is applied: the check
-policy comes after every guard, refuses only its own probe, names the guards it follows by
-digest, and provisioning dry-runs the probe until the API server refuses it.
+"""An allocation's guards are in force before anything after them is applied: the shared
+check comes after every guard, refuses only a probe whose allocation's entry the params
+hold, names the shared guards it follows by fingerprint, and provisioning dry-runs the probe
+until the API server refuses it.
 
 The loop is tried here against a scripted answerer (what a real API server says is tried in
 tests/k8s/test_hostile_specs.py, where hostile pods are refused the moment an allocation is
@@ -8,16 +9,22 @@ active)."""
 
 import pytest
 
-from fleet.allocations.guards import guards_in_force
-from fleet.allocations.manifests import (
-    GUARD_DIGEST_ANNOTATION,
-    GUARD_KINDS,
+from fleet.allocations.admission import CHECK_KEY, is_guard_params
+from fleet.allocations.guard_check import (
+    GUARD_CHECK,
+    GUARD_DIGEST_LABEL,
+    GUARD_FINGERPRINT_LABEL,
     GUARD_PROBE_LABEL,
-    apply_waves,
+    UNSTAMPED,
     guard_check_answer,
     guard_probe,
-    render_manifests,
+    guards_fingerprint,
+    is_guard_check,
+    is_shared_guard,
+    stamp_guard_check,
 )
+from fleet.allocations.guards import guards_in_force
+from fleet.allocations.manifests import apply_waves, is_guard_object, render_manifests
 from fleet.domain import Route
 from fleet.kube import DryRunBackend, KubeError
 from tests.factories import spec
@@ -33,32 +40,49 @@ def _manifests(route, nodes=("gpu-a", "gpu-b")):
 @pytest.mark.parametrize("route", list(Route))
 def test_a_guarded_route_ends_its_guards_with_the_check(route):
     manifests = _manifests(route)
-    guards = [m for m in manifests if m["kind"] in GUARD_KINDS]
+    guards = [m for m in manifests if is_guard_object(m)]
     probe = guard_probe(manifests)
     if route not in (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL):
         assert guards == [] and probe is None
         return
     # Policy then binding of the check, after every other guard and before anything else.
-    assert [m["metadata"]["name"] for m in guards[-2:]] == [probe["metadata"]["name"]] * 2
+    assert [m["metadata"]["name"] for m in guards[-2:]] == [GUARD_CHECK] * 2
     assert [m["kind"] for m in guards[-2:]] == ["ValidatingAdmissionPolicy",
                                                 "ValidatingAdmissionPolicyBinding"]
     waves = apply_waves(manifests)
-    # Applied in waves: the rails' policies, their bindings, then the check alone (policy,
-    # binding); every guard before anything else.
-    guard_waves = [w for w in waves if w[0]["kind"] in GUARD_KINDS]
+    # Applied in waves: the params with the rails' policies, their bindings, then the check
+    # alone (policy, binding); every guard before anything else.
+    guard_waves = [w for w in waves if is_guard_object(w[0])]
     assert waves[:len(guard_waves)] == guard_waves
     assert sorted(map(str, (m for w in guard_waves for m in w))) == sorted(map(str, guards))
     assert guard_waves[-2:] == [[guards[-2]], [guards[-1]]]
-    # The check refuses only namespaces labelled as its probe: real namespaces are not even
-    # evaluated (objectSelector), and the probe is never created (dry-run).
+    # The check evaluates only namespaces labelled as a probe: real namespaces are not even
+    # evaluated (objectSelector), and the probe is never created (dry-run). It refuses when
+    # the params hold the probe's allocation's check entry with the probe's digest.
     check = guards[-2]["spec"]
-    assert check["matchConstraints"]["objectSelector"] == {
-        "matchLabels": {GUARD_PROBE_LABEL: probe["metadata"]["name"]}}
+    assert {e["key"] for e in check["matchConstraints"]["objectSelector"][
+        "matchExpressions"]} == {GUARD_PROBE_LABEL, GUARD_DIGEST_LABEL}
     assert probe["kind"] == "Namespace"
-    digest = probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
-    assert probe["metadata"]["labels"] == {GUARD_PROBE_LABEL: probe["metadata"]["name"],
-                                           GUARD_DIGEST_ANNOTATION: digest}
-    assert f"(digest {digest})" in check["validations"][0]["message"]
+    params = next(m for m in guards if is_guard_params(m))
+    digest = params["spec"]["entries"][f"{CHECK_KEY}{spec(route).allocation_id}"]
+    assert probe["metadata"]["labels"] == {
+        GUARD_PROBE_LABEL: str(spec(route).allocation_id), GUARD_DIGEST_LABEL: digest,
+        GUARD_FINGERPRINT_LABEL: UNSTAMPED}
+    assert CHECK_KEY in check["validations"][0]["expression"]
+
+
+def test_the_shared_guards_are_the_same_for_every_allocation_of_a_route():
+    """Two blocks of two tenants render the same policies and bindings, and differ only in
+    their params entries: what an added allocation costs the API server is data."""
+    one = render_manifests(spec(Route.DEDICATED_BLOCK, nodes=("gpu-a",)))
+    two = render_manifests(spec(Route.DEDICATED_BLOCK, nodes=("gpu-b", "gpu-c"),
+                                tenant="globex", allocation_id=99))
+    shared = [m for m in one if is_guard_object(m) and not is_guard_params(m)]
+    assert shared == [m for m in two if is_guard_object(m) and not is_guard_params(m)]
+    assert all("gpu-" not in str(m) and "globex" not in str(m) for m in shared)
+    entries = [next(m for m in x if is_guard_params(m))["spec"]["entries"] for x in (one, two)]
+    assert set(entries[0]).isdisjoint(set(entries[1]))
+    assert entries[1]["node.gpu-c"] == "globex"
 
 
 @pytest.mark.parametrize("route", [Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL])
@@ -77,23 +101,26 @@ def test_the_nodes_and_the_access_come_in_waves_of_their_own_after_the_rest(rout
         assert kinds[first] == {"Node"}
 
 
-def test_the_digest_follows_the_guards():
-    """A block moved to other nodes changes its guards, so the check answers with another
-    digest: an older check still in force is not taken for the new guards."""
+def test_the_digest_follows_the_entries():
+    """A block moved to other nodes changes its entries, so its check entry changes: a
+    probe of the entries as they were is not taken for the new ones."""
     one = guard_probe(_manifests(Route.DEDICATED_BLOCK, ("gpu-a", "gpu-b")))
     same = guard_probe(_manifests(Route.DEDICATED_BLOCK, ("gpu-a", "gpu-b")))
     moved = guard_probe(_manifests(Route.DEDICATED_BLOCK, ("gpu-a", "gpu-c")))
-    d = GUARD_DIGEST_ANNOTATION
-    assert one["metadata"]["annotations"][d] == same["metadata"]["annotations"][d]
-    assert one["metadata"]["annotations"][d] != moved["metadata"]["annotations"][d]
+    d = GUARD_DIGEST_LABEL
+    assert one["metadata"]["labels"][d] == same["metadata"]["labels"][d]
+    assert one["metadata"]["labels"][d] != moved["metadata"]["labels"][d]
 
 
-def _refusal(probe, digest=None):
-    name = probe["metadata"]["name"]
-    digest = digest or probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
+def _refusal(probe, digest=None, fingerprint=None):
+    labels = probe["metadata"]["labels"]
+    digest = digest or labels[GUARD_DIGEST_LABEL]
+    fingerprint = fingerprint or labels[GUARD_FINGERPRINT_LABEL]
+    name, owner = probe["metadata"]["name"], labels[GUARD_PROBE_LABEL]
     return (f"Applying Namespace {name}: namespaces \"{name}\" is forbidden: "
-            f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: "
-            f"{name}: the guards applied before this check (digest {digest}) are in force.")
+            f"ValidatingAdmissionPolicy '{GUARD_CHECK}' with binding '{GUARD_CHECK}' denied "
+            f"request: {GUARD_CHECK} [{fingerprint}]: the guards of {owner} (digest {digest}) "
+            "are in force.")
 
 
 class Answers(DryRunBackend):
@@ -105,7 +132,7 @@ class Answers(DryRunBackend):
         super().__init__()
         self.accepting, self.then, self.asked = accepting, then, []
 
-    def apply(self, manifest, *, dry_run=False, force=False):
+    def apply(self, manifest, *, dry_run=False, force=False, field_manager=""):
         self.asked.append(dry_run)
         if self.accepting > 0 or self.then is None:
             self.accepting -= 1
@@ -124,9 +151,9 @@ def test_provisioning_waits_until_the_check_refuses_its_probe():
 
 
 def test_an_older_checks_refusal_is_not_taken_for_the_new_guards():
-    """Guards just changed (a block moved): the check of the guards as they were still
-    refuses the probe for a moment. That is "not yet", not an answer."""
-    stale = KubeError(_refusal(PROBE, digest="0123456789ab"), retriable=False, status=422)
+    """The shared guards were just made again: the check as it was stamped before still
+    answers for a moment. That is "not yet", not an answer."""
+    stale = KubeError(_refusal(PROBE, fingerprint="0123abcd"), retriable=False, status=422)
     assert guard_check_answer(PROBE, 422, stale.message) == "older"
     assert guard_check_answer(PROBE, 422, _refusal(PROBE)) == "current"
     backend = Answers(0, stale)
@@ -136,7 +163,7 @@ def test_an_older_checks_refusal_is_not_taken_for_the_new_guards():
     assert len(backend.asked) >= 2
 
     class ThenCurrent(Answers):
-        def apply(self, manifest, *, dry_run=False, force=False):
+        def apply(self, manifest, *, dry_run=False, force=False, field_manager=""):
             self.asked.append(dry_run)
             raise stale if len(self.asked) < 3 else \
                 KubeError(_refusal(PROBE), retriable=False, status=422)
@@ -160,17 +187,11 @@ def test_another_admission_controls_refusal_is_not_yet_and_said_if_it_lasts():
 
 
 def test_the_check_as_applied_names_the_guards_as_they_live():
-    """A guard deleted and made again has the same content but a new uid: the check as
-    applied changes with it (policy and binding both), so an old check's refusal cannot
+    """A shared guard deleted and made again has the same content but a new uid: the check
+    as applied changes with it (policy and binding both), so an old check's refusal cannot
     pass for the new guards'."""
-    from fleet.allocations.manifests import (
-        guards_fingerprint,
-        is_guard_check,
-        stamp_guard_check,
-    )
-
     manifests = _manifests(Route.DEDICATED_BLOCK)
-    guards = [m for m in manifests if m["kind"] in GUARD_KINDS and not is_guard_check(m)]
+    guards = [m for m in manifests if is_shared_guard(m)]
     checks = [m for m in manifests if is_guard_check(m)]
     live = [{**g, "metadata": {**g["metadata"], "uid": f"u{i}", "generation": 1}}
             for i, g in enumerate(guards)]
@@ -180,16 +201,16 @@ def test_the_check_as_applied_names_the_guards_as_they_live():
     stamped = [stamp_guard_check(c, one) for c in checks]
     assert stamped != [stamp_guard_check(c, two) for c in checks]
     assert [stamp_guard_check(m, one) for m in guards] == guards  # only the check changes
-    probe = guard_probe(stamped)
-    digest = probe["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
-    assert digest.endswith(f".{one}")
-    # the binding selects only a probe of this digest; the policy's message quotes it
+    probe = guard_probe(manifests, one)
+    assert probe["metadata"]["labels"][GUARD_FINGERPRINT_LABEL] == one
+    # the binding selects only a probe of this fingerprint; the policy's message quotes it
     policy, binding = stamped
-    assert binding["spec"]["matchResources"]["objectSelector"]["matchLabels"] == \
-        probe["metadata"]["labels"]
-    assert f"(digest {digest})" in policy["spec"]["validations"][0]["message"]
+    assert binding["spec"]["matchResources"]["objectSelector"]["matchLabels"] == {
+        GUARD_FINGERPRINT_LABEL: one}
+    assert binding["spec"]["paramRef"] == checks[1]["spec"]["paramRef"]
+    assert f"[{one}]" in policy["spec"]["validations"][0]["messageExpression"]
     assert guard_check_answer(probe, 422, _refusal(probe)) == "current"
-    assert guard_check_answer(guard_probe(checks), 422, _refusal(probe)) == "older"
+    assert guard_check_answer(guard_probe(manifests), 422, _refusal(probe)) == "older"
 
 
 def test_a_refusal_by_something_else_is_raised_as_it_came():

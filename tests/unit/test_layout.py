@@ -144,6 +144,7 @@ FLEET_FORBIDDEN = {("fleet.queues.sync", "fleet.queues.explain"), ("fleet.views"
 # The decisions over plain data: they read no database, no cluster and no clock, so they
 # import only the vocabulary, the domain's names and each other.
 FLEET_PURE = {"fleet.inventory.capacity", "fleet.inventory.clusters", "fleet.allocations.manifests",
+              "fleet.allocations.admission", "fleet.allocations.guard_check",
               "fleet.allocations.dispatch", "fleet.queues.dispatched",
               "fleet.queues.truth",
               "fleet.queues.placement", "fleet.queues.ledger", "fleet.queues.order",

@@ -3,7 +3,7 @@
 import pytest
 from django.urls import reverse
 
-from fleet.allocations.manifests import GUARD_CHECK_SUFFIX
+from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND, params_entries
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend
 from fleet.models import GpuNode, Pool, Route
@@ -183,10 +183,8 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
     assert backend.get("v1", "Node", proposed)["metadata"]["labels"][
         "aifactory.io/allocation"] == str(alloc.pk)
     assert not backend.get("v1", "Node", first.name)["metadata"].get("labels")
-    guards = [o for k, o in backend.objects.items()
-              if k.kind == "ValidatingAdmissionPolicy" and str(alloc.pk) in k.name
-              and not k.name.endswith(GUARD_CHECK_SUFFIX)]
-    assert guards and all(proposed in str(g) and first.name not in str(g) for g in guards)
+    params = params_entries(backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
+    assert f"node.{proposed}" in params and f"node.{first.name}" not in params
     actions = set(audit_for(alloc).values_list("action", flat=True))
     assert {"allocation.flagged", "allocation.moved", "allocation.applied",
             "allocation.unflagged"} <= actions
