@@ -373,6 +373,17 @@ class ControlPlane:
         if wait:
             self._wait_ready(self.workdir / "pki")
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each running component has used so far, by name."""
+        ticks = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for proc in self._procs:
+            if proc.proc is None or proc.proc.poll() is not None:
+                continue
+            fields = Path(f"/proc/{proc.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            out[proc.name] = (int(fields[11]) + int(fields[12])) / ticks
+        return out
+
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver only, as an outage would."""
         self._api.stop()

@@ -113,9 +113,7 @@ def fleet(admin_kube, kube, pools):
         for obj in admin_kube.list(group, kind,
                                    label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             admin_kube.delete(group, kind, obj["metadata"]["name"])
-    # ...nor their params (after the bindings that read them: without them a binding
-    # refuses everything), whose entries name earlier tests' tenants and nodes.
-    admin_kube.delete("aifactory.io/v1", "GuardParams", "aifactory-guards")
+    empty_guard_params(admin_kube)  # ...nor their entries, naming earlier tests' nodes
     for i in range(2):
         create_gpu_node(admin_kube, f"blk-{i}", labels={"aifactory.io/validated": "true",
                                                     "aifactory.io/pool": "dedicated"})
@@ -131,6 +129,23 @@ def fleet(admin_kube, kube, pools):
                 "aifactory.io/validated": "true", "aifactory.io/pool": pool.slug, **extra})
     fleet_sync(backend=kube)
     return admin_kube
+
+
+def empty_guard_params(admin) -> None:
+    """The guards' params emptied in one write (replaced, never deleted: a binding the API
+    server still enforces refuses every pod while its params are missing)."""
+    import json
+
+    path = "/apis/aifactory.io/v1/guardparams/aifactory-guards"
+    live = admin.get("aifactory.io/v1", "GuardParams", "aifactory-guards")
+    if live is None:
+        return
+    body = {"apiVersion": "aifactory.io/v1", "kind": "GuardParams",
+            "metadata": {"name": "aifactory-guards",
+                         "resourceVersion": live["metadata"]["resourceVersion"]}}
+    admin.api_client.call_api(path, "PUT", body=json.loads(json.dumps(body)),
+                              header_params={"Content-Type": "application/json"},
+                              auth_settings=["BearerToken"], _preload_content=False)
 
 
 @pytest.fixture(scope="module")

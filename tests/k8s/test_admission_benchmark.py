@@ -1,12 +1,15 @@
-"""Benchmark, not a timed assertion: what the isolation guards cost every other tenant. Pods
-are created in an unrelated namespace of the real API server with 0 and then N dedicated
-blocks' guards in place (each block's ValidatingAdmissionPolicies and bindings, as the
-portal renders them today: ten admission objects per block), and it prints the creates'
-latency from the client (p50/p99) and the API server's own validating-admission time per
-create (`apiserver_admission_step_admission_duration_seconds`, its sum over its count).
+"""Benchmark, not a timed assertion: what the isolation guards cost every other tenant, in the
+shape this portal renders (shared policies reading one GuardParams object) and in the shape
+an older portal rendered (ten admission objects per dedicated block: tests/k8s/
+legacy_guards.py). Pods are created in an unrelated namespace of the real API server with 0
+and then N blocks guarded, and it prints the creates' latency from the client (p50/p99),
+the API server's own validating-admission time per create
+(`apiserver_admission_step_admission_duration_seconds`, its sum over its count), the
+admission objects in the cluster, and the API server's and controller manager's CPU per
+added block (applying its guards until its check refuses the probe, and the controller
+manager's type check of every new policy).
 
-The baseline for the shared, parameterised guards of issue #44. Default N = 20;
-PORTAL_BENCH_FULL=1: 100 and 500. Rerun alone:
+Default N = 20; PORTAL_BENCH_FULL=1: 100 and 500. Rerun alone:
     make test ARGS="tests/k8s/test_admission_benchmark.py"
 """
 
@@ -17,17 +20,15 @@ import re
 import time
 import uuid
 
-from fleet.allocations.manifests import (
-    GUARD_KIND_NAMES,
-    guard_check_answer,
-    guard_probe,
-    render_manifests,
-)
+from fleet.allocations.admission import entries_manager, is_guard_params
+from fleet.allocations.guard_check import GUARD_DIGEST_LABEL, guard_probe
+from fleet.allocations.manifests import guard_manifests
 from fleet.kube import KubeError
 from fleet.models import Route
 from tests.factories import spec
 
-from .conftest import eventually
+from .conftest import empty_guard_params, eventually
+from .legacy_guards import legacy_guards, legacy_probe
 from .workloads import pod_spec
 
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
@@ -35,6 +36,7 @@ SIZES = (0, 100, 500) if FULL else (0, 20)
 PODS = 60 if FULL else 30
 STEP = re.compile(r'^apiserver_admission_step_admission_duration_seconds_(sum|count)\{([^}]*)\}'
                   r' ([0-9.e+-]+)$')
+GROUP = "admissionregistration.k8s.io/v1"
 
 
 def _validating(admin) -> tuple[float, float]:
@@ -50,13 +52,9 @@ def _validating(admin) -> tuple[float, float]:
     return total["sum"], total["count"]
 
 
-def _guards(n: int, tag: str) -> list[dict]:
-    out = []
-    for i in range(n):
-        s = spec(Route.DEDICATED_BLOCK, allocation_id=900_000 + i, tenant=f"t{tag}{i}",
-                 namespace=f"t{tag}{i}-r1", nodes=(f"bench-{tag}-{i}",), whole_devices=8)
-        out += [m for m in render_manifests(s) if m["kind"] in GUARD_KIND_NAMES]
-    return out
+def _block(i: int, tag: str):
+    return spec(Route.DEDICATED_BLOCK, allocation_id=900_000 + i, tenant=f"t{tag}{i}",
+                namespace=f"t{tag}{i}-r1", nodes=(f"bench-{tag}-{i}",), whole_devices=8)
 
 
 def _creates(admin, namespace: str) -> tuple[list[float], float]:
@@ -76,44 +74,114 @@ def _creates(admin, namespace: str) -> tuple[list[float], float]:
     return sorted(times), per
 
 
-def test_benchmark_admission_latency_with_guards_in_place(admin_kube):
-    tag = uuid.uuid4().hex[:4]
+def _in_force(admin, probe) -> bool:
+    """Whether the check (of either shape) refuses the probe for its digest."""
+    digest = probe["metadata"]["labels"][GUARD_DIGEST_LABEL]
+    try:
+        admin.apply(probe, dry_run=True)
+    except KubeError as exc:
+        return f"(digest {digest})" in exc.message and "are in force" in exc.message
+    return False
+
+
+def _type_checked(admin, names: list[str]) -> bool:
+    """Whether the controller manager has type-checked every one of these policies."""
+    for name in names:
+        live = admin.get(GROUP, "ValidatingAdmissionPolicy", name) or {}
+        if (live.get("status") or {}).get("observedGeneration") != \
+                live.get("metadata", {}).get("generation"):
+            return False
+    return True
+
+
+def _legacy(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
+    """Blocks have..n-1 guarded the old way: their objects applied; the last one's probe."""
+    objects = [m for i in range(have, n) for m in legacy_guards(_block(i, tag))]
+    for obj in objects:
+        admin.apply(obj, force=True)
+    return objects, legacy_probe(_block(n - 1, tag)) if n else None
+
+
+def _shared(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
+    """Blocks have..n-1 guarded the new way: the shared guards once, then each block's
+    entries under its own field manager, as provisioning applies them."""
+    objects = []
+    for i in range(have, n):
+        manifests = guard_manifests(_block(i, tag))
+        params = next(m for m in manifests if is_guard_params(m))
+        admin.apply(params, force=True, field_manager=entries_manager("bench", 900_000 + i))
+        if i == 0:
+            objects = [m for m in manifests if not is_guard_params(m)]
+            for obj in objects:  # shared: applied once (policies, bindings, check)
+                admin.apply(obj, force=True)
+    return objects, guard_probe(guard_manifests(_block(n - 1, tag))) if n else None
+
+
+def _clear(admin) -> None:
+    """No guard of earlier tests: the objects counted are this run's."""
+    for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
+        for obj in admin.list(GROUP, kind,
+                              label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
+            admin.delete(GROUP, kind, obj["metadata"]["name"])
+    empty_guard_params(admin)
+
+
+def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
+    _clear(admin)
     namespace = f"bystander-{tag}"
-    admin_kube.apply({"apiVersion": "v1", "kind": "Namespace",
-                      "metadata": {"name": namespace}})
-    rows, applied = [], []
+    admin.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    rows, have = [], 0
     try:
         for n in SIZES:
-            guards = _guards(n, tag)[len(applied):]
+            cpu = control_plane.cpu_seconds()
             started = time.monotonic()
-            for obj in guards:
-                admin_kube.apply(obj, force=True)
-            applied += guards
+            objects, probe = shape(admin, n, have, tag)
+            if probe:
+                eventually(lambda p=probe: _in_force(admin, p), timeout=180,
+                           what="the guards in force")
             loaded = time.monotonic() - started
-            if n:  # the last block's check refuses its probe once every policy is loaded
-                last = spec(Route.DEDICATED_BLOCK, allocation_id=900_000 + n - 1,
-                            tenant=f"t{tag}{n - 1}", namespace=f"t{tag}{n - 1}-r1",
-                            nodes=(f"bench-{tag}-{n - 1}",), whole_devices=8)
-                probe = guard_probe(render_manifests(last))
-
-                def in_force(probe=probe) -> bool:
-                    try:
-                        admin_kube.apply(probe, dry_run=True)
-                    except KubeError as exc:
-                        return guard_check_answer(probe, exc.status, exc.message) == "current"
-                    return False
-
-                eventually(in_force, timeout=120, what="the guards in force")
-            times, server_ms = _creates(admin_kube, namespace)
-            rows.append((n, loaded, times[len(times) // 2],
-                         times[min(len(times) - 1, int(len(times) * 0.99))], server_ms))
+            policies = [o["metadata"]["name"] for o in objects
+                        if o["kind"] == "ValidatingAdmissionPolicy"]
+            eventually(lambda ps=policies: _type_checked(admin, ps), timeout=180,
+                       what="every new policy type-checked")
+            spent = {k: v - cpu.get(k, 0.0) for k, v in control_plane.cpu_seconds().items()}
+            added = max(1, n - have)
+            live = sum(len(admin.list(GROUP, kind, label_selector="app.kubernetes.io/"
+                                      "managed-by=aifactory-portal"))
+                       for kind in ("ValidatingAdmissionPolicy",
+                                    "ValidatingAdmissionPolicyBinding"))
+            times, server_ms = _creates(admin, namespace)
             assert len(times) == PODS
+            rows.append((n, live, loaded, times[len(times) // 2],
+                         times[min(len(times) - 1, int(len(times) * 0.99))], server_ms,
+                         spent.get("kube-apiserver", 0.0) / added * 1000,
+                         spent.get("kube-controller-manager", 0.0) / added * 1000,
+                         n > have))
+            have = n
     finally:
-        for obj in reversed(applied):
-            admin_kube.delete(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
-        admin_kube.delete("v1", "Namespace", namespace)
-    for n, loaded, p50, p99, server_ms in rows:
-        print(f"\nBENCHMARK admission, {n} dedicated blocks' guards ({10 * n} admission "
-              f"objects, applied in {loaded:.1f}s): a pod create in an unrelated namespace "
-              f"p50 {p50:.1f} ms, p99 {p99:.1f} ms from the client; the API server's "
-              f"validating admission {server_ms:.2f} ms per create ({PODS} creates)")
+        _clear(admin)
+        admin.delete("v1", "Namespace", namespace)
+    return rows
+
+
+def test_benchmark_admission_latency_old_shape_and_shared(control_plane, admin_kube):
+    tag = uuid.uuid4().hex[:4]
+    shared = _run(_shared, control_plane, admin_kube, f"s{tag}")
+    # Between the shapes: the cluster without the shared guards, so the old shape's row at
+    # 0 is measured as the shared one's was.
+    old = _run(_legacy, control_plane, admin_kube, f"o{tag}")
+    for name, rows in (("shared guards (this portal)", shared),
+                       ("per-allocation guards (older portals)", old)):
+        for n, live, loaded, p50, p99, server_ms, api_ms, kcm_ms, added in rows:
+            cost = (f"; CPU per added block: kube-apiserver {api_ms:.1f} ms, "
+                    f"kube-controller-manager {kcm_ms:.1f} ms" if added else "")
+            print(f"\nBENCHMARK admission, {name}, {n} dedicated blocks ({live} admission "
+                  f"objects, in force {loaded:.1f}s after the first apply): a pod create in an "
+                  f"unrelated namespace p50 {p50:.1f} ms, p99 {p99:.1f} ms from the client; "
+                  f"the API server's validating admission {server_ms:.2f} ms per create "
+                  f"({PODS} creates){cost}")
+    # The shared shape's objects do not grow with blocks; the old one's do, ten a block.
+    assert len({live for _n, live, *_ in shared if _n}) == 1
+    assert [live for _n, live, *_ in old] == [10 * n for n in SIZES]
+    # At 0 blocks both shapes leave the cluster as it was.
+    assert shared[0][1] == old[0][1] == 0
