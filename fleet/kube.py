@@ -394,7 +394,7 @@ class DryRunBackend:
     objects: dict[ObjectKey, dict] = field(default_factory=dict)
     log: list[tuple[str, ObjectKey]] = field(default_factory=list)
     deleted: set[ObjectKey] = field(default_factory=set)
-    data_owners: dict[ObjectKey, dict[str, dict]] = field(default_factory=dict)
+    entry_owners: dict[ObjectKey, dict[str, dict]] = field(default_factory=dict)
 
     def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False,
               field_manager: str = "") -> dict:
@@ -405,10 +405,10 @@ class DryRunBackend:
         if field_manager:
             # As server-side apply owns a map's keys one by one: each manager's
             # `spec.entries` keys are its own, and an apply without a key it set removes it.
-            owners = {**self.data_owners.get(key, {}),
+            owners = {**self.entry_owners.get(key, {}),
                       field_manager: dict((manifest.get("spec") or {}).get("entries") or {})}
             if not dry_run:
-                self.data_owners[key] = owners
+                self.entry_owners[key] = owners
             stored["spec"] = {"entries": {k: v for mine in owners.values()
                                           for k, v in mine.items()}}
             stored["metadata"]["managedFields"] = [
@@ -451,7 +451,7 @@ class DryRunBackend:
         key = ObjectKey(api_version, kind, namespace, name)
         self.log.append(("delete", key))
         self.deleted.add(key)
-        self.data_owners.pop(key, None)
+        self.entry_owners.pop(key, None)
         return self.objects.pop(key, None) is not None
 
 

@@ -41,7 +41,7 @@ def allocation_spec(allocation: Allocation) -> AllocationSpec:
         namespace=allocation.namespace, route=allocation.route,
         whole_devices=allocation.whole_devices, mig_profile=allocation.mig_profile,
         mig_count=allocation.mig_count,
-        nodes=tuple(sorted(allocation.nodes.values_list("name", flat=True))))
+        nodes=tuple(sorted(node.name for node in allocation.nodes.all())))
 
 
 def allocation_manifests(allocation: Allocation) -> list[dict]:

@@ -85,7 +85,7 @@ def cluster_guards(cluster: str, *, excluding: int | None = None) -> list[dict]:
     allocations = (Allocation.objects
                    .filter(route__in=GUARDED_ROUTES, pool__cluster__slug=cluster)
                    .exclude(status=S.RETIRED).exclude(pk=excluding)
-                   .select_related("tenant", "pool")
+                   .select_related("tenant", "pool").prefetch_related("nodes")
                    .order_by("pk"))
     shared: dict[tuple, dict] = {}
     entries: dict[str, str] = {}

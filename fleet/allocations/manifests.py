@@ -33,6 +33,7 @@ from ..vocabulary import (
 from .admission import (
     GUARD_KIND_NAMES,
     GUARD_POLICY_KIND,
+    PARAMS_KIND,
     guard_entries,
     guard_params,
     is_guard_params,
@@ -381,12 +382,12 @@ def is_guard_object(manifest: dict) -> bool:
 
 # Node names are the platform's business (a tenant sees its quota, not its hosts), and the
 # guards' params name the nodes they protect and every guarded tenant.
-PLATFORM_ONLY_KINDS = frozenset({"Node", *GUARD_KIND_NAMES})
+PLATFORM_ONLY_KINDS = frozenset({"Node", *GUARD_KIND_NAMES, PARAMS_KIND})
 
 
 def tenant_may_see(manifest: dict) -> bool:
     """Whether a tenant's people are shown this object of their allocation."""
-    return manifest.get("kind") not in PLATFORM_ONLY_KINDS and not is_guard_params(manifest)
+    return manifest.get("kind") not in PLATFORM_ONLY_KINDS
 
 
 # What only comes after the guards are in force: a dedicated block's nodes (labelled and

@@ -27,12 +27,16 @@ from fleet.allocations.guard_check import (
     GUARD_FINGERPRINT_LABEL,
     GUARD_PROBE_LABEL,
 )
+from fleet.allocations.provisioning import allocation_provision
 from fleet.allocations.reconcile import allocation_reconcile
+from fleet.allocations.retirement import allocation_retire
+from fleet.allocations.transitions import allocation_fail
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend, KubeError, KubernetesBackend, using_backend
 from fleet.models import Allocation, Pool, Route
 from intake import services
 from portal.demo_fleet import demo_fleet
+from tenants.models import AuditEvent
 from tests.factories import make_request
 
 pytestmark = pytest.mark.django_db
@@ -144,8 +148,6 @@ def test_the_entries_of_one_allocation_are_its_own(block, pools, tenant, lead, a
                                                    django_capture_on_commit_callbacks):
     """A second block's keys join the first's in the one params object; retiring the
     first removes only its keys (and leaves the shared policies to the second)."""
-    from fleet.allocations.retirement import allocation_retire
-
     alloc, backend = block
     data = lambda: params_entries(backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))  # noqa: E731
     mine = {k for k in data() if k.endswith(f".{alloc.pk}")}
@@ -214,8 +216,6 @@ def test_the_worker_hands_the_guards_wait_back_and_resumes(approved):
     """With `defer` (the real worker) provisioning never sleeps for the guards: it hands the
     next ask back and is resumed from where it stopped — nodes and access only after the
     check refused the probe, the wait on the audit row, nothing applied twice."""
-    from fleet.allocations.provisioning import allocation_provision
-    from tenants.models import AuditEvent
 
     alloc, backend = approved
     deferred = []
@@ -245,7 +245,6 @@ def test_the_worker_hands_the_guards_wait_back_and_resumes(approved):
 
 
 def test_a_resumed_wait_ends_in_a_retriable_error_after_the_limit(approved, settings):
-    from fleet.allocations.provisioning import allocation_provision
 
     alloc, backend = approved
     deferred = []
@@ -264,7 +263,6 @@ def test_a_resumed_wait_ends_in_a_retriable_error_after_the_limit(approved, sett
 def test_a_resume_for_guards_that_changed_starts_over(approved):
     """A continuation whose probe names other guards than the allocation has now (it was
     changed meanwhile) is not trusted: provisioning starts again from the first wave."""
-    from fleet.allocations.provisioning import allocation_provision
 
     alloc, backend = approved
     deferred = []
@@ -278,8 +276,6 @@ def test_a_resume_for_guards_that_changed_starts_over(approved):
 
 
 def test_a_resume_of_an_allocation_no_longer_provisioning_does_nothing(approved):
-    from fleet.allocations.provisioning import allocation_provision
-    from fleet.allocations.transitions import allocation_fail
 
     alloc, backend = approved
     deferred = []
@@ -294,7 +290,6 @@ def test_a_resume_of_an_allocation_no_longer_provisioning_does_nothing(approved)
 def test_a_broker_that_cannot_take_the_continuation_means_waiting_in_place(approved):
     """Redis away at the moment of handing the wait back: provisioning waits for the guards
     where it is, as before, instead of failing the allocation or losing the task."""
-    from fleet.allocations.provisioning import allocation_provision
 
     alloc, backend = approved
 

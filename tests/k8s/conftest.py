@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND
 from fleet.kube import KubeError, KubernetesBackend
 from tests.harness.controlplane import ControlPlane, ensure_binaries, ensure_controller_manager
 from tests.harness.crds import OWN_CRDS, crd_files
@@ -134,16 +135,14 @@ def fleet(admin_kube, kube, pools):
 def empty_guard_params(admin) -> None:
     """The guards' params emptied in one write (replaced, never deleted: a binding the API
     server still enforces refuses every pod while its params are missing)."""
-    import json
-
-    path = "/apis/aifactory.io/v1/guardparams/aifactory-guards"
-    live = admin.get("aifactory.io/v1", "GuardParams", "aifactory-guards")
+    live = admin.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS)
     if live is None:
         return
-    body = {"apiVersion": "aifactory.io/v1", "kind": "GuardParams",
-            "metadata": {"name": "aifactory-guards",
+    body = {"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
+            "metadata": {"name": GUARD_PARAMS,
                          "resourceVersion": live["metadata"]["resourceVersion"]}}
-    admin.api_client.call_api(path, "PUT", body=json.loads(json.dumps(body)),
+    path = f"/apis/{PARAMS_API}/guardparams/{GUARD_PARAMS}"
+    admin.api_client.call_api(path, "PUT", body=body,
                               header_params={"Content-Type": "application/json"},
                               auth_settings=["BearerToken"], _preload_content=False)
 
