@@ -194,21 +194,29 @@ class FleetCounts:
 
 
 def fleet_counts(nodes: Iterable[NodeFacts]) -> FleetCounts:
+    return grouped_fleet_counts((node, 1) for node in nodes)
+
+
+def grouped_fleet_counts(groups: Iterable[tuple[NodeFacts, int]]) -> FleetCounts:
+    """fleet_counts of nodes given as (facts, how many nodes have exactly these facts but
+    their names): a page can count a fleet from its distinct facts, grouped by the database,
+    instead of from every node."""
     n = fleet = validated = healthy = sched = sched_nodes = 0
     mig: Counter = Counter()
-    for node in nodes:
-        if not node.present:
+    for node, count in groups:
+        if not node.present or count <= 0:
             continue
-        n += 1
-        fleet += node.devices
+        n += count
+        fleet += node.devices * count
         if node.validated:
-            validated += node.devices
+            validated += node.devices * count
             if node.healthy:
-                healthy += node.devices
+                healthy += node.devices * count
         if node.schedulable:
-            sched += node.devices
-            sched_nodes += 1
-            mig.update(dict(node.mig_devices))
+            sched += node.devices * count
+            sched_nodes += count
+            for profile, slices in node.mig_devices:
+                mig[profile] += slices * count
     return FleetCounts(n, fleet, validated, healthy, sched, sched_nodes, dict(sorted(mig.items())))
 
 
@@ -244,17 +252,25 @@ def promisable_capacity(nodes: Iterable[NodeFacts], *, allocated_devices: Decima
                         ceiling: int = 0) -> PromisableCapacity:
     """Only schedulable devices are promised; `ceiling` (the pool's configured size, 0 for
     none) caps them and never adds any."""
-    nodes = [n for n in nodes if n.present]
-    if not nodes:
+    return capacity_from_counts(fleet_counts(nodes), allocated_devices=allocated_devices,
+                                reserved_nodes=reserved_nodes, allocated_mig=allocated_mig,
+                                ceiling=ceiling)
+
+
+def capacity_from_counts(counts: FleetCounts, *, allocated_devices: Decimal,
+                         reserved_nodes: Iterable[str] = (),
+                         allocated_mig: dict[str, int] | None = None,
+                         ceiling: int = 0) -> PromisableCapacity:
+    """promisable_capacity from the pool's fleet counts. `reserved_nodes`: the pool's nodes
+    (present or not) a dedicated block holds."""
+    if not counts.nodes:
         return PromisableCapacity(Decimal(0), allocated_devices, 0, None, NO_FLEET,
                                   has_fleet=False)
-    counts = fleet_counts(nodes)
-    reserved = set(reserved_nodes)
-    schedulable = {n.name for n in nodes if n.schedulable}
     # A block held on a node that can no longer serve it (retiring, unhealthy, gone) needs
-    # one of the free nodes: counting it free too would promise its devices twice.
-    displaced = len(reserved - schedulable)
-    free_nodes = max(0, len(schedulable - reserved) - displaced)
+    # one of the free nodes: counting it free too would promise its devices twice. So the
+    # free nodes are the schedulable ones not held, less the held ones that cannot serve:
+    # |S − R| − |R − S| = |S| − |R|, names not needed.
+    free_nodes = max(0, counts.schedulable_nodes - len(set(reserved_nodes)))
     mig = None
     if counts.mig_slices:
         used = allocated_mig or {}

@@ -16,9 +16,10 @@ from .capacity import (
     FleetCounts,
     NodeFacts,
     PromisableCapacity,
+    capacity_from_counts,
     choose_dedicated_nodes,
     fleet_counts,
-    promisable_capacity,
+    grouped_fleet_counts,
 )
 from .pricing import pool_rates
 
@@ -33,12 +34,6 @@ FACT_COLUMNS = ("name", "pool_id", "pool_label", "gpu_model", "gpu_count", "gpu_
                 "mig_capable", "mig_config", "validated", "bios_profile", "burn_in_date",
                 "validation_failure", "ready", "health_problems", "cordoned", "retiring",
                 "present", "dra_whole_gpus", "mig_devices")
-
-
-def facts_by_pool(nodes) -> dict[int | None, list]:
-    """Pool id → NodeFacts of these nodes, read as plain rows (no model objects: pages that
-    show capacity read every node of a pool on each view)."""
-    return facts_by_cluster(nodes, by_cluster=False)[None]
 
 
 def facts_by_cluster(nodes, *, by_cluster: bool = True) -> dict:
@@ -63,6 +58,27 @@ def pool_capacity(pool: Pool) -> PromisableCapacity:
     return pools_capacity([pool])[pool.pk]
 
 
+# What fleet_counts reads of a node: nodes alike in these are counted as one group.
+COUNTED_COLUMNS = ("gpu_count", "validated", "ready", "health_problems", "cordoned",
+                   "retiring", "present", "mig_devices")
+
+
+def counts_by_pool(nodes) -> dict[int | None, FleetCounts]:
+    """Pool id → fleet_counts of these nodes, from their distinct counted facts grouped by the
+    database (a few rows per pool, not one per node: pages that promise capacity read it on
+    each view). The property test holds it equal to fleet_counts over every node."""
+    groups: dict[int | None, list] = {}
+    for row in (nodes.values("pool_id", *COUNTED_COLUMNS).annotate(n=Count("pk"))
+                .order_by()):
+        facts = NodeFacts(name="", **{c: row[c] for c in COUNTED_COLUMNS if c not in (
+            "health_problems", "mig_devices")},
+            health_problems=tuple(row["health_problems"] or ()),
+            mig_devices=tuple(sorted((k, int(v)) for k, v in
+                                     (row["mig_devices"] or {}).items())))
+        groups.setdefault(row["pool_id"], []).append((facts, row["n"]))
+    return {pool_id: grouped_fleet_counts(found) for pool_id, found in groups.items()}
+
+
 def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, PromisableCapacity]:
     """pool_capacity of many pools in four queries, whatever their number (pages that show
     every pool). `node_facts` (pool id → facts) reuses nodes a page has read already."""
@@ -72,7 +88,9 @@ def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, Promis
     held = dict(holding.values("pool_id").annotate(total=Sum("device_equivalents"))
                 .values_list("pool_id", "total"))
     if node_facts is None:
-        node_facts = facts_by_pool(GpuNode.objects.filter(pool_id__in=ids))
+        counts = counts_by_pool(GpuNode.objects.filter(pool_id__in=ids))
+    else:
+        counts = {pool_id: fleet_counts(facts) for pool_id, facts in node_facts.items()}
     reserved: dict[int, list[str]] = {}
     for pool_id, name in GpuNode.objects.filter(
             pool_id__in=ids, allocations__status__in=Allocation.HOLDING,
@@ -82,8 +100,8 @@ def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, Promis
     for pool_id, profile, count in holding.exclude(mig_profile="").values_list(
             "pool_id", "mig_profile", "mig_count"):
         mig_used.setdefault(pool_id, Counter())[profile] += count
-    return {pool.pk: promisable_capacity(
-        node_facts.get(pool.pk, []), allocated_devices=Decimal(held.get(pool.pk) or 0),
+    return {pool.pk: capacity_from_counts(
+        counts.get(pool.pk) or FleetCounts(), allocated_devices=Decimal(held.get(pool.pk) or 0),
         reserved_nodes=reserved.get(pool.pk, []), allocated_mig=dict(mig_used.get(pool.pk, {})),
         ceiling=pool.capacity_devices) for pool in pools}
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleet.inventory.selectors import facts_by_pool, node_facts, pool_capacity, pools_capacity
+from fleet.inventory.selectors import facts_by_cluster, node_facts, pool_capacity, pools_capacity
 from fleet.models import GpuNode
 
 pytestmark = pytest.mark.django_db
@@ -14,7 +14,7 @@ def test_facts_from_rows_equal_the_model_facts(bare_pools):
                            validated=True, ready=True, health_problems=["GpuXidError: 79"],
                            mig_devices={"3g.40gb": 2, "1g.10gb": 7}, dra_whole_gpus=None)
     GpuNode.objects.create(name="b", pool=None, pool_label="", cordoned=True, retiring=True)
-    rows = facts_by_pool(GpuNode.objects.all())
+    rows = facts_by_cluster(GpuNode.objects.all(), by_cluster=False)[None]
     assert rows[shared.pk] == [node_facts(GpuNode.objects.get(name="a"))]
     assert rows[None] == [node_facts(GpuNode.objects.get(name="b"))]
 
