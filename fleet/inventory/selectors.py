@@ -18,7 +18,6 @@ from .capacity import (
     PromisableCapacity,
     capacity_from_counts,
     choose_dedicated_nodes,
-    fleet_counts,
     grouped_fleet_counts,
 )
 from .pricing import pool_rates
@@ -63,45 +62,55 @@ COUNTED_COLUMNS = ("gpu_count", "validated", "ready", "health_problems", "cordon
                    "retiring", "present", "mig_devices")
 
 
-def counts_by_pool(nodes) -> dict[int | None, FleetCounts]:
-    """Pool id → fleet_counts of these nodes, from their distinct counted facts grouped by the
-    database (a few rows per pool, not one per node: pages that promise capacity read it on
-    each view). The property test holds it equal to fleet_counts over every node."""
-    groups: dict[int | None, list] = {}
-    for row in (nodes.values("pool_id", *COUNTED_COLUMNS).annotate(n=Count("pk"))
-                .order_by()):
-        facts = NodeFacts(name="", **{c: row[c] for c in COUNTED_COLUMNS if c not in (
-            "health_problems", "mig_devices")},
-            health_problems=tuple(row["health_problems"] or ()),
+def grouped_facts(nodes, *, by_cluster: bool = True) -> dict:
+    """Cluster id → pool id → [(NodeFacts with no name, how many of these nodes have exactly
+    those counted facts)], grouped by the database: a few rows per pool, not one per node, for
+    pages that count the fleet on each view (`by_cluster` False: all under None). The property
+    test holds their counts equal to fleet_counts over every node."""
+    keys = ("cluster_id", "pool_id") if by_cluster else ("pool_id",)
+    out: dict = {None: {}} if not by_cluster else {}
+    for row in nodes.values(*keys, *COUNTED_COLUMNS).annotate(n=Count("pk")).order_by():
+        facts = NodeFacts(
+            name="", gpu_count=row["gpu_count"], validated=row["validated"], ready=row["ready"],
+            health_problems=tuple(row["health_problems"] or ()), cordoned=row["cordoned"],
+            retiring=row["retiring"], present=row["present"],
             mig_devices=tuple(sorted((k, int(v)) for k, v in
                                      (row["mig_devices"] or {}).items())))
-        groups.setdefault(row["pool_id"], []).append((facts, row["n"]))
-    return {pool_id: grouped_fleet_counts(found) for pool_id, found in groups.items()}
+        per = out.setdefault(row["cluster_id"] if by_cluster else None, {})
+        per.setdefault(row["pool_id"], []).append((facts, row["n"]))
+    return out
 
 
-def pools_capacity(pools, *, node_facts: dict | None = None) -> dict[int, PromisableCapacity]:
-    """pool_capacity of many pools in four queries, whatever their number (pages that show
-    every pool). `node_facts` (pool id → facts) reuses nodes a page has read already."""
+def counts_by_pool(nodes) -> dict[int | None, FleetCounts]:
+    """Pool id → fleet_counts of these nodes, from their grouped facts."""
+    return {pool_id: grouped_fleet_counts(groups)
+            for pool_id, groups in grouped_facts(nodes, by_cluster=False)[None].items()}
+
+
+def pools_capacity(pools, *, counts: dict | None = None) -> dict[int, PromisableCapacity]:
+    """pool_capacity of many pools in three queries, whatever their number (pages that show
+    every pool). `counts` (pool id → FleetCounts) reuses nodes a page has counted already."""
     pools = list(pools)
     ids = [p.pk for p in pools]
-    holding = Allocation.objects.filter(pool_id__in=ids, status__in=Allocation.HOLDING)
-    held = dict(holding.values("pool_id").annotate(total=Sum("device_equivalents"))
-                .values_list("pool_id", "total"))
-    if node_facts is None:
+    held: dict[int, Decimal] = {}
+    mig_used: dict[int, Counter] = {}
+    for pool_id, profile, devices, slices in (
+            Allocation.objects.filter(pool_id__in=ids, status__in=Allocation.HOLDING)
+            .values("pool_id", "mig_profile")
+            .annotate(devices=Sum("device_equivalents"), slices=Sum("mig_count"))
+            .values_list("pool_id", "mig_profile", "devices", "slices").order_by()):
+        held[pool_id] = held.get(pool_id, Decimal(0)) + Decimal(devices or 0)
+        if profile:
+            mig_used.setdefault(pool_id, Counter())[profile] += slices or 0
+    if counts is None:
         counts = counts_by_pool(GpuNode.objects.filter(pool_id__in=ids))
-    else:
-        counts = {pool_id: fleet_counts(facts) for pool_id, facts in node_facts.items()}
     reserved: dict[int, list[str]] = {}
     for pool_id, name in GpuNode.objects.filter(
             pool_id__in=ids, allocations__status__in=Allocation.HOLDING,
             allocations__pool_id=F("pool_id")).values_list("pool_id", "name").distinct():
         reserved.setdefault(pool_id, []).append(name)
-    mig_used: dict[int, Counter] = {}
-    for pool_id, profile, count in holding.exclude(mig_profile="").values_list(
-            "pool_id", "mig_profile", "mig_count"):
-        mig_used.setdefault(pool_id, Counter())[profile] += count
     return {pool.pk: capacity_from_counts(
-        counts.get(pool.pk) or FleetCounts(), allocated_devices=Decimal(held.get(pool.pk) or 0),
+        counts.get(pool.pk) or FleetCounts(), allocated_devices=held.get(pool.pk, Decimal(0)),
         reserved_nodes=reserved.get(pool.pk, []), allocated_mig=dict(mig_used.get(pool.pk, {})),
         ceiling=pool.capacity_devices) for pool in pools}
 
@@ -165,36 +174,35 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class FleetReading:
-    """Every node (as plain facts) and every pool with its capacity, read once for a page
+    """Every node (as grouped facts) and every pool with its capacity, read once for a page
     that shows the fleet several ways (the fleet page: its clusters and its pools)."""
 
-    by_cluster: dict  # cluster id → pool id → NodeFacts
+    by_cluster: dict  # cluster id → pool id → [(NodeFacts, nodes)] (grouped_facts)
     pools: list[Pool]  # every pool, its cluster joined
     capacity: dict[int, PromisableCapacity]  # pool id → capacity
 
-    def by_pool(self) -> dict[int | None, list[NodeFacts]]:
-        out: dict[int | None, list[NodeFacts]] = {}
+    def by_pool(self) -> dict[int | None, list[tuple[NodeFacts, int]]]:
+        out: dict[int | None, list] = {}
         for per in self.by_cluster.values():
-            for pool_id, facts in per.items():
-                out.setdefault(pool_id, []).extend(facts)
+            for pool_id, groups in per.items():
+                out.setdefault(pool_id, []).extend(groups)
         return out
 
 
 def read_fleet() -> FleetReading:
-    """The fleet in pools_capacity's few queries and one read of every node."""
-    by_cluster = facts_by_cluster(GpuNode.objects.all())
-    pools = list(Pool.objects.select_related("cluster"))
-    reading = FleetReading(by_cluster, pools, {})
-    nodes = {k: v for k, v in reading.by_pool().items() if k is not None}
-    reading.capacity.update(pools_capacity(pools, node_facts=nodes))
+    """The fleet in pools_capacity's few queries and one grouped read of the nodes."""
+    reading = FleetReading(grouped_facts(GpuNode.objects.all()),
+                           list(Pool.objects.select_related("cluster")), {})
+    counts = {k: grouped_fleet_counts(v) for k, v in reading.by_pool().items() if k is not None}
+    reading.capacity.update(pools_capacity(reading.pools, counts=counts))
     return reading
 
 
 def clusters_overview(clusters=None, *, reading: FleetReading | None = None
                       ) -> list[ClusterView]:
-    """Every cluster (live first) with its figures: every node read once as plain rows, the
-    pools' capacity and the allocations held in a fixed number of queries more (none more
-    for nodes and pools when the page has read the fleet already: `reading`)."""
+    """Every cluster (live first) with its figures: the nodes read once, grouped, the pools'
+    capacity and the allocations held in a fixed number of queries more (none more for
+    nodes and pools when the page has read the fleet already: `reading`)."""
     if clusters is None:
         home_cluster_id()  # registered before it is listed, even before any pool names it
         clusters = Cluster.objects.all()
@@ -205,17 +213,21 @@ def clusters_overview(clusters=None, *, reading: FleetReading | None = None
         found, capacity = reading.by_cluster, reading.capacity
     else:
         pools = list(Pool.objects.filter(cluster_id__in=ids))
-        found = facts_by_cluster(GpuNode.objects.filter(cluster_id__in=ids))
-    facts = {c.pk: found.get(c.pk, {}) for c in clusters}
+        found = grouped_facts(GpuNode.objects.filter(cluster_id__in=ids))
+    groups = {c.pk: found.get(c.pk, {}) for c in clusters}
     if reading is None:
-        capacity = pools_capacity(pools, node_facts={
-            pool_id: found for per in facts.values() for pool_id, found in per.items()
+        by_pool: dict = {}
+        for per in groups.values():
+            for pool_id, g in per.items():
+                by_pool.setdefault(pool_id, []).extend(g)
+        capacity = pools_capacity(pools, counts={
+            pool_id: grouped_fleet_counts(g) for pool_id, g in by_pool.items()
             if pool_id is not None})
     held = dict(Allocation.objects.filter(pool__cluster_id__in=ids,
                                           status__in=Allocation.HOLDING)
                 .values("pool__cluster_id").annotate(n=Count("pk"))
                 .values_list("pool__cluster_id", "n"))
-    return [ClusterView(c, fleet_counts([f for found in facts[c.pk].values() for f in found]),
+    return [ClusterView(c, grouped_fleet_counts(g for per in groups[c.pk].values() for g in per),
                         [(p, capacity[p.pk]) for p in pools if p.cluster_id == c.pk],
                         held.get(c.pk, 0)) for c in clusters]
 
@@ -269,8 +281,8 @@ class FleetPicture:
 
 
 def fleet_picture(reading: FleetReading | None = None) -> FleetPicture:
-    """Every active pool's row and the fleet's counts, from every node read once as plain
-    rows (read_fleet) and pools_capacity's few queries, plus two per overcommitted pool."""
+    """Every active pool's row and the fleet's counts, from the nodes read once, grouped
+    (read_fleet) and pools_capacity's few queries, plus two per overcommitted pool."""
     reading = reading or read_fleet()
     nodes_by_pool = reading.by_pool()
     pools = [p for p in reading.pools if p.active]
@@ -279,11 +291,12 @@ def fleet_picture(reading: FleetReading | None = None) -> FleetPicture:
     for pool in pools:
         cap = capacities[pool.pk]
         affected, more = tenants_holding(pool) if cap.overcommitted else ([], 0)
-        rows.append(PoolRow(pool, fleet_counts(nodes_by_pool.get(pool.pk, [])), cap,
+        rows.append(PoolRow(pool, grouped_fleet_counts(nodes_by_pool.get(pool.pk, [])), cap,
                             affected, more, pool.pk in nodes_by_pool))
     unpooled = nodes_by_pool.get(None, [])
-    return FleetPicture(rows, fleet_counts(unpooled) if unpooled else None,
-                        fleet_counts(f for facts in nodes_by_pool.values() for f in facts))
+    return FleetPicture(rows, grouped_fleet_counts(unpooled) if unpooled else None,
+                        grouped_fleet_counts(g for groups in nodes_by_pool.values()
+                                             for g in groups))
 
 
 def last_sightings() -> dict[str, object]:

@@ -10,6 +10,7 @@ which is what says which selector or renderer to look at.
 from __future__ import annotations
 
 import cProfile
+import os
 import pstats
 import time
 from collections import defaultdict
@@ -92,7 +93,11 @@ def split_page(client, url: str, runs: int = 10) -> dict[str, float]:
     return out
 
 
-def heaviest_functions(client, url: str, top: int = 6) -> list[tuple[str, float]]:
+# How many of the project's functions each profile lists (PORTAL_BENCH_PROFILE_TOP).
+TOP = int(os.environ.get("PORTAL_BENCH_PROFILE_TOP") or 6)
+
+
+def heaviest_functions(client, url: str, top: int = TOP) -> list[tuple[str, float]]:
     """The project's functions by cumulative milliseconds over one request."""
     profile = cProfile.Profile()
     profile.enable()

@@ -49,7 +49,8 @@ RUNS = 30 if FULL or SIZES else 15
 PROFILE = os.environ.get("PORTAL_BENCH_PROFILE") == "1"
 # The heaviest pages, profiled with PORTAL_BENCH_PROFILE=1.
 PROFILED = ["finance: overview 6 months", "finance: overview 12 months", "admin: fleet",
-            "admin: review queue", "admin: review detail", "lead: requests", "lead: overview",
+            "admin: review queue", "admin: review detail", "admin: overview", "lead: requests",
+            "lead: overview", "lead: request", "lead: cost", "lead: new request form",
             "Prometheus scrape: /metrics"]
 
 
