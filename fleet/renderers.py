@@ -4,7 +4,7 @@ Why here and not in the template: through the template engine each row cost abou
 millisecond (a `{% url %}` reverse, a nested loop over MIG profiles, a humanize filter, the
 stale test twice): the loop was most of the admin's slowest page (the page benchmark's
 profile). Built here, the node address is reversed once per page and each row is one
-format_html, escaping every value as the template's autoescaping does
+tenants.markup.html_format, escaping every value as the template's autoescaping does
 (tests/unit/test_node_renderers.py holds the markup equal to the template's loop).
 """
 
@@ -15,8 +15,9 @@ from collections.abc import Iterable
 
 from django.contrib.humanize.templatetags.humanize import naturaltime
 from django.urls import reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
+
+from tenants.markup import html_format, html_join
 
 from .inventory.capacity import node_is_stale
 
@@ -35,8 +36,8 @@ EMPTY = ('<tr><td colspan="7" class="muted">No GPU nodes synced yet. Sync from K
 
 def _mig(node) -> SafeString | str:
     if node.mig_devices:
-        return mark_safe(", ".join(  # noqa: S308 - each part is format_html's
-            format_html("{}× {}", c, p) for p, c in node.mig_devices.items()))
+        return html_join((html_format("{}× {}", c, p) for p, c in node.mig_devices.items()),
+                         ", ")
     return node.mig_config or "—"
 
 
@@ -51,15 +52,15 @@ def node_rows(nodes: Iterable, *, many_clusters: bool, stale_before: dt.datetime
     rows = []
     for n in nodes:
         stale = node_is_stale(n.present, n.last_synced_at, stale_before)
-        rows.append(format_html(
+        rows.append(html_format(
             NODE_ROW, address(n), n.name,
-            format_html(' <span class="muted small">{}</span>', n.cluster.slug)
+            html_format(' <span class="muted small">{}</span>', n.cluster.slug)
             if many_clusters else "",
-            format_html(' <span class="chip">{} alloc</span>', n.n_alloc)
+            html_format(' <span class="chip">{} alloc</span>', n.n_alloc)
             if getattr(n, "n_alloc", 0) else "",
             (n.pool.name if n.pool else "") or n.pool_label or "—",
             n.gpu_count, n.gpu_model, _mig(n), n.state, n.state, n.reason,
             "stale" if stale else "muted",
             naturaltime(n.last_synced_at) if n.last_synced_at else "—",
-            mark_safe(' <span class="chip warn">stale</span>') if stale else ""))
-    return mark_safe("".join(rows) or EMPTY)  # noqa: S308 - every part is format_html's
+            SafeString(' <span class="chip warn">stale</span>') if stale else ""))
+    return html_join(rows) or EMPTY

@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
+from tenants.compiled import compiled_per_arguments
+
 from ..domain import Route
 from ..models import RateCard
 
@@ -64,15 +66,20 @@ def borrowing_is_billed(route: str) -> bool:
 
 # -- reads -----------------------------------------------------------------------------------
 
+@compiled_per_arguments()
+def _cards(pool_ids: tuple[int, ...]):
+    return (RateCard.objects.filter(pool_id__in=pool_ids)
+            .filter(Q(gpu_model="") | Q(gpu_model=F("pool__gpu_model")))
+            .values("pool_id", "effective_from", "rate_per_device_hour", "gpu_model"))
+
+
 def rate_history(pool_ids: Iterable[int]) -> dict[int, list[Rate]]:
     """Every card that applies to each pool (blank or the pool's own GPU model), in one
-    query."""
+    query (compiled once per set of pools: pages price the same active pools each view)."""
     out: dict[int, list[Rate]] = defaultdict(list)
-    cards = RateCard.objects.filter(pool_id__in=list(pool_ids)).filter(
-        Q(gpu_model="") | Q(gpu_model=F("pool__gpu_model")))
-    for pool_id, since, rate, model in cards.values_list(
-            "pool_id", "effective_from", "rate_per_device_hour", "gpu_model"):
-        out[pool_id].append(Rate(since, rate, bool(model)))
+    for card in _cards(tuple(pool_ids)):
+        out[card["pool_id"]].append(Rate(card["effective_from"], card["rate_per_device_hour"],
+                                         bool(card["gpu_model"])))
     return out
 
 

@@ -4,12 +4,15 @@ page's picture of every pool (counts, capacity, who an overcommitted pool affect
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
 from django.db.models import Count, F, Max, Sum
 from django.utils import timezone
+
+from tenants.compiled import compiled_per_arguments
 
 from ..models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
 from .capacity import (
@@ -62,6 +65,14 @@ COUNTED_COLUMNS = ("gpu_count", "validated", "ready", "health_problems", "cordon
                    "retiring", "present", "mig_devices")
 
 
+def _counted_facts(row: dict) -> NodeFacts:
+    return NodeFacts(
+        name="", gpu_count=row["gpu_count"], validated=row["validated"], ready=row["ready"],
+        health_problems=tuple(row["health_problems"] or ()), cordoned=row["cordoned"],
+        retiring=row["retiring"], present=row["present"],
+        mig_devices=tuple(sorted((k, int(v)) for k, v in (row["mig_devices"] or {}).items())))
+
+
 def grouped_facts(nodes, *, by_cluster: bool = True) -> dict:
     """Cluster id → pool id → [(NodeFacts with no name, how many of these nodes have exactly
     those counted facts)], grouped by the database: a few rows per pool, not one per node, for
@@ -70,45 +81,60 @@ def grouped_facts(nodes, *, by_cluster: bool = True) -> dict:
     keys = ("cluster_id", "pool_id") if by_cluster else ("pool_id",)
     out: dict = {None: {}} if not by_cluster else {}
     for row in nodes.values(*keys, *COUNTED_COLUMNS).annotate(n=Count("pk")).order_by():
-        facts = NodeFacts(
-            name="", gpu_count=row["gpu_count"], validated=row["validated"], ready=row["ready"],
-            health_problems=tuple(row["health_problems"] or ()), cordoned=row["cordoned"],
-            retiring=row["retiring"], present=row["present"],
-            mig_devices=tuple(sorted((k, int(v)) for k, v in
-                                     (row["mig_devices"] or {}).items())))
         per = out.setdefault(row["cluster_id"] if by_cluster else None, {})
-        per.setdefault(row["pool_id"], []).append((facts, row["n"]))
+        per.setdefault(row["pool_id"], []).append((_counted_facts(row), row["n"]))
     return out
 
 
-def counts_by_pool(nodes) -> dict[int | None, FleetCounts]:
-    """Pool id → fleet_counts of these nodes, from their grouped facts."""
-    return {pool_id: grouped_fleet_counts(groups)
-            for pool_id, groups in grouped_facts(nodes, by_cluster=False)[None].items()}
+# pools_capacity's reads, compiled once per set of pools (tenants.compiled): the pages that
+# promise capacity ask about the same active pools on every view.
+
+@compiled_per_arguments()
+def _node_groups(pool_ids: tuple[int, ...]):
+    return (GpuNode.objects.filter(pool_id__in=pool_ids).values("pool_id", *COUNTED_COLUMNS)
+            .annotate(n=Count("pk")).order_by())
+
+
+@compiled_per_arguments()
+def _held(pool_ids: tuple[int, ...]):
+    return (Allocation.objects.filter(pool_id__in=pool_ids, status__in=Allocation.HOLDING)
+            .values("pool_id", "mig_profile")
+            .annotate(devices=Sum("device_equivalents"), slices=Sum("mig_count")).order_by())
+
+
+@compiled_per_arguments()
+def _reserved(pool_ids: tuple[int, ...]):
+    return (GpuNode.objects.filter(pool_id__in=pool_ids,
+                                   allocations__status__in=Allocation.HOLDING,
+                                   allocations__pool_id=F("pool_id"))
+            .values("pool_id", "name").distinct().order_by())
+
+
+def counts_by_pool(pool_ids: Iterable[int]) -> dict[int, FleetCounts]:
+    """Pool id → fleet_counts of the pools' nodes, from their grouped facts."""
+    groups: dict[int, list] = {}
+    for row in _node_groups(tuple(pool_ids)):
+        groups.setdefault(row["pool_id"], []).append((_counted_facts(row), row["n"]))
+    return {pool_id: grouped_fleet_counts(found) for pool_id, found in groups.items()}
 
 
 def pools_capacity(pools, *, counts: dict | None = None) -> dict[int, PromisableCapacity]:
     """pool_capacity of many pools in three queries, whatever their number (pages that show
     every pool). `counts` (pool id → FleetCounts) reuses nodes a page has counted already."""
     pools = list(pools)
-    ids = [p.pk for p in pools]
+    ids = tuple(p.pk for p in pools)
     held: dict[int, Decimal] = {}
     mig_used: dict[int, Counter] = {}
-    for pool_id, profile, devices, slices in (
-            Allocation.objects.filter(pool_id__in=ids, status__in=Allocation.HOLDING)
-            .values("pool_id", "mig_profile")
-            .annotate(devices=Sum("device_equivalents"), slices=Sum("mig_count"))
-            .values_list("pool_id", "mig_profile", "devices", "slices").order_by()):
-        held[pool_id] = held.get(pool_id, Decimal(0)) + Decimal(devices or 0)
-        if profile:
-            mig_used.setdefault(pool_id, Counter())[profile] += slices or 0
+    for row in _held(ids):
+        pool_id = row["pool_id"]
+        held[pool_id] = held.get(pool_id, Decimal(0)) + Decimal(row["devices"] or 0)
+        if row["mig_profile"]:
+            mig_used.setdefault(pool_id, Counter())[row["mig_profile"]] += row["slices"] or 0
     if counts is None:
-        counts = counts_by_pool(GpuNode.objects.filter(pool_id__in=ids))
+        counts = counts_by_pool(ids)
     reserved: dict[int, list[str]] = {}
-    for pool_id, name in GpuNode.objects.filter(
-            pool_id__in=ids, allocations__status__in=Allocation.HOLDING,
-            allocations__pool_id=F("pool_id")).values_list("pool_id", "name").distinct():
-        reserved.setdefault(pool_id, []).append(name)
+    for row in _reserved(ids):
+        reserved.setdefault(row["pool_id"], []).append(row["name"])
     return {pool.pk: capacity_from_counts(
         counts.get(pool.pk) or FleetCounts(), allocated_devices=held.get(pool.pk, Decimal(0)),
         reserved_nodes=reserved.get(pool.pk, []), allocated_mig=dict(mig_used.get(pool.pk, {})),
