@@ -23,7 +23,6 @@ from fleet.inventory.selectors import (
     pool_capacity,
     pool_endings,
     pools_capacity,
-    pools_for_route,
 )
 from fleet.models import Cluster, Pool, Route
 from tenants.models import AuditEvent
@@ -50,7 +49,7 @@ def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None, *,
     how many live clusters there are (with one, where a request lands goes without saying)."""
     cap = cap or pool_capacity(pool)
     if clusters is None:
-        clusters = Cluster.objects.live().count()
+        clusters = live_clusters()
     return PoolFacts(
         name=pool.name, route=pool.route, gpu_model=pool.gpu_model,
         devices_per_node=pool.devices_per_node, capacity_devices=cap.capacity_devices,
@@ -74,12 +73,26 @@ def dispatch_capacity(pool: Pool) -> tuple[tuple[str, int], ...]:
 
 
 @once_per_request
+def live_clusters() -> int:
+    """How many live clusters there are (with one, where a request lands goes without
+    saying)."""
+    return Cluster.objects.live().count()
+
+
+@once_per_request
+def active_pools() -> tuple[Pool, ...]:
+    """Every active pool, its cluster joined, in the pools' own order (route, then name):
+    read once for a reading request by every planner and offer that picks among them."""
+    return tuple(Pool.objects.filter(active=True).select_related("cluster"))
+
+
+@once_per_request
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
     """Every active pool with its facts, in a fixed number of queries (overview, review)."""
-    pools = list(Pool.objects.filter(active=True).select_related("cluster"))
+    pools = active_pools()
     capacities = pools_capacity(pools)
     rates = pool_rates([p.pk for p in pools], timezone.now())
-    clusters = Cluster.objects.live().count()
+    clusters = live_clusters()
     return [(p, pool_facts(p, capacities[p.pk], rates[p.pk], clusters=clusters))
             for p in pools]
 
@@ -96,8 +109,7 @@ def mig_offer(gpu_model: str = "") -> tuple[int, tuple[str, ...]]:
 
     Memory → profile mapping depends on both (80 GB and 141 GB parts slice differently).
     """
-    pools = pools_for_route(Route.MIG_VCLUSTER, gpu_model)
-    pool = pools.first()
+    pool = first_active_pool(Route.MIG_VCLUSTER, gpu_model)
     if pool is None and gpu_model:
         memory = (Pool.objects.filter(gpu_model=gpu_model)
                   .values_list("gpu_memory_gb", flat=True).first())
@@ -127,28 +139,30 @@ def pool_for_route(decision: RouteDecision, gpu_model: str = "", pool: Pool | No
                    *, facts: dict | None = None) -> Pool | None:
     """The pool that takes a routed request: the one it names if it serves the route, else
     the first active pool of the route (and GPU model) by name — among the pools a page read
-    already when `facts` is an ActivePools (the same pool: they are every active pool, in
-    route and name order)."""
+    already (an ActivePools, or active_pools: every active pool, in route and name order)."""
     if decision.route is None:
         return None
     if pool is not None and pool.route == decision.route:
         return pool
-    if isinstance(facts, ActivePools):
-        return next((p for p in facts.pools if p.route == decision.route
-                     and (not gpu_model or p.gpu_model == gpu_model)), None)
-    return pools_for_route(decision.route, gpu_model).first()
+    return first_active_pool(decision.route, gpu_model,
+                             facts.pools if isinstance(facts, ActivePools) else None)
+
+
+def first_active_pool(route: str, gpu_model: str = "", pools=None) -> Pool | None:
+    """The active pool that takes a route (and GPU model): the first by name, among `pools`
+    (every active pool, in route and name order) or active_pools."""
+    return next((p for p in (active_pools() if pools is None else pools) if p.route == route
+                 and (not gpu_model or p.gpu_model == gpu_model)), None)
 
 
 def named_pool(pool_id: int | None, facts: dict | None = None) -> Pool | None:
     """The pool a request names, read fresh (not a cached relation) — or as this request
-    read it already, among an ActivePools."""
+    read it already, among the active pools (an ActivePools, or active_pools)."""
     if not pool_id:
         return None
-    if isinstance(facts, ActivePools):
-        found = next((p for p in facts.pools if p.pk == pool_id), None)
-        if found is not None:
-            return found
-    return Pool.objects.filter(pk=pool_id).first()
+    pools = facts.pools if isinstance(facts, ActivePools) else active_pools()
+    found = next((p for p in pools if p.pk == pool_id), None)
+    return found if found is not None else Pool.objects.filter(pk=pool_id).first()
 
 
 def facts_of_active_pools() -> ActivePools:
@@ -264,9 +278,8 @@ def why_not_yet(plan) -> str:
     """For a request that fits later: when, in words (an estimate from allocations' ends)."""
     if plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None:
         return ""
-    pool = Pool.objects.get(pk=plan.pool.pool_id)
     when = earliest_free(needed=plan.held_devices, free_now=plan.pool.free_devices,
-                         endings=pool_endings(pool))
+                         endings=pool_endings(plan.pool.pool_id))
     if when is None:
         return ("Not running yet: the allocations holding this pool are open-ended or end too "
                 "late to free enough; it waits for a release, a larger pool, or a route "
@@ -401,9 +414,8 @@ def override_options(request: CapacityRequest, facts: dict | None = None) -> lis
 def offered_mig_profiles() -> list:
     """The fractional MIG profiles the active MIG pools offer (every fractional profile
     while none is configured): what the form and the API accept alike."""
-    offered = {name for profiles in Pool.objects.filter(
-        active=True, route=Route.MIG_VCLUSTER).values_list("mig_profiles", flat=True)
-        for name in (profiles or [])}
+    offered = {name for pool in active_pools() if pool.route == Route.MIG_VCLUSTER
+               for name in (pool.mig_profiles or [])}
     return [p for p in ALL_MIG_PROFILES.values()
             if p.is_fraction and (not offered or p.name in offered)]
 

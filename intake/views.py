@@ -68,7 +68,7 @@ from .tally import request_counts
 def get_request_for(user, pk: int) -> CapacityRequest:
     """The request if the user may see it, else 404 (other tenants' requests do not exist)."""
     qs = scope_to_tenants(user, CapacityRequest.objects.select_related(
-        "tenant", "requester", "pool", "decided_by", "allocation"))
+        "tenant", "requester", "pool", "decided_by", "allocation__pool__cluster"))
     return get_object_or_404(qs, pk=pk)
 
 

@@ -141,16 +141,9 @@ def pools_capacity(pools, *, counts: dict | None = None) -> dict[int, Promisable
         ceiling=pool.capacity_devices) for pool in pools}
 
 
-def pools_for_route(route: str, gpu_model: str = ""):
-    pools = Pool.objects.filter(route=route, active=True)
-    if gpu_model:
-        pools = pools.filter(gpu_model=gpu_model)
-    return pools.order_by("name")
-
-
-def pool_endings(pool: Pool) -> list[tuple]:
+def pool_endings(pool_id: int) -> list[tuple]:
     """(ends_at, devices) of the allocations holding capacity in the pool that do end."""
-    return list(Allocation.objects.filter(pool=pool, status__in=Allocation.HOLDING,
+    return list(Allocation.objects.filter(pool_id=pool_id, status__in=Allocation.HOLDING,
                                           ends_at__isnull=False)
                 .values_list("ends_at", "device_equivalents"))
 
