@@ -20,6 +20,9 @@ class QueueFiguresSerializer(serializers.Serializer):
     borrowed = serializers.DecimalField(max_digits=12, decimal_places=4)
     in_cohort = serializers.BooleanField()
     active = serializers.BooleanField()
+    inactive_reason = serializers.CharField(help_text=(
+        "why Kueue admits nothing from this queue, in words with Kueue's own reason (empty "
+        "while it is active)"))
     policy = serializers.CharField(help_text="the queue's preemption and borrowing policy, "
                                              "in words")
     resize_pending = serializers.CharField(help_text=(

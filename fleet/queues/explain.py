@@ -50,6 +50,7 @@ from .truth import (
     explain_deactivated,
     explain_stopping,
     history_by_day,
+    inactive_queue_words,
     percentile,
     queue_policy_words,
     stopping_entry,
@@ -100,6 +101,12 @@ class QueueView:
                 "this page with it.")
 
     @property
+    def inactive(self) -> str:
+        """Kueue's reason its queue admits nothing, in words (empty while it is active)."""
+        q = self.queue
+        return "" if q is None or q.active else inactive_queue_words(q.inactive_reason)
+
+    @property
     def policy(self) -> str:
         return queue_policy_words(self.queue) if self.queue else ""
 
@@ -118,7 +125,7 @@ class QueueView:
                 "resource": q.resource, "nominal": q.nominal,
                 "borrowing_limit": q.borrowing_limit if q.cohort else None,
                 "in_use": q.usage, "borrowed": q.borrowed, "in_cohort": bool(q.cohort),
-                "active": q.active, "policy": self.policy,
+                "active": q.active, "inactive_reason": self.inactive, "policy": self.policy,
                 "resize_pending": self.quota_catching_up},
             "borrowed_price_per_hour": self.borrowed_price_per_hour,
             "running": [{"name": w.display_name, "devices": w.devices, "since": w.admitted_at,

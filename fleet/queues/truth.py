@@ -409,6 +409,29 @@ def duration(seconds: float) -> str:
     return f"{days} d {hours} h" if hours else f"{days} d"
 
 
+# Kueue's reasons for a ClusterQueue's `Active` condition being False (v0.17), in a tenant's
+# words; any other reason is quoted as Kueue gave it.
+INACTIVE_QUEUE_WORDS = {
+    "Stopped": "the platform team has stopped it",
+    "Terminating": "it is being deleted",
+    "FlavorNotFound": "Kueue has not found its resource flavor yet (usual for the first "
+                      "seconds after a queue is made)",
+    "AdmissionCheckNotFound": "a check it needs before admitting (the dispatch to worker "
+                              "clusters) does not exist yet",
+    "AdmissionCheckInactive": "a check it needs before admitting (the dispatch to worker "
+                              "clusters) is not active yet",
+}
+
+
+def inactive_queue_words(reason: str) -> str:
+    """Why nothing is admitted from a queue Kueue reports inactive: Kueue's reason in words,
+    and the reason itself (nobody is told by the portal; the page says what Kueue says)."""
+    why = INACTIVE_QUEUE_WORDS.get(reason, "Kueue reports it inactive")
+    return (f"The queue of this allocation is not accepting work right now: {why} (Kueue: "
+            f"{reason or 'no reason given'}). Nothing is admitted until Kueue reports it "
+            "active again.")
+
+
 @dataclass(frozen=True)
 class Waiting:
     """Why one pending workload waits, in the tenant's words, and a code for filters."""
@@ -427,9 +450,7 @@ def explain_pending(w: WorkloadFacts, queue: QueueFacts, *, own_running:
     meanwhile (Kueue reclaims it for work that fits the quota); never who holds what."""
     unit = queue.resource
     if not queue.active:
-        return Waiting("queue-stopped", "The queue of this allocation is not accepting work "
-                       "right now (stopped or being changed by the platform team); nothing is "
-                       "admitted until it is active again.")
+        return Waiting("queue-stopped", inactive_queue_words(queue.inactive_reason))
     if w.state == DEACTIVATED or w.pending_reason in ("Inactive", "Deactivated") or (
             w.stop and is_deactivation(w.stop.reason)):
         return Waiting("deactivated", explain_deactivated(w))

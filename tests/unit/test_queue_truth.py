@@ -28,6 +28,7 @@ from fleet.queues.truth import (
     explain_pending,
     explain_stop,
     history_by_day,
+    inactive_queue_words,
     parse_cluster_queue,
     parse_workload,
     percentile,
@@ -416,3 +417,20 @@ def test_a_deactivation_is_recorded_as_a_stop_once():
     stop = next(e for e in first if e["kind"] == "evicted")
     assert "time limit" in stop["reason"]
     assert transition_events(old, new, now=NOW, borrowed=Decimal(0)) == []
+
+
+@pytest.mark.parametrize("reason", ["Stopped", "FlavorNotFound", "AdmissionCheckInactive",
+                                    "SomethingKueueAddsLater", ""])
+def test_a_queue_kueue_reports_inactive_is_explained_with_kueues_own_reason(reason):
+    body = cluster_queue()
+    body["status"]["conditions"] = [{"type": "Active", "status": "False", "reason": reason}]
+    q = parse_cluster_queue(body)
+    assert not q.active and q.inactive_reason == reason
+    why = explain_pending(facts("eval-3", 1), q, own_running=[], ahead=[],
+                          cohort_free=Decimal(0), now=NOW)
+    assert why.code == "queue-stopped" and why.text == inactive_queue_words(reason)
+    assert f"(Kueue: {reason or 'no reason given'})" in why.text
+    # nobody is told by the portal, so the words never say so
+    assert "told" not in why.text and "platform team has been" not in why.text
+    assert ("being deleted" in why.text) is (reason == "Terminating")
+    assert ("resource flavor" in why.text) is (reason == "FlavorNotFound")

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fleet.inventory.pricing import pool_rate
 from fleet.kube import DryRunBackend
-from fleet.models import Allocation, QueueEvent, QueueWorkload, Route
+from fleet.models import Allocation, ClusterQueueState, QueueEvent, QueueWorkload, Route
 from fleet.queues.sync import queue_sync
 from portal.demo_queues import seed_demo_queues
 
@@ -279,3 +279,23 @@ def test_a_resize_kueue_has_not_reported_yet_is_said_not_hidden(client, lead, qu
     body = client.get(f"/api/allocations/{acme.pk}/queue/").json()
     assert body["queue"]["resize_pending"].startswith("It holds 2 devices now; Kueue's "
                                                       "quota as last read is still 4 devices")
+
+
+def test_a_queue_kueue_reports_inactive_says_kueues_reason_on_the_page_and_api(client, lead,
+                                                                            queues):
+    acme, _ = queues
+    state = ClusterQueueState.objects.get(allocation=acme)
+    state.active, state.inactive_reason = False, "FlavorNotFound"
+    state.save()
+    client.force_login(lead)
+    view = client.get(f"/api/allocations/{acme.pk}/queue/").json()
+    words = view["queue"]["inactive_reason"]
+    assert "(Kueue: FlavorNotFound)" in words and view["queue"]["active"] is False
+    (waiting,) = view["pending"]
+    assert waiting["reason_code"] == "queue-stopped" and waiting["reason"] == words
+    page = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    assert "resource flavor yet" in page and "has been told" not in page
+    state.active, state.inactive_reason = True, ""
+    state.save()
+    assert client.get(f"/api/allocations/{acme.pk}/queue/").json()["queue"][
+        "inactive_reason"] == ""
