@@ -11,7 +11,7 @@ from fleet.models import Pool, Route
 from tenants.audit import REASON_MAX
 from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
-from tenants.widgets import FastSelect, TenantPicker
+from tenants.widgets import FastSelect, ReadOnceModelChoiceField, TenantPicker
 
 from .domain import Fill, IntakeAnswers, Isolation, Status
 from .models import STATUS_CHOICES, CapacityRequest
@@ -28,7 +28,7 @@ def _mig_choices() -> list[tuple[str, str]]:
 
 
 class CapacityRequestForm(forms.ModelForm):
-    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
+    tenant = ReadOnceModelChoiceField(queryset=Tenant.objects.none(), empty_label=None)
     mig_profile = forms.ChoiceField(choices=_mig_choices, required=False, label="MIG profile")
     gpu_model = forms.ChoiceField(required=False, label="GPU model")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django import template
 
+from tenants.widget_html import widget_html
+
 register = template.Library()
 
 
@@ -43,5 +45,5 @@ def field_widget(field, nohelp=False) -> str:
         attrs["aria-describedby"] = ids
     if field.auto_id and "id" not in widget.attrs:
         attrs.setdefault("id", field.auto_id)
-    return widget.render(name=field.html_name, value=field.value(), attrs=attrs,
-                         renderer=field.form.renderer)
+    return widget_html(widget, field.html_name, field.value(), attrs,
+                       renderer=field.form.renderer)
