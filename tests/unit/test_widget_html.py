@@ -158,3 +158,31 @@ def test_a_tenant_choice_reads_its_tenants_once_and_offers_what_django_offers(
             "id_plain", "id_once")
         Tenant.objects.create(slug=f"new-{empty is None}", name="NEW")  # a new form sees it
         assert "NEW" in str(Form()["once"])
+
+
+class Sample(forms.Form):
+    name = forms.CharField(help_text="Say <who> & why")
+    kind = forms.ChoiceField(choices=[("a", "A"), ("b", "B")], widget=forms.RadioSelect,
+                             required=False, label="Kind <of>")
+
+
+def test_a_form_field_is_labelled_described_and_escaped():
+    from portal.templatetags.form_fields import form_field
+
+    form = Sample(data={"name": "", "kind": "zzz"})
+    form.is_valid()
+    name = str(form_field(form["name"], **{"class": "wide"}))
+    assert name.startswith('<div class="field has-error wide">')
+    assert '<label for="id_name">Name <span class="req" aria-hidden="true">*</span></label>' \
+        in name
+    assert 'aria-describedby="id_name_helptext id_name_error"' in name
+    assert '<small class="help" id="id_name_helptext">Say &lt;who&gt; &amp; why</small>' in name
+    assert '<div class="errors" id="id_name_error"><small class="error" role="alert">' in name
+    quiet = str(form_field(form["name"], nohelp=True))
+    assert "helptext" not in quiet and 'aria-describedby="id_name_error"' in quiet
+    kind = str(form_field(form["kind"]))
+    assert kind.startswith('<fieldset class="field has-error" aria-describedby="id_kind_error">')
+    assert "<legend>Kind &lt;of&gt;</legend>" in kind and kind.endswith("</fieldset>")
+    assert "Select a valid choice. zzz is not one of the available choices." in kind
+    fine = str(form_field(Sample()["kind"]))
+    assert "aria-describedby" not in fine.split(">", 1)[0] and "has-error" not in fine
