@@ -221,10 +221,13 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
         if months is not None:
             qs = qs.filter(**{f"{names['month']}__in": months})
         cols = [names[k] for k in by]
-        for row in qs.values(*cols).annotate(**sums).order_by():
-            t = out[tuple(row[c] for c in cols)]
-            for name in sums:
-                t[name] += row[name] or ZERO
+        n = len(cols)
+        # As tuples (values_list): a page of every tenant and month reads ~1,000 groups,
+        # and building a dict per row was a third of this loop.
+        for row in qs.values(*cols).annotate(**sums).values_list(*cols, *sums).order_by():
+            t = out[row[:n]]
+            for name, value in zip(sums, row[n:], strict=True):
+                t[name] += value or ZERO
 
     if route:
         # A route's share: its lines summed here (the totals are per pool, not per route).
