@@ -344,7 +344,7 @@ def test_benchmark_dispatch_latency(dispatching, workers, kube, control_plane, k
     from concurrent.futures import ThreadPoolExecutor
 
     full = os.environ.get("PORTAL_BENCH_FULL") == "1"
-    n = 1_000 if full else 40
+    n = 1_000 if full else 20
     e = TenantFactory(slug="mke", name="MK E")
     lead = make_lead(e, "lead-mke")
     alloc = dispatched(e, lead, admin_user, django_capture_on_commit_callbacks, 8)
@@ -364,7 +364,7 @@ def test_benchmark_dispatch_latency(dispatching, workers, kube, control_plane, k
     submitted_in = time.monotonic() - started
 
     # The wait is for progress, not for a fixed span: at ~1 workload/s here 1,000 take longer
-    # than any fixed timeout fit for 40; it fails once nothing more has run for two minutes.
+    # than any fixed timeout fit for 20; it fails once nothing more has run for two minutes.
     progress = {"ran": 0, "since": time.monotonic()}
 
     def all_ran() -> None:
