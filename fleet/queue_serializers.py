@@ -215,6 +215,9 @@ class QueueSerializer(serializers.Serializer):
                                                 "from the workload ledger")
     jobs = JobLedgerSerializer(many=True, help_text="the latest workloads, each step from "
                                                     "queued to finished")
+    first_work = serializers.CharField(help_text=(
+        "while no workload has ever reached the queue: how a first Job appears and why it may "
+        "take a while (empty once work was seen)"))
 
 
 class CohortRowSerializer(serializers.Serializer):

@@ -40,6 +40,7 @@ from .timing import clock_words, is_fine
 from .truth import (
     ADMITTED,
     DEACTIVATED,
+    FIRST_WORK_WORDS,
     PENDING,
     STOPPING,
     DayFigures,
@@ -81,6 +82,7 @@ class QueueView:
     seams: list[dict] = field(default_factory=list)
     jobs: list[dict] = field(default_factory=list)
     worker_names: dict[str, str] = field(default_factory=dict)  # MultiKueue name → cluster's
+    first_work: str = ""  # words while no workload ever reached the queue
 
     @property
     def running_where(self) -> list[tuple[WorkloadFacts, str]]:
@@ -158,6 +160,7 @@ class QueueView:
             "history_groups": self.history_groups,
             "seams": self.seams,
             "jobs": self.jobs,
+            "first_work": self.first_work,
         }
 
 
@@ -193,6 +196,9 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         (row_facts(r) for r in rows if r.state == DEACTIVATED),
         key=lambda w: (w.stop.at if w.stop and w.stop.at else now), reverse=True)]
     rows = [r for r in rows if r.state != DEACTIVATED]
+    if not rows and not view.deactivated and \
+            not QueueWorkload.objects.filter(allocation=alloc).exists():
+        view.first_work = FIRST_WORK_WORDS
     view.stopping = [(f, explain_stopping(f, view.unit)) for f in sorted(
         (row_facts(r) for r in rows if r.state == STOPPING), key=lambda w: w.stop.at or now)]
     view.running = sorted((row_facts(r) for r in rows if r.state == ADMITTED),

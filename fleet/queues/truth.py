@@ -432,6 +432,17 @@ def inactive_queue_words(reason: str) -> str:
             "active again.")
 
 
+# Before any work reached a queue: what a tenant who just submitted its first Job sees
+# nothing of. The wait Kueue's own rate limit makes leaves no reason anywhere the portal
+# reads (measured: docs/deploy.md).
+FIRST_WORK_WORDS = (
+    "No work has reached this queue yet. A Job submitted to its LocalQueue shows here once "
+    "Kueue has made a Workload for it: within a second or two on a quiet platform. Right "
+    "after many allocations are provisioned together Kueue can take tens of seconds, as it "
+    "paces its own calls to the cluster, and it records no reason while it does "
+    "(kubectl get workloads in the namespace shows what Kueue has made so far).")
+
+
 @dataclass(frozen=True)
 class Waiting:
     """Why one pending workload waits, in the tenant's words, and a code for filters."""

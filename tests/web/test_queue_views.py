@@ -299,3 +299,15 @@ def test_a_queue_kueue_reports_inactive_says_kueues_reason_on_the_page_and_api(c
     state.save()
     assert client.get(f"/api/allocations/{acme.pk}/queue/").json()["queue"][
         "inactive_reason"] == ""
+
+
+def test_a_queue_no_work_has_reached_says_how_a_first_job_appears(client, lead, queues):
+    acme, _ = queues
+    client.force_login(lead)
+    assert client.get(f"/api/allocations/{acme.pk}/queue/").json()["first_work"] == ""
+    QueueWorkload.objects.filter(allocation=acme).delete()  # as before its first Job
+    body = client.get(f"/api/allocations/{acme.pk}/queue/").json()
+    assert body["first_work"].startswith("No work has reached this queue yet.")
+    assert "records no reason" in body["first_work"] and body["pending"] == []
+    page = client.get(f"/allocations/{acme.pk}/queue/").content.decode()
+    assert "No work has reached this queue yet." in page and "Nothing is waiting." not in page
