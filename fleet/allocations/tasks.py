@@ -39,7 +39,8 @@ def provision_allocation(self, allocation_id: int, resume: dict | None = None) -
         # this allocation's attempts, so PORTAL_PROVISION_MAX_RETRIES still ends them.
         provision_allocation.apply_async((allocation_id,), {"resume": pending.as_task_kwargs()},
                                          countdown=pending.pause(),
-                                         retries=self.request.retries)
+                                         retries=self.request.retries,
+                                         queue=settings.PROVISIONING_RESUME_QUEUE)
 
     try:
         return allocation_provision(allocation_id, resume=resume,
