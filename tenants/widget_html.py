@@ -71,43 +71,46 @@ OPTIONS = {f"{W}select_option.html": _option, f"{W}input_option.html": _input_op
            f"{W}checkbox_option.html": _wrapped_option}
 
 
-def _select(w: dict) -> str | None:
-    parts = [f'<select name="{_e(w["name"])}"{_attrs(w["attrs"])}>']
+def _groups(w: dict, *, opening: str, closing: str, option: str, kinds) -> str | None:
+    """The optgroups of a choice widget: each named group opened and closed as given, each
+    option rendered into `option` ({} for its markup); None when an option has a template
+    of its own (not one of `kinds`)."""
+    parts = []
     for group, options, _ in w["optgroups"]:
         if group:
-            parts.append(f'\n  <optgroup label="{_e(group)}">')
+            parts.append(opening.format(_e(group)))
         for o in options:
             render = OPTIONS.get(o["template_name"])
-            if render is not _option:
+            if render not in kinds:
                 return None
-            parts.append(f"\n  {render(o)}\n")  # the option template's last newline
+            parts.append(option.format(render(o)))
         if group:
-            parts.append("\n  </optgroup>")
-    parts.append("\n</select>")
+            parts.append(closing)
     return "".join(parts)
+
+
+def _select(w: dict) -> str | None:
+    # "\n" after each option: the option template's last newline
+    body = _groups(w, opening='\n  <optgroup label="{}">', closing="\n  </optgroup>",
+                   option="\n  {}\n", kinds=(_option,))
+    if body is None:
+        return None
+    return f'<select name="{_e(w["name"])}"{_attrs(w["attrs"])}>{body}\n</select>'
 
 
 def _multiple_input(w: dict) -> str | None:
     """django/forms/widgets/multiple_input.html (radio buttons, checkbox lists)."""
+    body = _groups(w, opening="\n  <div><label>{}</label>", closing="\n  </div>",
+                   option="<div>\n    {}</div>", kinds=(_input_option, _wrapped_option))
+    if body is None:
+        return None
     wid, css = w["attrs"].get("id"), w["attrs"].get("class")
     head = "<div"
     if wid:
         head += f' id="{_e(wid)}"'
     if css:
         head += f' class="{_e(css)}"'
-    parts = [f"{head}>"]
-    for group, options, _ in w["optgroups"]:
-        if group:
-            parts.append(f"\n  <div><label>{_e(group)}</label>")
-        for o in options:
-            render = OPTIONS.get(o["template_name"])
-            if render is None or render is _option:
-                return None
-            parts.append(f"<div>\n    {render(o)}</div>")
-        if group:
-            parts.append("\n  </div>")
-    parts.append("\n</div>")
-    return "".join(parts)
+    return f"{head}>{body}\n</div>"
 
 
 WIDGETS = {f"{W}textarea.html": _textarea, f"{W}select.html": _select,
