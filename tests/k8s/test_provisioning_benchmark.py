@@ -14,7 +14,9 @@ import datetime as dt
 import json
 import os
 import re
+import resource
 import shutil
+import statistics
 import subprocess
 import time
 from collections import Counter
@@ -22,18 +24,24 @@ from pathlib import Path
 
 import pytest
 
+from fleet.allocations.apply import apply_together
 from fleet.allocations.desired import allocation_manifests
+from fleet.allocations.manifests import apply_waves
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import set_backend
 from fleet.models import Allocation, Pool, Route
 from intake import services
+from portal.celery import app
+from tenants.models import AuditEvent
 from tests.factories import make_request
+from tests.harness.controlplane import ensure_kubectl
 from tests.harness.kueue import kueue_client_connection
 from tests.harness.procs import ManagedProcess, celery_worker, wait_until
 from tests.harness.waiting import eventually
 
 from .approvals import ROUTE_REQUESTS, VALID
 from .gpu_nodes import create_gpu_node
+from .workloads import WORKLOADS, condition, first_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
@@ -45,8 +53,6 @@ def kubectl() -> str:
     found = shutil.which("kubectl")
     if found:
         return found
-    from tests.harness.controlplane import ensure_kubectl
-
     return str(ensure_kubectl())
 
 
@@ -60,8 +66,6 @@ def renamed(manifest: dict, namespace: str, suffix: str, allocation_id: int) -> 
 
 def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, portal_kube, pools,
                                                  tenant, lead, admin_user, tmp_path, kueue):
-    from portal.celery import app
-
     set_backend(portal_kube)
     shared_routes = (Route.SHARED_POOL, Route.MIG_VCLUSTER, Route.CONFIDENTIAL_POOL)
     # No ceiling: the nodes made below are the capacity.
@@ -140,8 +144,6 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
                       for m in allocation_manifests(alloc)]
     path = tmp_path / "objects.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
-    import resource
-
     cpu_before = cpu_by_program()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started_k = time.monotonic()
@@ -156,9 +158,6 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
                                          - children.ru_utime - children.ru_stime)],
                          key=lambda x: -x[1])
     assert result.returncode == 0, result.stderr[-2000:]
-    from fleet.allocations.apply import apply_together
-    from fleet.allocations.manifests import apply_waves
-
     started_a = time.monotonic()
     for alloc in Allocation.objects.all():
         for wave in apply_waves([renamed(m, alloc.namespace, "-a", alloc.pk)
@@ -166,8 +165,6 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
             apply_together(portal_kube, wave)
     adapter_s = time.monotonic() - started_a
     portal_s = done - started
-    from tenants.models import AuditEvent
-
     waits = [e.data["guards_in_force_seconds"] for e in AuditEvent.objects.filter(
         subject_type="allocation", subject_id__in=ids, action="allocation.active")
         if "guards_in_force_seconds" in e.data]
@@ -224,8 +221,6 @@ class FirstJobs:
         self.pending: dict[str, Counter] = {}
 
     def submit_for_active(self) -> None:
-        from .workloads import first_job
-
         for alloc in Allocation.objects.filter(pk__in=self.ids, status="active").exclude(
                 pk__in=self.submitted):
             body = first_job(alloc, self.admin)
@@ -235,8 +230,6 @@ class FirstJobs:
                 alloc, dt.datetime.now(dt.UTC))
 
     def poll(self) -> None:
-        from .workloads import WORKLOADS, condition
-
         for wl in self.admin.list(*WORKLOADS):
             owners = wl["metadata"].get("ownerReferences") or []
             key = (wl["metadata"]["namespace"], owners[0]["name"] if owners else "")
@@ -266,12 +259,11 @@ class FirstJobs:
             f"{len(self.jobs)} first Jobs not admitted: {sorted(self.jobs)[:5]}"
 
     def by_route(self) -> dict[str, dict]:
-        from statistics import median
-
-        return {route: {"median": median(r[0] for r in rows), "most": max(r[0] for r in rows),
-                        "after_active": median(r[1] for r in rows),
-                        "created": median(r[2] for r in rows),
-                        "reserved": median(r[3] for r in rows),
+        return {route: {"median": statistics.median(r[0] for r in rows),
+                        "most": max(r[0] for r in rows),
+                        "after_active": statistics.median(r[1] for r in rows),
+                        "created": statistics.median(r[2] for r in rows),
+                        "reserved": statistics.median(r[3] for r in rows),
                         "reserved_most": max(r[3] for r in rows),
                         "pending": self.pending.get(route, Counter()).most_common(3)}
                 for route, rows in sorted(self.rows.items())}
@@ -321,10 +313,6 @@ def approval_to_active_by_route(ids: list[int]) -> dict[str, tuple[float, float,
     """Per route, from the audit trail: the median and the longest time from an allocation's
     approval (its creation) to its "active" event, and when the route's last one was active
     (seconds after the first approval)."""
-    import statistics
-
-    from tenants.models import AuditEvent
-
     allocs = {a.pk: a for a in Allocation.objects.filter(pk__in=ids)}
     first = min(a.created_at for a in allocs.values())
     active = dict(AuditEvent.objects.filter(

@@ -4,12 +4,13 @@ name would be sent every period and never run, silently."""
 import pytest
 from django.conf import settings
 
+from fleet.allocations import tasks
+from portal.celery import app
+
 pytestmark = pytest.mark.unit
 
 
 def test_every_scheduled_task_is_registered():
-    from portal.celery import app
-
     app.loader.import_default_modules()  # what a worker imports at start
     scheduled = {name: entry["task"] for name, entry in settings.CELERY_BEAT_SCHEDULE.items()}
     assert "intake.tasks.compact_request_tally" in scheduled.values()
@@ -22,9 +23,6 @@ def test_every_scheduled_task_is_registered():
 def test_a_guarded_allocations_resume_goes_to_a_queue_every_worker_consumes(monkeypatch):
     """A worker started without -Q (compose, the chart, the tests) consumes every declared
     queue; a resume is sent to the resume queue, not behind the approvals queued before."""
-    from fleet.allocations import tasks
-    from portal.celery import app
-
     declared = set(app.amqp.queues)
     assert declared == {settings.CELERY_TASK_DEFAULT_QUEUE, settings.PROVISIONING_RESUME_QUEUE}
     sent = []

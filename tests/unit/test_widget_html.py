@@ -12,7 +12,13 @@ from django import forms
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import billing.forms
+import fleet.forms
+import intake.forms
+from portal.templatetags.form_fields import form_field
+from tenants.models import Tenant
 from tenants.widget_html import INPUTS, WIDGETS, widget_html
+from tenants.widgets import ReadOnceModelChoiceField
 
 pytestmark = pytest.mark.unit
 
@@ -107,10 +113,6 @@ def test_a_widget_with_a_template_of_its_own_is_left_to_django(monkeypatch):
 
 def portal_forms():
     """Every form class the portal's apps define."""
-    import billing.forms
-    import fleet.forms
-    import intake.forms
-
     for module in (intake.forms, fleet.forms, billing.forms):
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if issubclass(cls, forms.BaseForm) and cls.__module__ == module.__name__:
@@ -139,9 +141,6 @@ def test_every_field_of_every_portal_form_renders_as_django_renders_it():
 @pytest.mark.django_db
 def test_a_tenant_choice_reads_its_tenants_once_and_offers_what_django_offers(
         django_assert_num_queries):
-    from tenants.models import Tenant
-    from tenants.widgets import ReadOnceModelChoiceField
-
     for slug in ("b-corp", "a-corp"):
         Tenant.objects.create(slug=slug, name=slug.upper())
     tenants = Tenant.objects.order_by("name")
@@ -167,8 +166,6 @@ class Sample(forms.Form):
 
 
 def test_a_form_field_is_labelled_described_and_escaped():
-    from portal.templatetags.form_fields import form_field
-
     form = Sample(data={"name": "", "kind": "zzz"})
     form.is_valid()
     name = str(form_field(form["name"], **{"class": "wide"}))
