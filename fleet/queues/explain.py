@@ -196,8 +196,9 @@ def allocation_queue(alloc: Allocation, *, now: dt.datetime | None = None,
         (row_facts(r) for r in rows if r.state == DEACTIVATED),
         key=lambda w: (w.stop.at if w.stop and w.stop.at else now), reverse=True)]
     rows = [r for r in rows if r.state != DEACTIVATED]
+    # The history is append-only: no event ever recorded means no work ever reached it.
     if not rows and not view.deactivated and \
-            not QueueWorkload.objects.filter(allocation=alloc).exists():
+            not QueueEvent.objects.filter(allocation=alloc).exists():
         view.first_work = FIRST_WORK_WORDS
     view.stopping = [(f, explain_stopping(f, view.unit)) for f in sorted(
         (row_facts(r) for r in rows if r.state == STOPPING), key=lambda w: w.stop.at or now)]

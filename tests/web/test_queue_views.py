@@ -305,7 +305,13 @@ def test_a_queue_no_work_has_reached_says_how_a_first_job_appears(client, lead, 
     acme, _ = queues
     client.force_login(lead)
     assert client.get(f"/api/allocations/{acme.pk}/queue/").json()["first_work"] == ""
-    QueueWorkload.objects.filter(allocation=acme).delete()  # as before its first Job
+    QueueWorkload.objects.filter(allocation=acme).delete()  # its history still says work came
+    assert client.get(f"/api/allocations/{acme.pk}/queue/").json()["first_work"] == ""
+    fresh = _allocation(acme.tenant, acme.pool, "acme-r9")  # as before its first Job
+    state = ClusterQueueState.objects.get(allocation=acme)
+    state.pk, state.allocation, state.name = None, fresh, "acme-r9"
+    state.save()
+    acme = fresh
     body = client.get(f"/api/allocations/{acme.pk}/queue/").json()
     assert body["first_work"].startswith("No work has reached this queue yet.")
     assert "records no reason" in body["first_work"] and body["pending"] == []
