@@ -9,18 +9,30 @@ admission objects in the cluster, and the API server's and controller manager's 
 added block (applying its guards until its check refuses the probe, and the controller
 manager's type check of every new policy).
 
-Default N = 20; PORTAL_BENCH_FULL=1: 100 and 500. Rerun alone:
+Default N = 20; PORTAL_BENCH_FULL=1: 100 and 500. PORTAL_BENCH_PROFILE=1: also, at each N of
+the shared shape, the size of the params object and the API server's own CPU profile while
+pods are created (its pprof endpoint, read with `go tool pprof`): the share spent turning
+the params into a CEL value, the step that grows with the fleet. Rerun alone:
     make test ARGS="tests/k8s/test_admission_benchmark.py"
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import subprocess
+import threading
 import time
 import uuid
 
-from fleet.allocations.admission import entries_manager, is_guard_params
+from fleet.allocations.admission import (
+    GUARD_PARAMS,
+    PARAMS_API,
+    PARAMS_KIND,
+    entries_manager,
+    is_guard_params,
+)
 from fleet.allocations.guard_check import GUARD_DIGEST_LABEL, guard_probe
 from fleet.allocations.manifests import guard_manifests
 from fleet.kube import KubeError
@@ -34,6 +46,12 @@ from .workloads import pod_spec
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
 SIZES = (0, 100, 500) if FULL else (0, 20)
 PODS = 60 if FULL else 30
+PROFILE = os.environ.get("PORTAL_BENCH_PROFILE") == "1"
+PROFILE_SECONDS = 10
+# Frames of the API server's validating-admission path, outermost first: the policy
+# dispatch, the activation built for each evaluation, and the params' conversion in it.
+FRAMES = ("validating.(*dispatcher).Dispatch", "plugin/cel.newActivation",
+          "cel/common.SchemalessTypedToVal", "unstructured.(*Unstructured).MarshalJSON")
 STEP = re.compile(r'^apiserver_admission_step_admission_duration_seconds_(sum|count)\{([^}]*)\}'
                   r' ([0-9.e+-]+)$')
 GROUP = "admissionregistration.k8s.io/v1"
@@ -72,6 +90,51 @@ def _creates(admin, namespace: str) -> tuple[list[float], float]:
     after = _validating(admin)
     per = (after[0] - before[0]) / max(1.0, after[1] - before[1]) * 1000
     return sorted(times), per
+
+
+def _params_size(admin) -> tuple[int, int]:
+    """(bytes of the params object as JSON, its managedFields entries)."""
+    live = admin.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) or {}
+    return len(json.dumps(live)), len(live.get("metadata", {}).get("managedFields") or [])
+
+
+def _profile(admin, namespace: str) -> dict[str, float]:
+    """The API server's CPU profile while pods are created without pause: each of FRAMES'
+    share of its CPU (cumulative %)."""
+    stop = threading.Event()
+
+    def create() -> None:
+        i = 0
+        while not stop.is_set():
+            admin.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": f"prof{i:05d}-{uuid.uuid4().hex[:4]}", "namespace": namespace},
+                "spec": pod_spec()})
+            i += 1
+
+    worker = threading.Thread(target=create)
+    worker.start()
+    try:
+        body = admin.api_client.call_api(
+            "/debug/pprof/profile", "GET", query_params=[("seconds", str(PROFILE_SECONDS))],
+            auth_settings=["BearerToken"], _preload_content=False,
+            _return_http_data_only=True)
+    finally:
+        stop.set()
+        worker.join()
+    path = f"/tmp/aifactory-apiserver-{uuid.uuid4().hex[:6]}.pprof"
+    with open(path, "wb") as out:
+        out.write(body.data)
+    top = subprocess.run(["go", "tool", "pprof", "-top", "-cum", "-nodecount=2000",
+                          "-nodefraction=0", "-edgefraction=0", path],
+                         check=True, capture_output=True, text=True).stdout
+    os.unlink(path)
+    shares = {}
+    for line in top.splitlines():
+        cols = line.split()
+        frame = next((f for f in FRAMES if len(cols) == 6 and cols[5].endswith(f)), None)
+        if frame and frame not in shares:
+            shares[frame] = float(cols[4].rstrip("%"))
+    return shares
 
 
 def _in_force(admin, probe) -> bool:
@@ -152,6 +215,16 @@ def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
                                     "ValidatingAdmissionPolicyBinding"))
             times, server_ms = _creates(admin, namespace)
             assert len(times) == PODS
+            if PROFILE and shape is _shared:
+                size, managers = _params_size(admin)
+                shares = _profile(admin, namespace)
+                # With guards, the dispatch runs on every create: a profile without it
+                # measured nothing.
+                assert not n or shares.get(FRAMES[0], 0) > 0, shares
+                print(f"\nPROFILE admission, {n} dedicated blocks: params object {size:,} bytes "
+                      f"of JSON, {managers} managedFields entries; of the API server's CPU "
+                      "while creating pods: " + ", ".join(
+                          f"{f} {shares.get(f, 0.0):.1f}%" for f in FRAMES))
             rows.append((n, live, loaded, times[len(times) // 2],
                          times[min(len(times) - 1, int(len(times) * 0.99))], server_ms,
                          spent.get("kube-apiserver", 0.0) / added * 1000,
