@@ -282,6 +282,10 @@ def _kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> dict:
     }
 
 
+class PortTaken(RuntimeError):
+    """The server lost its port to another process before binding it."""
+
+
 @dataclass
 class ControlPlane:
     workdir: Path
@@ -310,7 +314,35 @@ class ControlPlane:
             log_path=self.workdir / "etcd.log",
         ).start()
         self._procs.append(etcd)
-        port = free_port()
+        for attempt in range(3):
+            try:
+                self._start_apiserver_on(free_port(), binaries, etcd_port, pki)
+                break
+            except PortTaken:
+                if attempt == 2:
+                    raise
+        if binaries.kube_controller_manager is not None:
+            kcm = ManagedProcess(
+                "kube-controller-manager",
+                [str(binaries.kube_controller_manager),
+                 f"--kubeconfig={self.admin_kubeconfig}",
+                 f"--authentication-kubeconfig={self.admin_kubeconfig}",
+                 f"--authorization-kubeconfig={self.admin_kubeconfig}",
+                 "--leader-elect=false", "--secure-port=0",
+                 f"--root-ca-file={pki / 'ca.crt'}",
+                 f"--service-account-private-key-file={pki / 'sa.key'}",
+                 "--use-service-account-credentials=false",
+                 # No kubelets here: node lifecycle would taint every node unreachable.
+                 "--controllers=*,-node-lifecycle-controller", "--v=0"],
+                log_path=self.workdir / "kube-controller-manager.log").start()
+            self._procs.append(kcm)
+        self.startup_seconds = time.monotonic() - started
+        return self
+
+    def _start_apiserver_on(self, port: int, binaries: ControlPlaneBinaries, etcd_port: int,
+                            pki: Path) -> None:
+        """kube-apiserver on `port`, ready, with the kubeconfigs that reach it; PortTaken when
+        another process bound the port between free_port() and the server's bind."""
         self._api_argv = [str(binaries.kube_apiserver),
              f"--etcd-servers=http://127.0.0.1:{etcd_port}",
              f"--secure-port={port}", "--bind-address=127.0.0.1",
@@ -346,24 +378,13 @@ class ControlPlane:
             path.write_text(json.dumps(_kubeconfig(
                 self.server, pki / "ca.crt", pki / f"{who}.crt", pki / f"{who}.key", user)))
             setattr(self, f"{who}_kubeconfig", path)
-        self._wait_ready(pki)
-        if binaries.kube_controller_manager is not None:
-            kcm = ManagedProcess(
-                "kube-controller-manager",
-                [str(binaries.kube_controller_manager),
-                 f"--kubeconfig={self.admin_kubeconfig}",
-                 f"--authentication-kubeconfig={self.admin_kubeconfig}",
-                 f"--authorization-kubeconfig={self.admin_kubeconfig}",
-                 "--leader-elect=false", "--secure-port=0",
-                 f"--root-ca-file={pki / 'ca.crt'}",
-                 f"--service-account-private-key-file={pki / 'sa.key'}",
-                 "--use-service-account-credentials=false",
-                 # No kubelets here: node lifecycle would taint every node unreachable.
-                 "--controllers=*,-node-lifecycle-controller", "--v=0"],
-                log_path=self.workdir / "kube-controller-manager.log").start()
-            self._procs.append(kcm)
-        self.startup_seconds = time.monotonic() - started
-        return self
+        try:
+            self._wait_ready(pki)
+        except RuntimeError as e:
+            if "address already in use" not in str(e):
+                raise
+            self._procs.remove(self._api)
+            raise PortTaken(str(e)) from e
 
     def start_apiserver(self, *, wait: bool = True) -> None:
         """Start (or restart) kube-apiserver on the same port; etcd keeps the state."""

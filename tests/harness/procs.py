@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -42,11 +43,30 @@ def built_once(root: Path, binary: Path, build: Callable[[], object]) -> Path:
     return binary
 
 
+# Below the kernel's ephemeral range (32768-60999 here): a port the kernel hands out for
+# bind(0) is also what any process's next outgoing connection may take between our release
+# and the server's bind, which once made kube-apiserver fail with "address already in use".
+_PORT_RANGE = (20000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A free TCP port on loopback (the kernel picks; we release it just before use)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port on loopback, outside the ephemeral range, not handed out before by
+    this process (released just before use; a server that still loses it is restarted on
+    another port by its harness)."""
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(*_PORT_RANGE)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {_PORT_RANGE}")
 
 
 def wait_until(check: Callable[[], bool], *, timeout: float, what: str,
