@@ -1,20 +1,21 @@
-"""The isolation guards as admission policies whose number does not grow with the fleet.
+"""The isolation guards as admission policies whose number and cost do not grow with the
+fleet.
 
 Each guard rule is one ValidatingAdmissionPolicy per place a pod spec can sit, shared by
-every allocation of its route and bound once. What differs per allocation is data: entries
-in one params object (a GuardParams named `GUARD_PARAMS`, the portal's own cluster-scoped
-kind: deploy/crds/guardparams.yaml) that the policies read (`paramKind`/`paramRef`). A
-dedicated block adds its tenant, its allocation and its nodes; a confidential allocation
-adds its namespace. Adding an allocation adds keys, never a
-compiled expression, so the API server's work per admitted object stays flat.
+every allocation of its route and bound once. The rules read nothing but the object and its
+namespace's labels: a dedicated block's nodes carry their tenant in their taint and label,
+and the portal labels each namespace with its tenant, allocation and route, so adding an
+allocation adds neither a compiled expression nor data any policy reads. (An earlier shape
+read one params object listing every block's tenant, nodes and namespaces: the API server
+converts a policy's params into a CEL value for every evaluation, before any condition, so
+every pod created anywhere paid for the whole list; docs/isolation.md has the figures.)
 
-Each allocation writes its keys under a field manager of its own (server-side apply owns
-map keys one by one), so allocations provisioned at once never overwrite each other's
-entries, and withdrawing one removes exactly its keys.
-
-The check that guards are in force is shared too: it refuses a probe namespace only when
-the params hold the allocation's own `check.` entry, which is written with its other keys,
-so the refusal proves the API server reads this allocation's entries (see guards.py).
+The check that guards are in force is the one policy with params: a GuardParams object
+(`GUARD_PARAMS`, the portal's own cluster-scoped kind: deploy/crds/guardparams.yaml) holding
+one `check.` entry per guarded allocation, written under a field manager of its own (server-
+side apply owns map keys one by one, so allocations provisioned at once never overwrite each
+other's entries, and withdrawing one removes exactly its key). The check is evaluated only
+for its probe namespaces (guard_check.py), never for a tenant's pod.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ..vocabulary import (
     DEDICATED_LABEL,
     DEDICATED_TAINT,
     LABEL_ALLOCATION,
+    LABEL_ROUTE,
     LABEL_TENANT,
     MANAGED_BY,
     MANAGER,
@@ -37,15 +39,17 @@ GROUP = "admissionregistration.k8s.io/v1"
 GUARD_POLICY_KIND = "ValidatingAdmissionPolicy"
 GUARD_BINDING_KIND = "ValidatingAdmissionPolicyBinding"
 GUARD_KIND_NAMES = frozenset({GUARD_POLICY_KIND, GUARD_BINDING_KIND})
-GUARD_PARAMS = "aifactory-guards"  # the GuardParams every guard reads
+GUARD_PARAMS = "aifactory-guard-checks"  # the GuardParams the check reads
+# What an earlier portal left: its shared policies (named without GUARD_SHAPE) read this
+# params object, kept until none of them is left (see apply.prune_older_guards).
+LEGACY_GUARD_PARAMS = "aifactory-guards"
+GUARD_SHAPE = "bylabel"  # in the policies' names: the shape is replaced by new names
 PARAMS_API, PARAMS_KIND = "aifactory.io/v1", "GuardParams"
 PARAM_KIND = {"apiVersion": PARAMS_API, "kind": PARAMS_KIND}
 GUARDS_LABEL = "aifactory.io/guards"  # on every shared guard object: which rule set
 GUARDED_ROUTES = (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL)
 
-# Entry keys in the params.
-TENANT_KEY, BLOCK_KEY, NODE_KEY = "tenant.", "block.", "node."
-CONFIDENTIAL_KEY, CHECK_KEY = "confidential.", "check."
+CHECK_KEY = "check."  # the params' entry keys: check.<allocation id>
 
 # Where a pod's spec sits in each kind a tenant may write, so every guard is checked on
 # the template at submit time (a refusal the tenant sees at once) and again on the pods that
@@ -64,8 +68,8 @@ def guard_labels(rules: str) -> dict[str, str]:
 
 
 def param_ref() -> dict:
-    # Missing params refuse (like failurePolicy Fail): the guards never go quietly off. The
-    # params are applied before any binding that reads them, and never deleted.
+    # Missing params refuse the probe (like failurePolicy Fail): the check never says "in
+    # force" by mistake. The params are applied before the check, and never deleted.
     return {"name": GUARD_PARAMS, "parameterNotFoundAction": "Deny"}
 
 
@@ -74,8 +78,9 @@ def _variables(path: str, *, pods: bool) -> list[dict]:
     or a template edit: an update of a pod cannot move it, and scaling a Deployment does not
     touch its template); `fresh`: the tolerations this write adds (on a pod update only the
     new ones: a pod admitted before a guard existed must still be updatable, e.g. to remove
-    a finalizer); `entries`: the params' keys; `tenant`: whose namespace this is ('' for one
-    the portal does not own). Every field is read through optionals: absent never fails."""
+    a finalizer); `tenant` and `allocation`: whose namespace this is, from the labels the
+    portal set on it ('' for one the portal does not own; tenants cannot label namespaces).
+    Every field is read through optionals: absent never fails."""
     spec = f"object.{path}"
     changed = "request.operation != 'UPDATE'" if pods else \
         f"request.operation != 'UPDATE' || oldObject == null || {spec} != oldObject.{path}"
@@ -83,23 +88,15 @@ def _variables(path: str, *, pods: bool) -> list[dict]:
              "request.operation != 'UPDATE' || oldObject == null || "
              f"!oldObject.{path}.?tolerations.orValue([]).exists(o, o == t))") if pods else \
         "variables.spec.?tolerations.orValue([]).filter(t, variables.changed)"
+
+    def label(key: str) -> str:
+        return f"namespaceObject.metadata.?labels[?'{key}'].orValue('')"
+
     return [{"name": "spec", "expression": spec},
             {"name": "changed", "expression": changed},
             {"name": "fresh", "expression": fresh},
-            {"name": "entries", "expression": "params.?spec.?entries.orValue({})"},
-            {"name": "tenant", "expression":
-             f"namespaceObject.metadata.?labels[?'{LABEL_TENANT}'].orValue('')"},
-            # Whether a dedicated block of a tenant other than this namespace's exists
-            # (read only for the broad tolerations: it walks the keys).
-            {"name": "elsewhere", "expression":
-             f"variables.entries.exists(k, k.startsWith('{TENANT_KEY}') && "
-             "variables.entries[k] != variables.tenant)"}]
-
-
-def _theirs(prefix: str, value: str) -> str:
-    """Whether `value` (a CEL string) names what a block of another tenant holds."""
-    return (f"variables.entries[?('{prefix}' + {value})].orValue(variables.tenant) "
-            "!= variables.tenant")
+            {"name": "tenant", "expression": label(LABEL_TENANT)},
+            {"name": "allocation", "expression": label(LABEL_ALLOCATION)}]
 
 
 def _tolerates(key_test: str, effect: str = "NoSchedule") -> str:
@@ -108,79 +105,76 @@ def _tolerates(key_test: str, effect: str = "NoSchedule") -> str:
 
 def dedicated_rules() -> list[tuple[str, str]]:
     """What no namespace outside a block's tenant's own (and the platform's) may do to the
-    block's nodes. The taint keeps the scheduler away; these keep a pod from tolerating it,
-    from naming a node directly (spec.nodeName skips the scheduler, and a kubelet enforces
-    only NoExecute taints) and, for a clear refusal instead of a pod that pends forever,
-    from selecting those nodes. (expression over `variables`, message) pairs."""
+    block's nodes, decided from the pod and its namespace's labels alone. A block's nodes
+    carry its tenant in their taint's value and their label (manifests.py): the taint keeps
+    the scheduler away and these keep a pod from tolerating it; from naming a node directly
+    (spec.nodeName skips the scheduler, and a kubelet enforces only NoExecute taints), which
+    no tenant's namespace may do at all; and, for a clear refusal instead of a pod that pends
+    forever, from selecting another tenant's or allocation's nodes by label. A pod that
+    selects a node by its name (hostname label, or a field as DaemonSets do) is admitted: the
+    taint keeps it off a block it does not belong to. (expression over `variables`, message)
+    pairs; no rule reads anything that grows with the fleet."""
     ours = ("variables.fresh.exists(t, " + _tolerates(
         f"t.?key.orValue('') == '{DEDICATED_TAINT}' && "
-        "(t.?operator.orValue('Equal') == 'Exists' ? variables.elsewhere : "
-        + _theirs(TENANT_KEY, "t.?value.orValue('')") + ")") + ")")
+        "(t.?operator.orValue('Equal') == 'Exists' || "
+        "t.?value.orValue('') != variables.tenant)") + ")")
     everything = ("variables.fresh.exists(t, " + _tolerates(
-        "t.?key.orValue('') == '' && t.?operator.orValue('Equal') == 'Exists'")
-        + ") && variables.elsewhere")
-    pinned = ("variables.changed && variables.spec.?nodeName.orValue('') != '' && "
-              + _theirs(NODE_KEY, "variables.spec.nodeName"))
+        "t.?key.orValue('') == '' && t.?operator.orValue('Equal') == 'Exists'") + ")")
+    pinned = "variables.changed && variables.spec.?nodeName.orValue('') != ''"
 
-    def selects(key: str, prefix: str) -> str:
-        return (f"(variables.spec.?nodeSelector[?'{key}'].hasValue() && "
-                + _theirs(prefix, f"variables.spec.nodeSelector['{key}']") + ")")
+    def selects(key: str, own: str) -> str:
+        return (f"variables.spec.?nodeSelector[?'{key}'].orValue({own}) != {own}")
 
     # A node-affinity term aims at dedicated nodes when one of its `In` expressions lists
-    # nothing but another tenant's (terms are ORed: one such term is enough).
-    def all_theirs(prefix: str) -> str:
-        return "e.values.all(v, " + _theirs(prefix, "v") + ")"
-
-    aims = (f"(e.key == '{DEDICATED_LABEL}' && {all_theirs(TENANT_KEY)}) || "
-            f"(e.key == '{LABEL_ALLOCATION}' && {all_theirs(BLOCK_KEY)}) || "
-            f"(e.key == 'kubernetes.io/hostname' && {all_theirs(NODE_KEY)})")
+    # nothing but other tenants' (or allocations') values (terms are ORed: one is enough).
+    aims = (f"(e.key == '{DEDICATED_LABEL}' && e.values.all(v, v != variables.tenant)) || "
+            f"(e.key == '{LABEL_ALLOCATION}' && e.values.all(v, v != variables.allocation))")
     selector = ("variables.changed && (" + " || ".join([
-        selects(DEDICATED_LABEL, TENANT_KEY), selects(LABEL_ALLOCATION, BLOCK_KEY),
-        selects("kubernetes.io/hostname", NODE_KEY)]) +
+        selects(DEDICATED_LABEL, "variables.tenant"),
+        selects(LABEL_ALLOCATION, "variables.allocation")]) +
         " || variables.spec.?affinity.?nodeAffinity"
         ".?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms"
         ".orValue([]).exists(term, "
         "term.?matchExpressions.orValue([]).exists(e, e.operator == 'In' && "
-        f"e.?values.orValue([]).size() > 0 && ({aims})) || "
-        "term.?matchFields.orValue([]).exists(e, e.key == 'metadata.name' && "
-        "e.operator == 'In' && e.?values.orValue([]).size() > 0 && "
-        f"{all_theirs(NODE_KEY)})))")
+        f"e.?values.orValue([]).size() > 0 && ({aims}))))")
     # Refusals go to other tenants: they name neither the owner nor its nodes.
     return [
         (f"!({ours})",
          f"Only the tenant a dedicated block belongs to may tolerate its taint "
-         f"({DEDICATED_TAINT}); remove that toleration."),
+         f"({DEDICATED_TAINT}), with its own tenant as the value; remove that toleration."),
         (f"!({everything})",
          "A toleration of every taint (operator Exists without a key) would let this pod "
          "onto nodes dedicated to another tenant; tolerate the taints you need by key."),
         (f"!({pinned})",
-         "That node is dedicated to another tenant: a pod of this namespace may not name it "
-         "in spec.nodeName; leave placement to the scheduler."),
+         "Nodes may be dedicated to another tenant: a pod of this namespace may not name "
+         "its node in spec.nodeName (that skips the scheduler); leave placement to the "
+         "scheduler."),
         (f"!({selector})",
-         "This pod selects nodes dedicated to another tenant; it could never run there. "
-         "Select other nodes or leave placement to the scheduler."),
+         "This pod selects nodes dedicated to another tenant (or to an allocation this "
+         "namespace does not hold); it could never run there. Select other nodes or leave "
+         "placement to the scheduler."),
     ]
 
 
 def confidential_rules(runtime_class: str) -> tuple[list[tuple[str, str]],
                                                     list[tuple[str, str]]]:
-    """(rules for pods and templates, rules for pods only), for namespaces the params list
-    as confidential. Such a namespace runs only pods of the confidential RuntimeClass,
-    placed by the scheduler on nodes of the confidential BIOS profile: Kueue writes the
-    flavor's node labels into the pods it admits; a pod made by hand must select them."""
+    """(rules for pods and templates, rules for pods only), for the namespaces of
+    confidential allocations (their bindings select them by the route label the portal sets
+    on them). Such a namespace runs only pods of the confidential RuntimeClass, placed by
+    the scheduler on nodes of the confidential BIOS profile: Kueue writes the flavor's node
+    labels into the pods it admits; a pod made by hand must select them."""
     rc = runtime_class
     (bios_key, bios_value), = CONFIDENTIAL_BIOS.items()
-    mine = f"!variables.entries[?'{CONFIDENTIAL_KEY}' + request.namespace].hasValue() || "
     both = [
-        (f"{mine}!variables.changed || variables.spec.?runtimeClassName.orValue('') == '{rc}'",
+        (f"!variables.changed || variables.spec.?runtimeClassName.orValue('') == '{rc}'",
          f"Pods in this confidential namespace must use the {rc} RuntimeClass "
          f"(spec.runtimeClassName: {rc})."),
-        (f"{mine}!variables.changed || variables.spec.?nodeName.orValue('') == ''",
+        ("!variables.changed || variables.spec.?nodeName.orValue('') == ''",
          "Pods in this confidential namespace are placed by the scheduler on confidential "
          "nodes; spec.nodeName is not allowed."),
     ]
     pods = [
-        (f"{mine}!variables.changed || "
+        ("!variables.changed || "
          f"variables.spec.?nodeSelector[?'{bios_key}'].orValue('') == '{bios_value}'",
          f"Pods in this confidential namespace must run on confidential nodes: submit them "
          f"through the LocalQueue (Kueue adds the node selector) or set nodeSelector "
@@ -189,19 +183,27 @@ def confidential_rules(runtime_class: str) -> tuple[list[tuple[str, str]],
     return both, pods
 
 
+def guard_policy_name(rules: str, suffix: str) -> str:
+    return f"aifactory-{rules}-{GUARD_SHAPE}-{suffix}"
+
+
+def is_current_shape(name: str) -> bool:
+    """Whether a shared guard's name is this shape's (an earlier portal's lack GUARD_SHAPE)."""
+    return f"-{GUARD_SHAPE}-" in name
+
+
 def _policies(rules: str, validations, namespace_selector: dict, *,
               pod_only=()) -> list[dict]:
     """One policy and one binding per place a pod spec can sit: policies first."""
     policies, bindings = [], []
     for api_group, resources, path, suffix in POD_SPEC_PATHS:
         pods = resources == ("pods",)
-        name = f"aifactory-{rules}-{suffix}"
+        name = guard_policy_name(rules, suffix)
         checks = [*validations, *(pod_only if pods else ())]
         policies.append({
             "apiVersion": GROUP, "kind": GUARD_POLICY_KIND,
             "metadata": {"name": name, "labels": guard_labels(rules)},
             "spec": {"failurePolicy": "Fail",
-                     "paramKind": PARAM_KIND,
                      "matchConstraints": {"resourceRules": [{
                          "apiGroups": [api_group], "apiVersions": ["v1"],
                          "operations": ["CREATE", "UPDATE"], "resources": list(resources)}]},
@@ -211,7 +213,6 @@ def _policies(rules: str, validations, namespace_selector: dict, *,
             "apiVersion": GROUP, "kind": GUARD_BINDING_KIND,
             "metadata": {"name": name, "labels": guard_labels(rules)},
             "spec": {"policyName": name, "validationActions": ["Deny"],
-                     "paramRef": param_ref(),
                      "matchResources": {"namespaceSelector": namespace_selector}}})
     return policies + bindings
 
@@ -220,30 +221,30 @@ def shared_guards(route: str, *, platform_namespaces: tuple[str, ...],
                   runtime_class: str) -> list[dict]:
     """The route's shared policies and bindings (none for an unguarded route). Only the
     platform's own namespaces are left out: every other namespace, the portal's or not, is
-    checked against the entries."""
-    others = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                                    "values": list(platform_namespaces)}]}
+    checked (the confidential rules: every confidential allocation's namespace)."""
+    others = {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+              "values": list(platform_namespaces)}
     if route == Route.DEDICATED_BLOCK:
-        return _policies("dedicated", dedicated_rules(), others)
+        return _policies("dedicated", dedicated_rules(), {"matchExpressions": [others]})
     if route == Route.CONFIDENTIAL_POOL:
         both, pods = confidential_rules(runtime_class)
-        return _policies("confidential", both, others, pod_only=pods)
+        confidential = {"key": LABEL_ROUTE, "operator": "In",
+                        "values": [str(Route.CONFIDENTIAL_POOL)]}
+        return _policies("confidential", both, {"matchExpressions": [others, confidential]},
+                         pod_only=pods)
     return []
 
 
 def guard_entries(route: str, *, allocation_id: int, tenant: str, namespace: str,
                   nodes: tuple[str, ...], shared: list[dict]) -> dict[str, str]:
-    """The allocation's keys in the params, with its check entry: a digest of its other
-    keys and of the shared guards' content, so either changing names a new check."""
-    if route == Route.DEDICATED_BLOCK:
-        entries = {f"{TENANT_KEY}{tenant}": tenant, f"{BLOCK_KEY}{allocation_id}": tenant,
-                   **{f"{NODE_KEY}{node}": tenant for node in nodes}}
-    elif route == Route.CONFIDENTIAL_POOL:
-        entries = {f"{CONFIDENTIAL_KEY}{namespace}": tenant}
-    else:
+    """The allocation's key in the params: its check entry, a digest of what its guards
+    protect and of the shared guards' content, so either changing names a new check."""
+    if route not in GUARDED_ROUTES:
         return {}
-    digest = hashlib.sha256(json.dumps([entries, shared], sort_keys=True).encode())
-    return {**entries, f"{CHECK_KEY}{allocation_id}": digest.hexdigest()[:12]}
+    protects = {"route": str(route), "tenant": tenant, "namespace": namespace,
+                "nodes": sorted(nodes)}
+    digest = hashlib.sha256(json.dumps([protects, shared], sort_keys=True).encode())
+    return {f"{CHECK_KEY}{allocation_id}": digest.hexdigest()[:12]}
 
 
 def entries_manager(base: str, allocation_id: int) -> str:

@@ -26,17 +26,24 @@ from ..kube import (
 )
 from ..models import Allocation, Route
 from .admission import (
+    GROUP,
+    GUARD_BINDING_KIND,
     GUARD_PARAMS,
+    GUARD_POLICY_KIND,
     GUARDED_ROUTES,
+    GUARDS_LABEL,
+    LEGACY_GUARD_PARAMS,
     PARAMS_API,
     PARAMS_KIND,
     entries_manager,
     entries_owner,
     guard_params,
+    is_current_shape,
     is_guard_params,
     params_allocation,
 )
 from .guard_check import (
+    GUARD_CHECK,
     GUARD_DIGEST_LABEL,
     entries_digest,
     guard_probe,
@@ -260,6 +267,8 @@ def reapply(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> R
             live_guards.append(applied)
     if probe and not checked:
         guards_in_force(backend, probe)  # before anything below removes an older guard
+    if probe:
+        repair.removed += [str(key) for key in prune_older_guards(backend, manifests)]
     # Objects of this allocation it no longer renders (e.g. a binding replaced by one with
     # another role, or the guards a portal before shared guards rendered per allocation:
     # only now that the shared ones are in force) are removed; the namespace itself is
@@ -278,6 +287,33 @@ def reapply(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> R
             backend.apply(node_release(name))
             repair.released.append(name)
     return repair
+
+
+def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[ObjectKey]:
+    """An earlier portal's shared guards of the rule sets `manifests` render, called once
+    these are in force (their check refused its probe): bindings first, then policies; and
+    that portal's params once no earlier policy of any route is left to read them (a policy
+    whose params are gone would refuse every pod). Per-allocation guards of a still older
+    portal carry their allocation's label and are pruned with its other objects."""
+    rules = {m["metadata"]["labels"][GUARDS_LABEL] for m in manifests if is_shared_guard(m)}
+    if not rules:
+        return []
+    removed, left = [], False
+    for kind in (GUARD_BINDING_KIND, GUARD_POLICY_KIND):
+        for obj in backend.list(GROUP, kind, label_selector=f"{MANAGED_BY}={MANAGER}"):
+            meta = obj.get("metadata") or {}
+            labels, name = meta.get("labels") or {}, meta.get("name", "")
+            if LABEL_ALLOCATION in labels or GUARDS_LABEL not in labels or \
+                    name == GUARD_CHECK or is_current_shape(name):
+                continue
+            if labels[GUARDS_LABEL] not in rules:
+                left = True  # another route's, replaced when one of its allocations is
+            elif backend.delete(GROUP, kind, name):
+                removed.append(ObjectKey(GROUP, kind, "", name))
+    if not left and backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None \
+            and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS):
+        removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_GUARD_PARAMS))
+    return removed
 
 
 def record_repair(alloc: Allocation, repair: Repair, *, cause: str = "",

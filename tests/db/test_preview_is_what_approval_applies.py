@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fleet.allocations.admission import BLOCK_KEY, CHECK_KEY
+from fleet.allocations.admission import CHECK_KEY
 from fleet.allocations.desired import allocation_manifests
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import LABEL_ALLOCATION, DryRunBackend
@@ -46,16 +46,16 @@ def synced_fleet(pools):
 def _without_allocation_id(manifests: list[dict], allocation_id: int) -> list[dict]:
     def walk(value, key=""):
         if isinstance(value, dict):
-            # the guards' params key the block and the check entry by the allocation
+            # the guards' params key the check entry by the allocation
             return {(k.replace(f".{allocation_id}", ".<allocation>")
-                     if k.startswith((BLOCK_KEY, CHECK_KEY)) else k):
+                     if k.startswith(CHECK_KEY) else k):
                     ("<allocation>" if k == LABEL_ALLOCATION and v == str(allocation_id)
                      else walk(v, k))
                     for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v) for v in value]
         if isinstance(value, str) and key.startswith(CHECK_KEY):
-            # the check entry is a digest of the entries, which name the allocation
+            # the check entry is a digest of what the guards protect, named by allocation
             return re.sub(r"^[0-9a-f]{12}$", "<guards>", value)
         return value
     return [walk(m) for m in manifests]

@@ -132,16 +132,16 @@ def fleet(admin_kube, kube, pools):
     return admin_kube
 
 
-def empty_guard_params(admin) -> None:
+def empty_guard_params(admin, name: str = GUARD_PARAMS) -> None:
     """The guards' params emptied in one write (replaced, never deleted: a binding the API
-    server still enforces refuses every pod while its params are missing)."""
-    live = admin.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS)
+    server still enforces refuses what it checks while its params are missing)."""
+    live = admin.get(PARAMS_API, PARAMS_KIND, name)
     if live is None:
         return
     body = {"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
-            "metadata": {"name": GUARD_PARAMS,
+            "metadata": {"name": name,
                          "resourceVersion": live["metadata"]["resourceVersion"]}}
-    path = f"/apis/{PARAMS_API}/guardparams/{GUARD_PARAMS}"
+    path = f"/apis/{PARAMS_API}/guardparams/{name}"
     admin.api_client.call_api(path, "PUT", body=body,
                               header_params={"Content-Type": "application/json"},
                               auth_settings=["BearerToken"], _preload_content=False)

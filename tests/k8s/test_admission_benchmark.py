@@ -1,18 +1,20 @@
-"""Benchmark, not a timed assertion: what the isolation guards cost every other tenant, in the
-shape this portal renders (shared policies reading one GuardParams object) and in the shape
-an older portal rendered (ten admission objects per dedicated block: tests/k8s/
-legacy_guards.py). Pods are created in an unrelated namespace of the real API server with 0
-and then N blocks guarded, and it prints the creates' latency from the client (p50/p99),
-the API server's own validating-admission time per create
-(`apiserver_admission_step_admission_duration_seconds`, its sum over its count), the
-admission objects in the cluster, and the API server's and controller manager's CPU per
-added block (applying its guards until its check refuses the probe, and the controller
-manager's type check of every new policy).
+"""Benchmark, not a timed assertion: what the isolation guards cost every other tenant, in
+three shapes: this portal's (shared policies that read only the pod and its namespace's
+labels; params read by the check alone), the one before it (shared policies reading one
+GuardParams object that listed every block: tests/k8s/legacy_shared_guards.py), and the
+oldest (ten admission objects per dedicated block: tests/k8s/legacy_guards.py). Pods are
+created in an unrelated namespace of the real API server with 0 and then N blocks guarded,
+and it prints the creates' latency from the client (p50/p99), the API server's own
+validating-admission time per create (`apiserver_admission_step_admission_duration_seconds`,
+its sum over its count), the admission objects in the cluster, and the API server's and
+controller manager's CPU per added block (applying its guards until its check refuses the
+probe, and the controller manager's type check of every new policy), and, for this shape,
+the latency at the largest N over that at 0.
 
 Default N = 20; PORTAL_BENCH_FULL=1: 100 and 500. PORTAL_BENCH_PROFILE=1: also, at each N of
-the shared shape, the size of the params object and the API server's own CPU profile while
-pods are created (its pprof endpoint, read with `go tool pprof`): the share spent turning
-the params into a CEL value, the step that grows with the fleet. Rerun alone:
+the shapes with params, the size of the params object and the API server's own CPU profile
+while pods are created (its pprof endpoint, read with `go tool pprof`): the share spent
+turning params into a CEL value, the step that grew with the fleet. Rerun alone:
     make test ARGS="tests/k8s/test_admission_benchmark.py"
 """
 
@@ -28,6 +30,7 @@ import uuid
 
 from fleet.allocations.admission import (
     GUARD_PARAMS,
+    LEGACY_GUARD_PARAMS,
     PARAMS_API,
     PARAMS_KIND,
     entries_manager,
@@ -41,6 +44,7 @@ from tests.factories import spec
 
 from .conftest import empty_guard_params, eventually
 from .legacy_guards import legacy_guards, legacy_probe
+from .legacy_shared_guards import block_params, legacy_check, legacy_shared_probe, shared_policies
 from .workloads import pod_spec
 
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
@@ -92,9 +96,9 @@ def _creates(admin, namespace: str) -> tuple[list[float], float]:
     return sorted(times), per
 
 
-def _params_size(admin) -> tuple[int, int]:
+def _params_size(admin, name: str) -> tuple[int, int]:
     """(bytes of the params object as JSON, its managedFields entries)."""
-    live = admin.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) or {}
+    live = admin.get(PARAMS_API, PARAMS_KIND, name) or {}
     return len(json.dumps(live)), len(live.get("metadata", {}).get("managedFields") or [])
 
 
@@ -165,9 +169,22 @@ def _legacy(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None
     return objects, legacy_probe(_block(n - 1, tag)) if n else None
 
 
-def _shared(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
-    """Blocks have..n-1 guarded the new way: the shared guards once, then each block's
-    entries under its own field manager, as provisioning applies them."""
+def _listing(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
+    """Blocks have..n-1 guarded the previous way: each block's keys in the listing params
+    under its own field manager, the shared policies and check once."""
+    objects = [*shared_policies(("kube-system",)), *legacy_check()]
+    for i in range(have, n):
+        admin.apply(block_params(_block(i, tag)), force=True,
+                    field_manager=entries_manager("bench", 900_000 + i))
+        if i == 0:
+            for obj in objects:
+                admin.apply(obj, force=True)
+    return (objects if n else []), legacy_shared_probe(_block(n - 1, tag)) if n else None
+
+
+def _current(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
+    """Blocks have..n-1 guarded this portal's way: the shared guards once, then each
+    block's check entry under its own field manager, as provisioning applies them."""
     objects = []
     for i in range(have, n):
         manifests = guard_manifests(_block(i, tag))
@@ -180,6 +197,9 @@ def _shared(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None
     return objects, guard_probe(guard_manifests(_block(n - 1, tag))) if n else None
 
 
+PARAMS_OF = {_listing: LEGACY_GUARD_PARAMS, _current: GUARD_PARAMS}
+
+
 def _clear(admin) -> None:
     """No guard of earlier tests: the objects counted are this run's."""
     for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
@@ -187,6 +207,7 @@ def _clear(admin) -> None:
                               label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             admin.delete(GROUP, kind, obj["metadata"]["name"])
     empty_guard_params(admin)
+    empty_guard_params(admin, LEGACY_GUARD_PARAMS)
 
 
 def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
@@ -215,13 +236,14 @@ def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
                                     "ValidatingAdmissionPolicyBinding"))
             times, server_ms = _creates(admin, namespace)
             assert len(times) == PODS
-            if PROFILE and shape is _shared:
-                size, managers = _params_size(admin)
+            if PROFILE and shape in PARAMS_OF:
+                size, managers = _params_size(admin, PARAMS_OF[shape])
                 shares = _profile(admin, namespace)
                 # With guards, the dispatch runs on every create: a profile without it
                 # measured nothing.
                 assert not n or shares.get(FRAMES[0], 0) > 0, shares
-                print(f"\nPROFILE admission, {n} dedicated blocks: params object {size:,} bytes "
+                print(f"\nPROFILE admission, {shape.__name__[1:]} shape, {n} dedicated blocks: "
+                      f"params object {size:,} bytes "
                       f"of JSON, {managers} managedFields entries; of the API server's CPU "
                       "while creating pods: " + ", ".join(
                           f"{f} {shares.get(f, 0.0):.1f}%" for f in FRAMES))
@@ -237,13 +259,15 @@ def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
     return rows
 
 
-def test_benchmark_admission_latency_old_shape_and_shared(control_plane, admin_kube):
+def test_benchmark_admission_latency_in_three_shapes(control_plane, admin_kube):
     tag = uuid.uuid4().hex[:4]
-    shared = _run(_shared, control_plane, admin_kube, f"s{tag}")
-    # Between the shapes: the cluster without the shared guards, so the old shape's row at
-    # 0 is measured as the shared one's was.
+    # One shape at a time, the cluster cleared between them: each row at 0 is measured alike.
+    current = _run(_current, control_plane, admin_kube, f"c{tag}")
+    listing = _run(_listing, control_plane, admin_kube, f"l{tag}")
     old = _run(_legacy, control_plane, admin_kube, f"o{tag}")
-    for name, rows in (("shared guards (this portal)", shared),
+    for name, rows in (("label-reading guards (this portal)", current),
+                       ("guards reading a params list of every block (the previous portal)",
+                        listing),
                        ("per-allocation guards (older portals)", old)):
         for n, live, loaded, p50, p99, server_ms, api_ms, kcm_ms, added in rows:
             cost = (f"; CPU per added block: kube-apiserver {api_ms:.1f} ms, "
@@ -253,8 +277,13 @@ def test_benchmark_admission_latency_old_shape_and_shared(control_plane, admin_k
                   f"unrelated namespace p50 {p50:.1f} ms, p99 {p99:.1f} ms from the client; "
                   f"the API server's validating admission {server_ms:.2f} ms per create "
                   f"({PODS} creates){cost}")
-    # The shared shape's objects do not grow with blocks; the old one's do, ten a block.
-    assert len({live for _n, live, *_ in shared if _n}) == 1
+    first, last = current[0], current[-1]
+    print(f"\nBENCHMARK admission, this portal at {last[0]} blocks over 0: client p50 "
+          f"{last[3] / first[3]:.2f}x, p99 {last[4] / first[4]:.2f}x; validating admission "
+          f"+{last[5] - first[5]:.2f} ms per create")
+    # The shared shapes' objects do not grow with blocks; the oldest one's do, ten a block.
+    assert len({live for _n, live, *_ in current if _n}) == 1
+    assert len({live for _n, live, *_ in listing if _n}) == 1
     assert [live for _n, live, *_ in old] == [10 * n for n in SIZES]
-    # At 0 blocks both shapes leave the cluster as it was.
-    assert shared[0][1] == old[0][1] == 0
+    # At 0 blocks every shape leaves the cluster as it was.
+    assert current[0][1] == listing[0][1] == old[0][1] == 0

@@ -1,8 +1,10 @@
-"""The upgrade from per-allocation guards to the shared ones, on the real API server, with
-no moment unguarded: a dedicated block guarded the old way (ten objects of its own, as an
-older portal left it) is reconciled by this portal, which applies the shared guards and the
-block's entries, waits for its check, and only then removes the old objects. Meanwhile an
-intruder's pod pinned to the block is tried again and again, and never admitted."""
+"""The upgrades to this portal's guards, on the real API server, with no moment unguarded: a
+dedicated block guarded the way an older portal left it is reconciled by this portal, which
+applies the current shared guards and the block's check entry, waits for its check, and only
+then removes the old objects. Meanwhile an intruder's pod pinned to the block is tried again
+and again, and never admitted. Two older shapes: ten objects per block (legacy_guards.py),
+and shared policies reading one params object that listed every block (legacy_shared_guards.
+py), whose params must outlive the last policy that reads them."""
 
 from __future__ import annotations
 
@@ -11,7 +13,15 @@ import time
 
 import pytest
 
-from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND, params_entries
+from fleet.allocations.admission import (
+    GUARD_PARAMS,
+    GUARD_SHAPE,
+    LEGACY_GUARD_PARAMS,
+    PARAMS_API,
+    PARAMS_KIND,
+    entries_manager,
+    params_entries,
+)
 from fleet.allocations.apply import withdraw_entries
 from fleet.allocations.desired import allocation_spec
 from fleet.allocations.reconcile import allocation_reconcile
@@ -21,10 +31,17 @@ from fleet.models import Route
 from .approvals import provisioned
 from .conftest import eventually
 from .legacy_guards import legacy_guards, legacy_probe
+from .legacy_shared_guards import (
+    block_params,
+    legacy_check,
+    legacy_shared_probe,
+    shared_policies,
+)
 from .workloads import pod_spec
 
 pytestmark = [pytest.mark.django_db]
 GROUP = "admissionregistration.k8s.io/v1"
+CURRENT = f"aifactory-dedicated-{GUARD_SHAPE}-"
 
 
 def _refused(admin, pod) -> str:
@@ -35,40 +52,33 @@ def _refused(admin, pod) -> str:
     return ""
 
 
-def test_an_upgrade_replaces_the_old_guards_without_a_moment_unguarded(
-        admin_kube, kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
-    alloc = provisioned(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
-                        django_capture_on_commit_callbacks)
-    block = alloc.nodes.get().name
-    spec = allocation_spec(alloc)
-    # The cluster as an older portal left it: the block's own guards and check, no shared
-    # guards, no entries.
+def _without_current_guards(admin_kube, kube, alloc) -> None:
+    """The cluster as an older portal left it: none of this shape's dedicated guards, and
+    no check entry of the block."""
     for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
         for obj in admin_kube.list(GROUP, kind,
                                    label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             if obj["metadata"]["name"].startswith("aifactory-dedicated-"):
                 admin_kube.delete(GROUP, kind, obj["metadata"]["name"])
     withdraw_entries(kube, alloc.pk)
-    old = legacy_guards(spec)
-    for obj in old:
-        kube.apply(obj, force=True)
-    probe = legacy_probe(spec)
-    eventually(lambda: "are in force" in _refused(admin_kube, probe), timeout=30,
-               what="the old guards in force")
+
+
+def _reconciled_under_fire(admin_kube, alloc, block: str, old_name: str) -> tuple[list, list]:
+    """Reconcile the block while an intruder's pod pinned to it is tried without pause;
+    (what reconcile found, every answer the intruder got)."""
     pinned = {"apiVersion": "v1", "kind": "Pod",
               "metadata": {"name": "pinned-intruder", "namespace": "default"},
               "spec": pod_spec(nodeName=block)}
-    # The shared guards are gone: what refuses now is the block's own old guard.
-    eventually(lambda: "aifactory-a" in _refused(admin_kube, pinned), timeout=30,
+    # What refuses now is the old guard alone.
+    eventually(lambda: old_name in _refused(admin_kube, pinned), timeout=30,
                what="only the old guard refusing")
-
     tries, admitted, stop = [], [], threading.Event()
 
     def intruder():
         while not stop.is_set():
             said = _refused(admin_kube, pinned)
             tries.append(said)
-            if "may not name it in spec.nodeName" not in said:
+            if "spec.nodeName" not in said:
                 admitted.append(said or "admitted")
             time.sleep(0.01)
 
@@ -77,19 +87,72 @@ def test_an_upgrade_replaces_the_old_guards_without_a_moment_unguarded(
     try:
         found = allocation_reconcile(alloc.pk)
         # The API server takes a moment to drop a deleted policy: go on trying through it.
-        eventually(lambda: "aifactory-dedicated-" in _refused(admin_kube, pinned),
-                   timeout=30, what="the shared guard refusing")
+        eventually(lambda: old_name not in _refused(admin_kube, pinned) and
+                   CURRENT in _refused(admin_kube, pinned),
+                   timeout=30, what="the current guard refusing alone")
         time.sleep(2)
     finally:
         stop.set()
         thread.join(timeout=10)
     assert admitted == [], admitted[:3]
     assert len(tries) > 50, len(tries)
+    return found, tries
+
+
+def test_an_upgrade_from_guards_per_block_without_a_moment_unguarded(
+        admin_kube, kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+    alloc = provisioned(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                        django_capture_on_commit_callbacks)
+    block = alloc.nodes.get().name
+    spec = allocation_spec(alloc)
+    _without_current_guards(admin_kube, kube, alloc)
+    old = legacy_guards(spec)
+    for obj in old:
+        kube.apply(obj, force=True)
+    probe = legacy_probe(spec)
+    eventually(lambda: "are in force" in _refused(admin_kube, probe), timeout=30,
+               what="the old guards in force")
+
+    found, tries = _reconciled_under_fire(admin_kube, alloc, block, "aifactory-a")
     names = {o["metadata"]["name"] for o in old}
     assert any(name in f for f in found for name in names), found  # said what it removed
     for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
         assert kube.list(GROUP, kind, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}") == []
     live = params_entries(admin_kube.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
-    assert live[f"node.{block}"] == tenant.slug and f"check.{alloc.pk}" in live
+    assert f"check.{alloc.pk}" in live
     # Its refusal says which rule, never whose block (the old names said neither either).
+    assert tenant.slug not in tries[-1] and block not in tries[-1]
+
+
+def test_an_upgrade_from_guards_reading_every_block_without_a_moment_unguarded(
+        admin_kube, kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
+    alloc = provisioned(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                        django_capture_on_commit_callbacks)
+    block = alloc.nodes.get().name
+    spec = allocation_spec(alloc)
+    _without_current_guards(admin_kube, kube, alloc)
+    # As that portal applied them: the block's keys, then the shared policies and its check.
+    kube.apply(block_params(spec), force=True,
+               field_manager=entries_manager(kube.field_manager, alloc.pk))
+    old = [*shared_policies(spec.platform_namespaces), *legacy_check()]
+    for obj in old:
+        kube.apply(obj, force=True)
+    probe = legacy_shared_probe(spec)
+    eventually(lambda: "are in force" in _refused(admin_kube, probe), timeout=30,
+               what="the old guards in force")
+
+    found, tries = _reconciled_under_fire(admin_kube, alloc, block, "'aifactory-dedicated-pods'")
+    assert any("aifactory-dedicated-pods" in f for f in found), found  # said what it removed
+    live = {o["metadata"]["name"] for kind in ("ValidatingAdmissionPolicy",
+                                               "ValidatingAdmissionPolicyBinding")
+            for o in admin_kube.list(GROUP, kind,
+                                     label_selector="aifactory.io/guards=dedicated")}
+    assert live and all(name.startswith(CURRENT) for name in live), live
+    # The old params went with the last policy that read them; the check reads its own.
+    assert admin_kube.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is None
+    assert any(LEGACY_GUARD_PARAMS in f for f in found), found
+    check = admin_kube.get(GROUP, "ValidatingAdmissionPolicyBinding", "aifactory-guard-check")
+    assert check["spec"]["paramRef"]["name"] == GUARD_PARAMS
+    assert f"check.{alloc.pk}" in params_entries(
+        admin_kube.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
     assert tenant.slug not in tries[-1] and block not in tries[-1]

@@ -51,12 +51,16 @@ def wrap(kind: str, namespace: str, spec: dict) -> dict:
 BLOCK = "{block}"  # replaced by the dedicated node's name
 DEDICATED_CASES = [
     ("plain pod", {}, "accepted"),
-    ("nodeName on the block", {"nodeName": BLOCK}, "may not name it in spec.nodeName"),
-    ("nodeName elsewhere", {"nodeName": "some-other-node"}, "accepted"),
+    # spec.nodeName skips the scheduler (and so the taint): no tenant's namespace may use it.
+    ("nodeName on the block", {"nodeName": BLOCK}, "may not name its node in spec.nodeName"),
+    ("nodeName elsewhere", {"nodeName": "some-other-node"},
+     "may not name its node in spec.nodeName"),
     ("nodeSelector on the dedicated label", {"nodeSelector": {LABEL: "{owner}"}},
      "selects nodes dedicated to another tenant"),
+    # Held off: admitted (the guards read no list of nodes), and the block's taint keeps it
+    # away for good (tests/k8s/test_placement.py tries both with the real scheduler).
     ("nodeSelector on the hostname", {"nodeSelector": {"kubernetes.io/hostname": BLOCK}},
-     "selects nodes dedicated to another tenant"),
+     "accepted"),
     ("nodeSelector on the block's allocation label",
      {"nodeSelector": {"aifactory.io/allocation": "{allocation}"}},
      "selects nodes dedicated to another tenant"),
@@ -72,8 +76,7 @@ DEDICATED_CASES = [
     ("affinity by field, DaemonSet style", {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchFields": [{"key": "metadata.name", "operator": "In",
-                              "values": [BLOCK]}]}]}}}},
-     "selects nodes dedicated to another tenant"),
+                              "values": [BLOCK]}]}]}}}}, "accepted"),
     ("affinity that avoids the block", {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": LABEL, "operator": "NotIn",
@@ -85,6 +88,9 @@ DEDICATED_CASES = [
         {"key": TAINT, "operator": "Exists"}]}, "Only the tenant a dedicated block belongs to"),
     ("toleration of the owner's taint, no effect", {"tolerations": [
         {"key": TAINT, "value": "{owner}"}]}, "Only the tenant a dedicated block belongs to"),
+    ("toleration of some other tenant's taint", {"tolerations": [
+        {"key": TAINT, "operator": "Equal", "value": "someone-else", "effect": "NoSchedule"}]},
+     "Only the tenant a dedicated block belongs to"),
     ("toleration of every taint", {"tolerations": [{"operator": "Exists"}]},
      "toleration of every taint"),
     ("toleration of every NoSchedule taint", {"tolerations": [
@@ -92,9 +98,6 @@ DEDICATED_CASES = [
     # Harmless: none of these tolerates the block's NoSchedule taint.
     ("toleration of every NoExecute taint", {"tolerations": [
         {"operator": "Exists", "effect": "NoExecute"}]}, "accepted"),
-    ("toleration of another tenant's taint", {"tolerations": [
-        {"key": TAINT, "operator": "Equal", "value": "someone-else", "effect": "NoSchedule"}]},
-     "accepted"),
     ("toleration of an unrelated taint", {"tolerations": [
         {"key": "example.com/spot", "operator": "Exists"}]}, "accepted"),
     ("toleration of the owner's taint for NoExecute only", {"tolerations": [
@@ -215,7 +218,7 @@ def test_the_owner_and_the_platform_keep_their_access(admin_kube, dedicated_worl
     assert outcome(admin_kube, wrap("Pod", "kube-system", pinned)) == "accepted"
     # A namespace the portal does not own is guarded like any other tenant's.
     said = outcome(admin_kube, wrap("Pod", "default", pod_spec(nodeName=w["block"])))
-    assert "may not name it in spec.nodeName" in said
+    assert "may not name its node in spec.nodeName" in said
     said = outcome(admin_kube, wrap("Pod", "default",
                                     pod_spec(tolerations=[{"operator": "Exists"}])))
     assert "toleration of every taint" in said
