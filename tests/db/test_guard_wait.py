@@ -16,10 +16,15 @@ from fleet.allocations import tasks
 from fleet.allocations.admission import (
     CHECK_KEY,
     GUARD_PARAMS,
+    LEGACY_GUARD_PARAMS,
     PARAMS_API,
     PARAMS_KIND,
+    POD_SPEC_PATHS,
+    guard_labels,
+    guard_policy_name,
     params_entries,
 )
+from fleet.allocations.apply import prune_older_guards
 from fleet.allocations.guard_check import (
     GUARD_CHECK,
     GUARD_DIGEST_ANNOTATION,
@@ -27,6 +32,7 @@ from fleet.allocations.guard_check import (
     GUARD_FINGERPRINT_LABEL,
     GUARD_PROBE_LABEL,
 )
+from fleet.allocations.manifests import render_manifests
 from fleet.allocations.provisioning import allocation_provision
 from fleet.allocations.reconcile import allocation_reconcile
 from fleet.allocations.retirement import allocation_retire
@@ -37,7 +43,7 @@ from fleet.models import Allocation, Pool, Route
 from intake import services
 from portal.demo_fleet import demo_fleet
 from tenants.models import AuditEvent
-from tests.factories import make_request
+from tests.factories import make_request, spec
 
 pytestmark = pytest.mark.django_db
 ADMISSION = "admissionregistration.k8s.io/v1"
@@ -299,3 +305,40 @@ def test_a_broker_that_cannot_take_the_continuation_means_waiting_in_place(appro
     last_probe = max(i for i, c in enumerate(calls) if c[0] == "probe")
     assert last_probe < _first(calls, ("apply", "Node"))
     assert backend.asked >= backend.asks
+
+
+def test_the_previous_shared_guards_go_route_by_route_and_their_params_last(block):
+    """A cluster upgraded from shared guards that read a list of every block: the reconcile
+    of a block removes the old dedicated policies (bindings first), keeps another route's
+    old ones (their allocations are not reconciled yet) and with them the old params they
+    read; the last route's removal takes the params too."""
+    alloc, backend = block
+    old = {rules: [{"apiVersion": ADMISSION, "kind": kind,
+                    "metadata": {"name": f"aifactory-{rules}-pods", "labels": guard_labels(rules)},
+                    "spec": {}}
+                   for kind in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")]
+           for rules in ("dedicated", "confidential")}
+    for obj in [*old["dedicated"], *old["confidential"]]:
+        backend.apply(obj)
+    backend.apply({"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
+                   "metadata": {"name": LEGACY_GUARD_PARAMS}, "spec": {"entries": {"x": "y"}}})
+    backend.log.clear()
+    found = allocation_reconcile(alloc.pk, backend=backend)
+    assert sum("aifactory-dedicated-pods is no longer part of it" in f for f in found) == 2
+    deletes = [key.kind for what, key in backend.log if what == "delete"
+               and key.name == "aifactory-dedicated-pods"]
+    assert deletes == ["ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"]
+    for obj in old["confidential"]:
+        assert backend.get(ADMISSION, obj["kind"], obj["metadata"]["name"]) is not None
+    assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None
+    # The current guards stand, named with the shape, and the check reads its own params.
+    live = {k.name for k in backend.objects if k.kind == "ValidatingAdmissionPolicy"}
+    assert {n for n in live if n.startswith("aifactory-dedicated-")} == {
+        guard_policy_name("dedicated", suffix) for *_, suffix in POD_SPEC_PATHS}
+    # A confidential allocation's turn (its manifests as rendered): the rest goes.
+    removed = prune_older_guards(backend, render_manifests(spec(Route.CONFIDENTIAL_POOL)))
+    assert {(k.kind, k.name) for k in removed} == {
+        *((o["kind"], o["metadata"]["name"]) for o in old["confidential"]),
+        (PARAMS_KIND, LEGACY_GUARD_PARAMS)}
+    assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is None
+    assert backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) is not None

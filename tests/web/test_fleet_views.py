@@ -4,6 +4,8 @@ import pytest
 from django.urls import reverse
 
 from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND, params_entries
+from fleet.allocations.desired import allocation_manifests
+from fleet.allocations.guard_check import entries_digest
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import DryRunBackend
 from fleet.models import GpuNode, Pool, Route
@@ -139,7 +141,6 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
 
     from django.utils import timezone
 
-    from fleet.allocations.desired import allocation_manifests
     from fleet.kube import using_backend
     from fleet.models import Allocation
     from tenants.audit import audit_for
@@ -179,12 +180,12 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
     assert list(alloc.nodes.values_list("name", flat=True)) == [proposed]
     assert alloc.flagged_reason == "" and alloc.pool_id == pool.pk
     # The cluster followed: the new node carries the block's labels, the old one none, and
-    # the guard names the new node only.
+    # the check's entry is the digest of the block on its new node.
     assert backend.get("v1", "Node", proposed)["metadata"]["labels"][
         "aifactory.io/allocation"] == str(alloc.pk)
     assert not backend.get("v1", "Node", first.name)["metadata"].get("labels")
     params = params_entries(backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
-    assert f"node.{proposed}" in params and f"node.{first.name}" not in params
+    assert params[f"check.{alloc.pk}"] == entries_digest(allocation_manifests(alloc))
     actions = set(audit_for(alloc).values_list("action", flat=True))
     assert {"allocation.flagged", "allocation.moved", "allocation.applied",
             "allocation.unflagged"} <= actions
@@ -208,7 +209,6 @@ def test_a_move_tells_the_history_what_happened_not_that_everything_was_deleted(
 
     from django.utils import timezone
 
-    from fleet.allocations.desired import allocation_manifests
     from fleet.kube import using_backend
     from fleet.models import Allocation
     from tenants.audit import audit_for
