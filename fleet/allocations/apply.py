@@ -291,14 +291,15 @@ def reapply(alloc: Allocation, manifests: list[dict], backend: KubeBackend) -> R
 
 def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[ObjectKey]:
     """An earlier portal's shared guards of the rule sets `manifests` render, called once
-    these are in force (their check refused its probe): bindings first, then policies; and
-    that portal's params once no earlier policy of any route is left to read them (a policy
-    whose params are gone would refuse every pod). Per-allocation guards of a still older
-    portal carry their allocation's label and are pruned with its other objects."""
+    these are in force (their check refused its probe): bindings first, then policies. That
+    portal's params go in a later call, one that finds no earlier policy of any route left:
+    the API server keeps enforcing a deleted binding for a moment, and a binding whose params
+    are gone refuses every pod in the cluster. Per-allocation guards of a still older portal
+    carry their allocation's label and are pruned with its other objects."""
     rules = {m["metadata"]["labels"][GUARDS_LABEL] for m in manifests if is_shared_guard(m)}
     if not rules:
         return []
-    removed, left = [], False
+    removed, seen = [], False
     for kind in (GUARD_BINDING_KIND, GUARD_POLICY_KIND):
         for obj in backend.list(GROUP, kind, label_selector=f"{MANAGED_BY}={MANAGER}"):
             meta = obj.get("metadata") or {}
@@ -306,11 +307,11 @@ def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[Obje
             if LABEL_ALLOCATION in labels or GUARDS_LABEL not in labels or \
                     name == GUARD_CHECK or is_current_shape(name):
                 continue
-            if labels[GUARDS_LABEL] not in rules:
-                left = True  # another route's, replaced when one of its allocations is
-            elif backend.delete(GROUP, kind, name):
+            seen = True
+            # Another route's stay: replaced when one of its allocations is reconciled.
+            if labels[GUARDS_LABEL] in rules and backend.delete(GROUP, kind, name):
                 removed.append(ObjectKey(GROUP, kind, "", name))
-    if not left and backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None \
+    if not seen and backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None \
             and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS):
         removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_GUARD_PARAMS))
     return removed

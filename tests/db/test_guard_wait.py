@@ -309,9 +309,10 @@ def test_a_broker_that_cannot_take_the_continuation_means_waiting_in_place(appro
 
 def test_the_previous_shared_guards_go_route_by_route_and_their_params_last(block):
     """A cluster upgraded from shared guards that read a list of every block: the reconcile
-    of a block removes the old dedicated policies (bindings first), keeps another route's
-    old ones (their allocations are not reconciled yet) and with them the old params they
-    read; the last route's removal takes the params too."""
+    of a block removes the old dedicated policies (bindings first) and keeps another route's
+    old ones (their allocations are not reconciled yet) and the old params they read; the
+    params go only in a pass that finds no old policy left (the API server enforces a
+    deleted binding for a moment, and one without its params refuses every pod)."""
     alloc, backend = block
     old = {rules: [{"apiVersion": ADMISSION, "kind": kind,
                     "metadata": {"name": f"aifactory-{rules}-pods", "labels": guard_labels(rules)},
@@ -330,15 +331,19 @@ def test_the_previous_shared_guards_go_route_by_route_and_their_params_last(bloc
     assert deletes == ["ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"]
     for obj in old["confidential"]:
         assert backend.get(ADMISSION, obj["kind"], obj["metadata"]["name"]) is not None
-    assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None
     # The current guards stand, named with the shape, and the check reads its own params.
     live = {k.name for k in backend.objects if k.kind == "ValidatingAdmissionPolicy"}
     assert {n for n in live if n.startswith("aifactory-dedicated-")} == {
         guard_policy_name("dedicated", suffix) for *_, suffix in POD_SPEC_PATHS}
-    # A confidential allocation's turn (its manifests as rendered): the rest goes.
-    removed = prune_older_guards(backend, render_manifests(spec(Route.CONFIDENTIAL_POOL)))
+    # A confidential allocation's turn (its manifests as rendered): its old guards go, the
+    # params stay for this pass, and the next pass (any route's) takes them.
+    confidential = render_manifests(spec(Route.CONFIDENTIAL_POOL))
+    removed = prune_older_guards(backend, confidential)
     assert {(k.kind, k.name) for k in removed} == {
-        *((o["kind"], o["metadata"]["name"]) for o in old["confidential"]),
-        (PARAMS_KIND, LEGACY_GUARD_PARAMS)}
+        (o["kind"], o["metadata"]["name"]) for o in old["confidential"]}
+    assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None
+    found = allocation_reconcile(alloc.pk, backend=backend)
+    assert any(LEGACY_GUARD_PARAMS in f and "removed" in f for f in found), found
     assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is None
     assert backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) is not None
+    assert allocation_reconcile(alloc.pk, backend=backend) == []  # and nothing after

@@ -148,9 +148,15 @@ def test_an_upgrade_from_guards_reading_every_block_without_a_moment_unguarded(
             for o in admin_kube.list(GROUP, kind,
                                      label_selector="aifactory.io/guards=dedicated")}
     assert live and all(name.startswith(CURRENT) for name in live), live
-    # The old params went with the last policy that read them; the check reads its own.
+    # The old params outlive the last policy that read them by one pass (the API server
+    # enforces a deleted binding for a moment, and without its params it would refuse every
+    # pod); the next reconcile takes them, and every pod is judged by the current guards.
+    assert admin_kube.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None
+    assert any(LEGACY_GUARD_PARAMS in f for f in allocation_reconcile(alloc.pk))
     assert admin_kube.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is None
-    assert any(LEGACY_GUARD_PARAMS in f for f in found), found
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "default"},
+           "spec": pod_spec()}
+    assert _refused(admin_kube, pod) == ""
     check = admin_kube.get(GROUP, "ValidatingAdmissionPolicyBinding", "aifactory-guard-check")
     assert check["spec"]["paramRef"]["name"] == GUARD_PARAMS
     assert f"check.{alloc.pk}" in params_entries(
