@@ -360,16 +360,18 @@ def test_another_tenants_pod_never_lands_on_a_dedicated_block(
 
         def unschedulable(name: str) -> dict:
             pod = admin.get("v1", "Pod", name, "intruders")
-            (cond,) = [c for c in (pod.get("status") or {}).get("conditions") or []
-                       if c["type"] == "PodScheduled"]
-            assert cond["status"] == "False" and cond["reason"] == "Unschedulable", cond
+            conds = [c for c in (pod.get("status") or {}).get("conditions") or []
+                     if c["type"] == "PodScheduled"]
+            assert conds, "not looked at by the scheduler yet"
+            assert conds[0]["status"] == "False" and conds[0]["reason"] == "Unschedulable", conds
             return pod
 
         for how in by_name:
-            pod = eventually(lambda how=how: unschedulable(f"by-{how}"), timeout=30)
-            # The scheduler tried the block and its taint said no (its message quotes the
-            # taint, and so the owner's name: see docs/isolation.md).
+            pod = eventually(lambda how=how: unschedulable(f"by-{how}"), timeout=60)
+            # The scheduler tried the block and its taint said no, in words that name
+            # neither the taint's value nor so the owner.
             assert "untolerated taint" in str(pod["status"]), pod["status"]
+            assert tenant.slug not in str(pod["status"]), pod["status"]
         time.sleep(2)  # another scheduling round or two: still not bound
         for how in by_name:
             assert not admin.get("v1", "Pod", f"by-{how}", "intruders")["spec"].get("nodeName")
