@@ -47,6 +47,7 @@ GUARD_SHAPE = "bylabel"  # in the policies' names: the shape is replaced by new 
 PARAMS_API, PARAMS_KIND = "aifactory.io/v1", "GuardParams"
 PARAM_KIND = {"apiVersion": PARAMS_API, "kind": PARAMS_KIND}
 GUARDS_LABEL = "aifactory.io/guards"  # on every shared guard object: which rule set
+CHECK_RULES = "check"  # the guard check's value of it
 GUARDED_ROUTES = (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL)
 
 CHECK_KEY = "check."  # the params' entry keys: check.<allocation id>
@@ -190,6 +191,27 @@ def guard_policy_name(rules: str, suffix: str) -> str:
 def is_current_shape(name: str) -> bool:
     """Whether a shared guard's name is this shape's (an earlier portal's lack GUARD_SHAPE)."""
     return f"-{GUARD_SHAPE}-" in name
+
+
+def older_guards(live: list[tuple[str, dict]], rules: set[str]) -> tuple[list[tuple[str, str]],
+                                                                         bool]:
+    """Of the guard objects in a cluster ((kind, object) pairs, bindings listed before
+    policies), an earlier portal's shared ones of the rule sets `rules` as (kind, name) in
+    that order, to remove once this shape's are in force; and whether any earlier shared
+    guard, of any rule set, is there at all (its params must stay while one is). The check
+    keeps its name across shapes; per-allocation guards carry their allocation's label and
+    go with its other objects."""
+    remove, seen = [], False
+    for kind, obj in live:
+        meta = obj.get("metadata") or {}
+        labels, name = meta.get("labels") or {}, meta.get("name", "")
+        if LABEL_ALLOCATION in labels or GUARDS_LABEL not in labels or \
+                labels[GUARDS_LABEL] == CHECK_RULES or is_current_shape(name):
+            continue
+        seen = True
+        if labels[GUARDS_LABEL] in rules:  # another route's: replaced by its allocations
+            remove.append((kind, name))
+    return remove, seen
 
 
 def _policies(rules: str, validations, namespace_selector: dict, *,

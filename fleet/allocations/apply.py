@@ -38,12 +38,11 @@ from .admission import (
     entries_manager,
     entries_owner,
     guard_params,
-    is_current_shape,
     is_guard_params,
+    older_guards,
     params_allocation,
 )
 from .guard_check import (
-    GUARD_CHECK,
     GUARD_DIGEST_LABEL,
     entries_digest,
     guard_probe,
@@ -294,23 +293,15 @@ def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[Obje
     these are in force (their check refused its probe): bindings first, then policies. That
     portal's params go in a later call, one that finds no earlier policy of any route left:
     the API server keeps enforcing a deleted binding for a moment, and a binding whose params
-    are gone refuses every pod in the cluster. Per-allocation guards of a still older portal
-    carry their allocation's label and are pruned with its other objects."""
+    are gone refuses every pod in the cluster."""
     rules = {m["metadata"]["labels"][GUARDS_LABEL] for m in manifests if is_shared_guard(m)}
     if not rules:
         return []
-    removed, seen = [], False
-    for kind in (GUARD_BINDING_KIND, GUARD_POLICY_KIND):
-        for obj in backend.list(GROUP, kind, label_selector=f"{MANAGED_BY}={MANAGER}"):
-            meta = obj.get("metadata") or {}
-            labels, name = meta.get("labels") or {}, meta.get("name", "")
-            if LABEL_ALLOCATION in labels or GUARDS_LABEL not in labels or \
-                    name == GUARD_CHECK or is_current_shape(name):
-                continue
-            seen = True
-            # Another route's stay: replaced when one of its allocations is reconciled.
-            if labels[GUARDS_LABEL] in rules and backend.delete(GROUP, kind, name):
-                removed.append(ObjectKey(GROUP, kind, "", name))
+    live = [(kind, obj) for kind in (GUARD_BINDING_KIND, GUARD_POLICY_KIND)
+            for obj in backend.list(GROUP, kind, label_selector=f"{MANAGED_BY}={MANAGER}")]
+    remove, seen = older_guards(live, rules)
+    removed = [ObjectKey(GROUP, kind, "", name) for kind, name in remove
+               if backend.delete(GROUP, kind, name)]
     if not seen and backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None \
             and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS):
         removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_GUARD_PARAMS))

@@ -9,6 +9,7 @@ import json
 
 from .admission import (
     CHECK_KEY,
+    CHECK_RULES,
     GROUP,
     GUARD_BINDING_KIND,
     GUARD_KIND_NAMES,
@@ -45,7 +46,7 @@ def guard_check(fingerprint: str = UNSTAMPED) -> list[dict]:
     newest object in both watches, whenever one of them was made again or changed."""
     probe, digest = f"object.metadata.labels['{GUARD_PROBE_LABEL}']", \
         f"object.metadata.labels['{GUARD_DIGEST_LABEL}']"
-    meta = {"name": GUARD_CHECK, "labels": guard_labels("check"),
+    meta = {"name": GUARD_CHECK, "labels": guard_labels(CHECK_RULES),
             "annotations": {GUARD_DIGEST_ANNOTATION: fingerprint}}
     return [
         {"apiVersion": GROUP, "kind": GUARD_POLICY_KIND, "metadata": meta,

@@ -52,15 +52,20 @@ def _refused(admin, pod) -> str:
     return ""
 
 
-def _without_current_guards(admin_kube, kube, alloc) -> None:
-    """The cluster as an older portal left it: none of this shape's dedicated guards, and
-    no check entry of the block."""
+@pytest.fixture
+def block_left_unguarded(admin_kube, kube, fleet, tenant, lead, admin_user,
+                         django_capture_on_commit_callbacks):
+    """A dedicated block, with the cluster as an older portal left it: none of this shape's
+    dedicated guards, and no check entry of the block (each test applies the old guards)."""
+    alloc = provisioned(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
+                        django_capture_on_commit_callbacks)
     for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy"):
         for obj in admin_kube.list(GROUP, kind,
                                    label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             if obj["metadata"]["name"].startswith("aifactory-dedicated-"):
                 admin_kube.delete(GROUP, kind, obj["metadata"]["name"])
     withdraw_entries(kube, alloc.pk)
+    return alloc, alloc.nodes.get().name, allocation_spec(alloc)
 
 
 def _reconciled_under_fire(admin_kube, alloc, block: str, old_name: str) -> tuple[list, list]:
@@ -100,12 +105,8 @@ def _reconciled_under_fire(admin_kube, alloc, block: str, old_name: str) -> tupl
 
 
 def test_an_upgrade_from_guards_per_block_without_a_moment_unguarded(
-        admin_kube, kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
-    alloc = provisioned(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
-                        django_capture_on_commit_callbacks)
-    block = alloc.nodes.get().name
-    spec = allocation_spec(alloc)
-    _without_current_guards(admin_kube, kube, alloc)
+        admin_kube, kube, tenant, block_left_unguarded):
+    alloc, block, spec = block_left_unguarded
     old = legacy_guards(spec)
     for obj in old:
         kube.apply(obj, force=True)
@@ -125,12 +126,8 @@ def test_an_upgrade_from_guards_per_block_without_a_moment_unguarded(
 
 
 def test_an_upgrade_from_guards_reading_every_block_without_a_moment_unguarded(
-        admin_kube, kube, fleet, tenant, lead, admin_user, django_capture_on_commit_callbacks):
-    alloc = provisioned(tenant, lead, admin_user, Route.DEDICATED_BLOCK,
-                        django_capture_on_commit_callbacks)
-    block = alloc.nodes.get().name
-    spec = allocation_spec(alloc)
-    _without_current_guards(admin_kube, kube, alloc)
+        admin_kube, kube, tenant, block_left_unguarded):
+    alloc, block, spec = block_left_unguarded
     # As that portal applied them: the block's keys, then the shared policies and its check.
     kube.apply(block_params(spec), force=True,
                field_manager=entries_manager(kube.field_manager, alloc.pk))

@@ -9,7 +9,14 @@ active)."""
 
 import pytest
 
-from fleet.allocations.admission import CHECK_KEY, is_guard_params
+from fleet.allocations.admission import (
+    CHECK_KEY,
+    CHECK_RULES,
+    GUARDS_LABEL,
+    guard_policy_name,
+    is_guard_params,
+    older_guards,
+)
 from fleet.allocations.guard_check import (
     GUARD_CHECK,
     GUARD_DIGEST_LABEL,
@@ -245,3 +252,26 @@ def test_no_admission_no_wait():
     """The embedded dry-run backend enforces nothing: there is nothing to wait for (and
     the allocation's audit says nothing about guards being in force)."""
     assert guards_in_force(DryRunBackend(), PROBE, timeout=1) is None
+
+
+def test_older_guards_are_this_routes_earlier_shared_ones_only():
+    """What the upgrade removes: an earlier shape's shared guards of the route reconciled,
+    bindings before policies as listed; never this shape's, the check, another route's or a
+    per-allocation guard; and whether any earlier shared guard is still there."""
+    def obj(name, rules, **labels):
+        return {"metadata": {"name": name, "labels": {GUARDS_LABEL: rules, **labels}}}
+
+    current = guard_policy_name("dedicated", "pods")
+    live = [("ValidatingAdmissionPolicyBinding", obj("aifactory-dedicated-pods", "dedicated")),
+            ("ValidatingAdmissionPolicyBinding", obj(current, "dedicated")),
+            ("ValidatingAdmissionPolicyBinding", obj(GUARD_CHECK, CHECK_RULES)),
+            ("ValidatingAdmissionPolicy", obj("aifactory-dedicated-pods", "dedicated")),
+            ("ValidatingAdmissionPolicy", obj("aifactory-confidential-pods", "confidential")),
+            ("ValidatingAdmissionPolicy", obj("aifactory-a7-dedicated-pods", "dedicated",
+                                              **{"aifactory.io/allocation": "7"})),
+            ("ValidatingAdmissionPolicy", {"metadata": {"name": "someone-elses"}})]
+    assert older_guards(live, {"dedicated"}) == (
+        [("ValidatingAdmissionPolicyBinding", "aifactory-dedicated-pods"),
+         ("ValidatingAdmissionPolicy", "aifactory-dedicated-pods")], True)
+    assert older_guards(live[1:3], {"dedicated"}) == ([], False)
+    assert older_guards(live[4:5], {"dedicated"}) == ([], True)  # another route's remains
