@@ -19,6 +19,7 @@ from tenants.access import (
 from tenants.audit import REASON_MAX
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
+from tenants.plain_rows import PlainRowsList
 
 from .allocations.moves import allocation_move_off
 from .allocations.resize import allocation_resize
@@ -50,6 +51,7 @@ class AllocationSerializer(serializers.ModelSerializer):
         "in force)"))
 
     class Meta:
+        list_serializer_class = PlainRowsList  # lists: one row plan, not DRF per value
         model = Allocation
         fields = ["id", "tenant", "pool", "route", "whole_devices", "mig_profile", "mig_count",
                   "device_equivalents", "size", "size_unit", "namespace", "starts_at",

@@ -18,6 +18,7 @@ from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 from tenants.models import Tenant
+from tenants.plain_rows import PlainRowsList
 
 from . import services
 from .domain import Status
@@ -68,6 +69,7 @@ class CapacityRequestSerializer(serializers.ModelSerializer):
                   "running workload; null until it was sent (PORTAL_OTLP_ENDPOINT)")
 
     class Meta:
+        list_serializer_class = PlainRowsList  # lists: one row plan, not DRF per value
         model = CapacityRequest
         fields = [
             "id", "tenant", "requester", "title", "workload_kind", "isolation_origin",

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Sum
+from django.db.models import Count, F, Max, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tenants.compiled import compiled_per_arguments
@@ -328,8 +329,13 @@ def last_sightings() -> dict[str, object]:
 def node_list(*, state: str = "", pool: str = ""):
     """The GPU nodes by name, each with its number of allocations; of one state and one pool
     (slug) when given."""
+    # Counted per node by a subquery, not a GROUP BY over every node's columns: the page's
+    # LIMIT then applies first, so only its 50 rows are counted (a thousand nodes grouped
+    # was most of the fleet page's SQL).
+    held = (Allocation.nodes.through.objects.filter(gpunode_id=OuterRef("pk")).order_by()
+            .values("gpunode_id").annotate(n=Count("*")).values("n"))
     nodes = (GpuNode.objects.select_related("pool", "cluster")
-             .annotate(n_alloc=Count("allocations")).order_by("name"))
+             .annotate(n_alloc=Coalesce(Subquery(held), 0)).order_by("name"))
     if state:
         nodes = nodes.filter(state=state)
     if pool:

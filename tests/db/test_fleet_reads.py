@@ -1,9 +1,17 @@
 """The fast reads of the fleet agree with the model's own view of a node."""
 
 import pytest
+from django.utils import timezone
 
-from fleet.inventory.selectors import facts_by_cluster, node_facts, pool_capacity, pools_capacity
-from fleet.models import GpuNode
+from fleet.inventory.selectors import (
+    facts_by_cluster,
+    node_facts,
+    node_list,
+    pool_capacity,
+    pools_capacity,
+)
+from fleet.models import Allocation, GpuNode, Route
+from tenants.models import Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -36,3 +44,20 @@ def test_many_pools_at_once_equal_one_at_a_time(bare_pools):
                                     allocated_devices=Decimal(0), reserved_nodes=[],
                                     allocated_mig={}, ceiling=pool.capacity_devices)
         assert together[pool.pk] == alone == pool_capacity(pool)
+
+
+def test_the_node_list_counts_each_nodes_allocations_of_every_status(bare_pools):
+    shared = bare_pools["shared_pool"]
+    tenant = Tenant.objects.create(slug="t", name="T")
+    busy, idle = (GpuNode.objects.create(name=n, pool=shared, gpu_count=8) for n in "ab")
+    for status in ("active", "retired", "provisioning"):
+        a = Allocation.objects.create(tenant=tenant, pool=shared, route=Route.SHARED_POOL,
+                                      whole_devices=1, device_equivalents=1,
+                                      starts_at=timezone.now(),
+                                      namespace=f"t-{status}", status=status)
+        a.nodes.add(busy)
+    # Every allocation ever placed on the node, as the per-node count always said, on a
+    # page of the list (the count comes after the page's LIMIT) and on the whole list.
+    assert {n.name: n.n_alloc for n in node_list()} == {"a": 3, "b": 0}
+    assert [(n.name, n.n_alloc) for n in node_list()[:1]] == [("a", 3)]
+    assert [n.n_alloc for n in node_list(state=idle.state, pool=shared.slug)] == [3, 0]
