@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from billing.figures import figure_sums
+from billing.figures import month_spend
 from fleet.inventory.pricing import money, money_text
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
@@ -182,44 +182,20 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     return created
 
 
-def _leaders(spent: dict[int, Decimal], top: int) -> list[tuple[int, Decimal, str]]:
-    """The `top` tenants by spend, ties by name: (id, spend, name). Names are read for the
-    leaders only: those above the cut, and of the tenants tied at it the first by name."""
-    ranked = sorted(set(spent.values()), reverse=True)
-    cut = ranked[min(top, len(ranked)) - 1] if ranked else None
-    above = [t for t, v in spent.items() if cut is not None and v > cut]
-    tied = {t for t, v in spent.items() if v == cut}
-    tenants = Tenant.objects.order_by("name", "pk")
-    if len(tied) <= 100:
-        tenants = tenants.filter(pk__in=[*above, *tied])
-        names = dict(tenants.values_list("pk", "name"))
-    else:  # many alike: the first of them by name, without a list of thousands of ids
-        names = dict(Tenant.objects.filter(pk__in=above).values_list("pk", "name"))
-        for pk, name in tenants.values_list("pk", "name").iterator(chunk_size=500):
-            if pk in tied:
-                names[pk] = name
-                if len(names) >= top:
-                    break
-    chosen = sorted(names, key=lambda t: (-spent[t], names[t], t))[:top]
-    return [(t, spent[t], names[t]) for t in chosen]
-
-
 def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     """Finance's month at a glance: spend so far (the statements' one number), the run-rate
     forecast, the top tenants by spend, and how many tenants are near or over budget."""
     month = month_start(now)
-    # Each tenant's final amount (lines to the cent, plus adjustments), summed by the
-    # database: the running month of 5,000 tenants is 5,000 sums, not every line in Python.
-    spent = {key[0]: sums["amount"] for key, sums in figure_sums(
-        ("tenant_id",), tenant_ids=tenant_ids, months=[month]).items()}
-    total = money(sum(spent.values(), Decimal(0)))
-    # The budgets of the tenants with spend (read without a list of 5,000 ids to match).
-    budgets = {t: b for t, b in budgets_in_force(tenant_ids, month).items() if t in spent}
+    # Ranked and added up by the database (billing.figures.month_spend): the running month
+    # of 5,000 tenants is a top three, a total and the spend of those with budgets.
+    budgets = budgets_in_force(tenant_ids, month)
+    spend = month_spend(tenant_ids, month, top=top, of=budgets)
+    total = money(spend.total)
     covered = rolled_up_until(month)
-    statuses = [budget_status(budget=b, spent=spent.get(t, Decimal(0)), month=month, now=now,
+    statuses = [budget_status(budget=budgets[t], spent=spent, month=month, now=now,
                               covered_until=covered)
-                for t, b in budgets.items()]
-    leaders = _leaders(spent, top)
+                for t, spent in spend.of.items()]
+    leaders = spend.leaders
     return {"month": month, "spent": total,
             "forecast": run_rate_forecast(total, month, now, covered),
             "extended": forecast_extends(month, now, covered),

@@ -41,6 +41,7 @@ from fleet.models import (
     Route,
 )
 from intake import services
+from tenants.models import Tenant
 from tests.factories import ClusterFactory, make_request
 
 pytestmark = pytest.mark.django_db
@@ -225,7 +226,27 @@ def check_month_totals(months: list[dt.date]) -> None:
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
     assert metric_sums() == (figure_sums(("tenant", "pool")), figure_sums(("tenant",)))
+    check_month_spend(months)
     check_kept_totals()
+
+
+def check_month_spend(months: list[dt.date]) -> None:
+    """Finance's month so far (billing.figures.month_spend, ranked and summed by the
+    database) is every tenant's final amount of month_figures: its total, its leaders by
+    spend then name, and the spend of any tenant asked for."""
+    from billing.figures import month_figures, month_spend
+
+    for month in months:
+        finals = {f.tenant_id: f.final for f in month_figures(months=[month])}
+        names = dict(Tenant.objects.values_list("pk", "name"))
+        ranked = sorted(finals, key=lambda t: (-finals[t], names[t], t))
+        for ids in (None, list(finals)[:1]):
+            mine = finals if ids is None else {t: finals[t] for t in ids}
+            got = month_spend(ids, month, top=3, of=list(names))
+            assert got.total == sum(mine.values(), Decimal(0)), month
+            assert got.leaders == [(t, finals[t], names[t]) for t in ranked
+                                   if t in mine][:3], month
+            assert got.of == mine, month
 
 
 def check_kept_totals() -> None:
