@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from billing.figures import month_spend
+from billing.figures import figure_sums, month_spend
 from fleet.inventory.pricing import money, money_text
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
@@ -27,16 +27,17 @@ from .domain import (
     month_start,
     run_rate_forecast,
 )
-from .figures import month_figures
 from .models import Budget, BudgetAlert, UsageHour
 from .services import BillingError, require_billing_role
 
 
 def spent_in(tenant_ids, month: dt.date) -> dict[int, Decimal]:
-    """Each tenant's charges in `month`: the one number its statement shows (billing.figures:
-    lines to the cent plus adjustments), so the budget card and the statement agree."""
-    return {f.tenant_id: f.final for f in month_figures(tenant_ids=list(tenant_ids),
-                                                        months=[month])}
+    """Each tenant's charges in `month`: the one number its statement shows (lines to the
+    cent plus adjustments, as billing.figures.month_figures counts them), so the budget card
+    and the statement agree; summed from the totals kept at write time (figure_sums, which
+    the property test holds equal to month_figures), not recomputed from every usage month."""
+    return {key[0]: sums["amount"] for key, sums in figure_sums(
+        ("tenant_id",), tenant_ids=list(tenant_ids), months=[month]).items()}
 
 
 def rolled_up_until(month: dt.date) -> dt.datetime | None:

@@ -11,6 +11,7 @@ from django.utils import timezone
 from billing.budgets import check_budgets
 from billing.domain import month_start
 from billing.models import Budget, BudgetAlert, UsageMonth
+from billing.totals import refresh_totals
 from fleet.models import Allocation, Route
 from intake import services as intake
 from tenants.models import AuditEvent, Notification, NotificationKind
@@ -33,6 +34,9 @@ def spend(tenant, pools):
                 "tenant": tenant, "pool": alloc.pool, "allocated_s": 0, "used_s": 0,
                 "credit_s": 0, "charged_s": 0, "amount": Decimal(amount), "hours": 1,
                 "pending_hours": 0})
+        # As the rollup does in the same transaction: the tenant-month totals the budgets
+        # read (billing.totals) follow the usage months.
+        refresh_totals({(tenant.pk, month_start(timezone.now()))})
     return set_to
 
 
