@@ -223,6 +223,11 @@ def check_month_totals(months: list[dt.date]) -> None:
         by = ("tenant_id", "month")
         assert figure_sums(by, months=months, route=route) == sum_figures(
             month_figures(months=months, route=route), by), route
+        # a page's own tenants (the rows of the overview, a budget's tenant)
+        some = sorted({f.tenant_id for f in month_figures(months=months)})[:1] + [10**9]
+        for by in (("tenant_id", "month"), ("tenant_id",)):
+            assert figure_sums(by, tenant_ids=some, months=months, route=route) == sum_figures(
+                month_figures(tenant_ids=some, months=months, route=route), by), route
     for by in (("tenant",), ("tenant", "pool")):  # what /metrics reads
         assert figure_sums(by) == sum_figures(month_figures(), by), by
     assert metric_sums() == (figure_sums(("tenant", "pool")), figure_sums(("tenant",)))
