@@ -10,7 +10,7 @@ tenants, 200,000 requests, 600,000 audit rows, 12 million usage rows — 100 day
 10x load stays within this machine's disk and an hour), printing each page per size and the
 growth of its p95 from the first size to the last. Not in CI: it loads for many minutes.
 Rerun alone:
-    make test ARGS="tests/db/test_page_benchmark.py -s"
+    make test ARGS="tests/db/test_page_benchmark.py"
 PORTAL_BENCH_PROFILE=1: also where the heaviest pages' time goes (tests/db/page_profile.py:
 template, ORM compile, SQL, the rest of Python; and the project's heaviest functions).
 Lines start with BENCHMARK.

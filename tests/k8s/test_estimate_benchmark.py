@@ -11,7 +11,7 @@ sync, and scored when Kueue admits its workload; the figures per basis are print
 queue API's track record must be exactly what this test computes from the same rows.
 
 Small by default (a line of 12); PORTAL_BENCH_FULL=1 runs a line of 200:
-make test ARGS="tests/k8s/test_estimate_benchmark.py -s"
+make test ARGS="tests/k8s/test_estimate_benchmark.py"
 """
 
 from __future__ import annotations

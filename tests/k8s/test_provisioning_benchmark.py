@@ -5,7 +5,7 @@ of the same rendered objects (renamed into fresh namespaces) against the same se
 Default: 20 allocations (5 per route); PORTAL_BENCH_FULL=1: 100. Each allocation's first
 Job is submitted the moment it is active, as a tenant would; PORTAL_TEST_KUEUE_QPS=kueue runs
 Kueue with its own client defaults (20/30) instead of the tier's 200/400. Rerun alone:
-    make test ARGS="tests/k8s/test_provisioning_benchmark.py -s"
+    make test ARGS="tests/k8s/test_provisioning_benchmark.py"
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ one tenant's queue page, and the lag from a Workload change to the portal showin
 periodic list, and by the watch (p50/p95 over a series of changes).
 
 Small by default (50 queues, 500 workloads); PORTAL_BENCH_FULL=1 runs the issue's size
-(500 queues, 5,000 workloads):  make test ARGS="tests/k8s/test_queue_benchmark.py -s"
+(500 queues, 5,000 workloads):  make test ARGS="tests/k8s/test_queue_benchmark.py"
 PORTAL_BENCH_PROFILE=1 prints where the first full view's time goes (cProfile).
 """
 

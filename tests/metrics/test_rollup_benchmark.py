@@ -5,7 +5,7 @@ day only, the rest reads as idle).
 
 Default: 50 tenants; PORTAL_BENCH_FULL=1: 500 tenants. Two GPUs per allocation, a sample a
 minute. Rerun alone:
-    make test ARGS="tests/metrics/test_rollup_benchmark.py -s"
+    make test ARGS="tests/metrics/test_rollup_benchmark.py"
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ platform admins approve them, for a while. Any 5xx, or any pool promised past it
 fails the test; throughput and latency are printed.
 
 Small by default (20 s); PORTAL_BENCH_FULL=1 runs 3 minutes:
-    make test ARGS="tests/worker/test_load.py -s"
+    make test ARGS="tests/worker/test_load.py"
 """
 
 from __future__ import annotations
