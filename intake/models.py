@@ -79,7 +79,9 @@ class CapacityRequest(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        # Newest first, the id breaking ties: pages (LIMIT/OFFSET) of requests filed in the
+        # same instant never repeat or skip one, and intake_newest_idx serves it unsorted.
+        ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["tenant", "status"]),
                    # Lists, newest first (everyone's and one tenant's): no sort of the table.
                    models.Index(fields=["-created_at", "-id"], name="intake_newest_idx"),

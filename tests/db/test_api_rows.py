@@ -81,3 +81,14 @@ def test_the_lists_read_a_fixed_number_of_queries_whatever_their_rows(client, wo
     for i in range(4):
         make_request(tenant, lead, submit=i % 2 == 0, title=f"more {i}")
     assert [queries("/api/requests/"), queries("/api/allocations/")] == before
+
+
+def test_pages_of_requests_filed_at_the_same_instant_list_each_once(client, tenant, lead):
+    for i in range(5):
+        make_request(tenant, lead, title=f"same instant {i}")
+    CapacityRequest.objects.update(created_at=CapacityRequest.objects.first().created_at)
+    client.force_login(lead)
+    seen = [row["id"] for offset in range(5)
+            for row in client.get(f"/api/requests/?limit=1&offset={offset}").json()["results"]]
+    assert sorted(seen) == sorted(CapacityRequest.objects.values_list("id", flat=True))
+    assert seen == sorted(seen, reverse=True)  # ties newest id first
