@@ -326,6 +326,13 @@ def last_sightings() -> dict[str, object]:
     return {r["cluster__name"]: r["seen"] for r in rows}
 
 
+# What a row of the node table shows (fleet.renderers.node_rows), not every column of the
+# node, its pool and its cluster; tests/db/test_fleet_reads.py holds the page's queries fixed.
+LISTED_NODE_COLUMNS = ("name", "pool_label", "gpu_model", "gpu_count", "mig_devices",
+                       "mig_config", "state", "reason", "present", "last_synced_at",
+                       "cluster__slug", "pool__name")
+
+
 def node_list(*, state: str = "", pool: str = ""):
     """The GPU nodes by name, each with its number of allocations; of one state and one pool
     (slug) when given."""
@@ -334,7 +341,7 @@ def node_list(*, state: str = "", pool: str = ""):
     # was most of the fleet page's SQL).
     held = (Allocation.nodes.through.objects.filter(gpunode_id=OuterRef("pk")).order_by()
             .values("gpunode_id").annotate(n=Count("*")).values("n"))
-    nodes = (GpuNode.objects.select_related("pool", "cluster")
+    nodes = (GpuNode.objects.select_related("pool", "cluster").only(*LISTED_NODE_COLUMNS)
              .annotate(n_alloc=Coalesce(Subquery(held), 0)).order_by("name"))
     if state:
         nodes = nodes.filter(state=state)
