@@ -254,52 +254,59 @@ def figure_sums(by: tuple[str, ...], *, tenant_ids: Iterable[int] | None = None,
     return dict(out)
 
 
-def _add_kept(out: dict, by: tuple[str, ...], ids: list[int] | None,
-              months: list[dt.date] | None, *, adjustments: bool) -> None:
-    """figure_sums over every route on PostgreSQL: the kept totals (and the adjustments,
-    unless by pool) grouped in two statements written here, the tenants and months as
-    array parameters — the SQL has one shape per grouping, so nothing is compiled per
-    request (through the ORM these two were most of a one-tenant page's figures)."""
+def _kept_sql(by: tuple[str, ...], ids: list[int] | None, months: list[dt.date] | None, *,
+              adjustments: bool) -> tuple[str, list]:
+    """figure_sums over every route on PostgreSQL as one statement: the kept totals and (unless
+    by pool) the adjustments, grouped by `by` (columns c0, c1, …, then allocated_h, used_h,
+    amount). Tenants and months are array parameters, so the SQL has one shape per grouping
+    and nothing is compiled per request (through the ORM, building and compiling these was
+    most of a one-tenant page's figures)."""
     tenants = Tenant._meta.db_table
     pools = TenantMonthTotal._meta.get_field("pool").related_model._meta.db_table
-    kept = {"tenant_id": "k.tenant_id", "tenant": "tt.slug", "month": "k.month",
-            "pool": "pp.slug"}
-    adjusted = {"tenant_id": "s.tenant_id", "tenant": "tt.slug", "month": "s.month"}
-    n = len(by)
+    parts, params = [], []
 
-    def run(sql: str, columns: dict[str, str], tenant_col: str, month_col: str,
-            names: tuple[str, ...]) -> None:
-        where, params = [], []
+    def part(select: str, source: str, columns: dict[str, str], tenant: str, month: str):
+        where = []
         if ids is not None:
-            where.append(f"{tenant_col} = ANY(%s)")
+            where.append(f"{tenant} = ANY(%s)")
             params.append(ids)
         if months is not None:
-            where.append(f"{month_col} = ANY(%s)")
+            where.append(f"{month} = ANY(%s)")
             params.append(months)
-        group = ", ".join(columns[k] for k in by)
-        sql = sql.format(cols=group + ", " if group else "",
-                         where=" WHERE " + " AND ".join(where) if where else "",
-                         group=" GROUP BY " + group if group else "")
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            for row in cursor.fetchall():
-                if not n and all(v is None for v in row):  # no group, no rows: no sums
-                    continue
-                t = out[tuple(row[:n])]
-                for name, value in zip(names, row[n:], strict=True):
-                    t[name] += value or ZERO
+        cols = "".join(f"{columns[k]} AS c{i}, " for i, k in enumerate(by))
+        parts.append(f"SELECT {cols}{select} FROM {source}"
+                     + (" WHERE " + " AND ".join(where) if where else ""))
 
     joins = (f" JOIN {tenants} tt ON tt.id = k.tenant_id" if "tenant" in by else "") + (
         f" JOIN {pools} pp ON pp.id = k.pool_id" if "pool" in by else "")
-    run("SELECT {cols}SUM(k.allocated_h), SUM(k.used_h), SUM(k.amount) "  # noqa: S608
-        f"FROM {TenantMonthTotal._meta.db_table} k{joins}{{where}}{{group}}",
-        kept, "k.tenant_id", "k.month", ("allocated_h", "used_h", "amount"))
+    part("k.allocated_h, k.used_h, k.amount", f"{TenantMonthTotal._meta.db_table} k{joins}",
+         {"tenant_id": "k.tenant_id", "tenant": "tt.slug", "month": "k.month",
+          "pool": "pp.slug"}, "k.tenant_id", "k.month")
     if adjustments and "pool" not in by:
         joins = f" JOIN {tenants} tt ON tt.id = s.tenant_id" if "tenant" in by else ""
-        run("SELECT {cols}SUM(a.amount) "  # noqa: S608 — table names, no input
-            f"FROM {Adjustment._meta.db_table} a JOIN {Statement._meta.db_table} s "
-            f"ON s.id = a.statement_id{joins}{{where}}{{group}}",
-            adjusted, "s.tenant_id", "s.month", ("amount",))
+        part("0, 0, a.amount", f"{Adjustment._meta.db_table} a JOIN "
+             f"{Statement._meta.db_table} s ON s.id = a.statement_id{joins}",
+             {"tenant_id": "s.tenant_id", "tenant": "tt.slug", "month": "s.month"},
+             "s.tenant_id", "s.month")
+    group = ", ".join(f"c{i}" for i in range(len(by)))
+    sql = (f"SELECT {group + ', ' if group else ''}SUM(allocated_h) AS allocated_h, "
+           f"SUM(used_h) AS used_h, SUM(amount) AS amount FROM ("
+           + " UNION ALL ".join(parts) + ") x" + (f" GROUP BY {group}" if group else ""))
+    return sql, params
+
+
+def _add_kept(out: dict, by: tuple[str, ...], ids: list[int] | None,
+              months: list[dt.date] | None, *, adjustments: bool) -> None:
+    sql, params = _kept_sql(by, ids, months, adjustments=adjustments)
+    n = len(by)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for row in cursor.fetchall():
+            if not n and all(v is None for v in row):  # no group, no rows: no sums
+                continue
+            t = out[tuple(row[:n])]
+            for name, value in zip(("allocated_h", "used_h", "amount"), row[n:], strict=True):
+                t[name] += value or ZERO
 
 
 @dataclass(frozen=True)
@@ -329,18 +336,10 @@ def month_spend(tenant_ids: Iterable[int] | None, month: dt.date, *, top: int,
         return MonthSpend(sum(spent.values(), ZERO), [(t, spent[t], names[t]) for t in ranked],
                           {t: spent[t] for t in of if t in spent})
     ids = None if tenant_ids is None else list(tenant_ids)
-    only = "" if ids is None else " AND {} = ANY(%s)"
-    params: list = [month, *([ids] if ids is not None else []), month,
-                    *([ids] if ids is not None else [])]
-    # Both tables' amounts are already to the cent (TenantMonthTotal: line by line, as
-    # month_figures rounds), so their sum per tenant is figure_sums' amount exactly.
-    spent = (
-        f"SELECT tid, SUM(amount) AS amount FROM ("  # noqa: S608 — table names, no input
-        f"SELECT tenant_id AS tid, amount FROM {TenantMonthTotal._meta.db_table} "
-        f"WHERE month = %s{only.format('tenant_id')} UNION ALL "
-        f"SELECT s.tenant_id, a.amount FROM {Adjustment._meta.db_table} a "
-        f"JOIN {Statement._meta.db_table} s ON s.id = a.statement_id "
-        f"WHERE s.month = %s{only.format('s.tenant_id')}) x GROUP BY tid")
+    # Each tenant's final amount, as figure_sums by tenant sums it (the kept totals are to
+    # the cent line by line, adjustments added).
+    spent, params = _kept_sql(("tenant_id",), ids, [month], adjustments=True)
+    spent = f"SELECT c0 AS tid, amount FROM ({spent}) g"  # noqa: S608 — no input in it
     with connection.cursor() as cursor:
         # The window sums every tenant's spend before LIMIT keeps the leaders; names in
         # code-point order (COLLATE "C"), as Python compares them.
