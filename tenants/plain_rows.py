@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models
 from rest_framework import ISO_8601, serializers
 from rest_framework.fields import SkipField
@@ -76,7 +77,7 @@ def _column(model, field) -> str | None:
         return None
     try:
         column = model._meta.get_field(field.source_attrs[0])
-    except Exception:  # noqa: BLE001 — a property, method or reverse name: DRF reads it
+    except FieldDoesNotExist:  # a property or method: DRF reads it
         return None
     if not column.concrete:
         return None

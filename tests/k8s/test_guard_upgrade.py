@@ -104,15 +104,19 @@ def _reconciled_under_fire(admin_kube, alloc, block: str, old_name: str) -> tupl
     return found, tries
 
 
+def _in_force(admin_kube, kube, old: list[dict], probe: dict) -> None:
+    """Apply an older portal's guards and wait until its check answers that they are in force."""
+    for obj in old:
+        kube.apply(obj, force=True)
+    eventually(lambda: "are in force" in _refused(admin_kube, probe), timeout=30,
+               what="the old guards in force")
+
+
 def test_an_upgrade_from_guards_per_block_without_a_moment_unguarded(
         admin_kube, kube, tenant, block_left_unguarded):
     alloc, block, spec = block_left_unguarded
     old = legacy_guards(spec)
-    for obj in old:
-        kube.apply(obj, force=True)
-    probe = legacy_probe(spec)
-    eventually(lambda: "are in force" in _refused(admin_kube, probe), timeout=30,
-               what="the old guards in force")
+    _in_force(admin_kube, kube, old, legacy_probe(spec))
 
     found, tries = _reconciled_under_fire(admin_kube, alloc, block, "aifactory-a")
     names = {o["metadata"]["name"] for o in old}
@@ -132,11 +136,7 @@ def test_an_upgrade_from_guards_reading_every_block_without_a_moment_unguarded(
     kube.apply(block_params(spec), force=True,
                field_manager=entries_manager(kube.field_manager, alloc.pk))
     old = [*shared_policies(spec.platform_namespaces), *legacy_check()]
-    for obj in old:
-        kube.apply(obj, force=True)
-    probe = legacy_shared_probe(spec)
-    eventually(lambda: "are in force" in _refused(admin_kube, probe), timeout=30,
-               what="the old guards in force")
+    _in_force(admin_kube, kube, old, legacy_shared_probe(spec))
 
     found, tries = _reconciled_under_fire(admin_kube, alloc, block, "'aifactory-dedicated-pods'")
     assert any("aifactory-dedicated-pods" in f for f in found), found  # said what it removed
