@@ -1,11 +1,13 @@
-"""Words of the fleet that every app shares, as pure values: the routes and a MIG slice's
-share of a device. Decided here once; manifests, intake and billing read them."""
+"""Words of the fleet that every app shares, as pure values: the routes, a MIG slice's share
+of a device and Kubernetes quantities. Decided here once; manifests, queues, intake and
+billing read them."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from functools import lru_cache
 
 from django.db.models import TextChoices
 
@@ -143,3 +145,36 @@ def largest_job(shares: dict[str, int]) -> int:
     """The most devices one job of a dispatched allocation may ask for and still run: a job
     runs on one worker, within that worker's share."""
     return max((int(v) for v in shares.values()), default=0)
+
+
+_SUFFIXES = {"m": Decimal("0.001"), "k": Decimal(1000), "Ki": Decimal(1024),
+             "M": Decimal(10**6), "Mi": Decimal(2**20), "G": Decimal(10**9),
+             "Gi": Decimal(2**30), "T": Decimal(10**12), "Ti": Decimal(2**40),
+             "P": Decimal(10**15), "Pi": Decimal(2**50), "E": Decimal(10**18),
+             "Ei": Decimal(2**60)}
+_LONGEST_FIRST = sorted(_SUFFIXES, key=len, reverse=True)
+
+
+def quantity(value) -> Decimal:
+    """A Kubernetes quantity as a number, 0 for what is none (devices are plain integers;
+    CPU and memory suffixes are read too)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        return Decimal(0)
+    parsed = parse_quantity(str(value).strip())
+    return Decimal(0) if parsed is None else parsed
+
+
+@lru_cache(maxsize=4096)  # a list of 5,000 Workloads repeats a handful of quantities
+def parse_quantity(text: str) -> Decimal | None:
+    """A quantity's value ("1Ti" and "1024Gi" alike), or None for text that is not one."""
+    for suffix in _LONGEST_FIRST:
+        if text.endswith(suffix):
+            text, factor = text[: -len(suffix)], _SUFFIXES[suffix]
+            break
+    else:
+        factor = Decimal(1)
+    try:
+        number = Decimal(text) * factor
+    except (ArithmeticError, ValueError):
+        return None
+    return number if number.is_finite() else None

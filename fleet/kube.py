@@ -394,7 +394,6 @@ class DryRunBackend:
     objects: dict[ObjectKey, dict] = field(default_factory=dict)
     log: list[tuple[str, ObjectKey]] = field(default_factory=list)
     deleted: set[ObjectKey] = field(default_factory=set)
-    entry_owners: dict[ObjectKey, dict[str, dict]] = field(default_factory=dict)
 
     def apply(self, manifest: dict, *, dry_run: bool = False, force: bool = False,
               field_manager: str = "") -> dict:
@@ -402,17 +401,6 @@ class DryRunBackend:
         stored = copy.deepcopy(manifest)
         stored.setdefault("metadata", {}).setdefault("managedFields", [
             {"manager": field_manager or self.field_manager, "operation": "Apply"}])
-        if field_manager:
-            # As server-side apply owns a map's keys one by one: each manager's
-            # `spec.entries` keys are its own, and an apply without a key it set removes it.
-            owners = {**self.entry_owners.get(key, {}),
-                      field_manager: dict((manifest.get("spec") or {}).get("entries") or {})}
-            if not dry_run:
-                self.entry_owners[key] = owners
-            stored["spec"] = {"entries": {k: v for mine in owners.values()
-                                          for k, v in mine.items()}}
-            stored["metadata"]["managedFields"] = [
-                {"manager": m, "operation": "Apply"} for m in owners]
         if not dry_run:
             self.objects[key] = stored
             self.deleted.discard(key)
@@ -451,7 +439,6 @@ class DryRunBackend:
         key = ObjectKey(api_version, kind, namespace, name)
         self.log.append(("delete", key))
         self.deleted.add(key)
-        self.entry_owners.pop(key, None)
         return self.objects.pop(key, None) is not None
 
 

@@ -10,12 +10,13 @@ read one params object listing every block's tenant, nodes and namespaces: the A
 converts a policy's params into a CEL value for every evaluation, before any condition, so
 every pod created anywhere paid for the whole list; docs/isolation.md has the figures.)
 
-The check that guards are in force is the one policy with params: a GuardParams object
-(`GUARD_PARAMS`, the portal's own cluster-scoped kind: deploy/crds/guardparams.yaml) holding
-one `check.` entry per guarded allocation, written under a field manager of its own (server-
-side apply owns map keys one by one, so allocations provisioned at once never overwrite each
-other's entries, and withdrawing one removes exactly its key). The check is evaluated only
-for its probe namespaces (guard_check.py), never for a tenant's pod.
+The check that guards are in force is the one policy with params: each guarded allocation
+has a GuardParams object of its own (the portal's own cluster-scoped kind: deploy/crds/
+guardparams.yaml) holding its `check.` entry and carrying its allocation's label, and the
+check's binding selects them all by label. Adding an allocation adds one small object, not a
+key to a shared one (whose field managers, one per allocation, made every write to it cost
+more as the fleet grew), and its retirement deletes it with its other objects. The check is
+evaluated only for its probe namespaces (guard_check.py), never for a tenant's pod.
 """
 
 from __future__ import annotations
@@ -39,15 +40,19 @@ GROUP = "admissionregistration.k8s.io/v1"
 GUARD_POLICY_KIND = "ValidatingAdmissionPolicy"
 GUARD_BINDING_KIND = "ValidatingAdmissionPolicyBinding"
 GUARD_KIND_NAMES = frozenset({GUARD_POLICY_KIND, GUARD_BINDING_KIND})
-GUARD_PARAMS = "aifactory-guard-checks"  # the GuardParams the check reads
-# What an earlier portal left: its shared policies (named without GUARD_SHAPE) read this
-# params object, kept until none of them is left (see apply.prune_older_guards).
+CHECK_PARAMS_PREFIX = "aifactory-guard-check-a"  # + the allocation's id: its GuardParams
+# What earlier portals left: shared policies (named without GUARD_SHAPE) reading this params
+# object, kept until none of them is left (see apply.prune_older_guards); and one params
+# object holding every allocation's check entry, which no policy reads once the check
+# selects the allocations' own.
 LEGACY_GUARD_PARAMS = "aifactory-guards"
+LEGACY_CHECK_PARAMS = "aifactory-guard-checks"
 GUARD_SHAPE = "bylabel"  # in the policies' names: the shape is replaced by new names
 PARAMS_API, PARAMS_KIND = "aifactory.io/v1", "GuardParams"
 PARAM_KIND = {"apiVersion": PARAMS_API, "kind": PARAMS_KIND}
 GUARDS_LABEL = "aifactory.io/guards"  # on every shared guard object: which rule set
 CHECK_RULES = "check"  # the guard check's value of it
+CHECK_ENTRY_RULES = "check-entry"  # an allocation's params: what the check's binding selects
 GUARDED_ROUTES = (Route.DEDICATED_BLOCK, Route.CONFIDENTIAL_POOL)
 
 CHECK_KEY = "check."  # the params' entry keys: check.<allocation id>
@@ -69,9 +74,12 @@ def guard_labels(rules: str) -> dict[str, str]:
 
 
 def param_ref() -> dict:
-    # Missing params refuse the probe (like failurePolicy Fail): the check never says "in
-    # force" by mistake. The params are applied before the check, and never deleted.
-    return {"name": GUARD_PARAMS, "parameterNotFoundAction": "Deny"}
+    """Every allocation's params, by label: the API server evaluates the check once per
+    selected object (only for a probe), and the one holding the probe's entry refuses it.
+    None selected refuses the probe too (like failurePolicy Fail): the check never says "in
+    force" by mistake."""
+    return {"selector": {"matchLabels": guard_labels(CHECK_ENTRY_RULES)},
+            "parameterNotFoundAction": "Deny"}
 
 
 def _variables(path: str, *, pods: bool) -> list[dict]:
@@ -269,26 +277,18 @@ def guard_entries(route: str, *, allocation_id: int, tenant: str, namespace: str
     return {f"{CHECK_KEY}{allocation_id}": digest.hexdigest()[:12]}
 
 
-def entries_manager(base: str, allocation_id: int) -> str:
-    """The field manager an allocation's params keys are applied under."""
-    return f"{base}-a{allocation_id}"
+def check_params_name(allocation_id: int) -> str:
+    return f"{CHECK_PARAMS_PREFIX}{allocation_id}"
 
 
-def entries_owner(base: str, manager: str) -> int | None:
-    """The allocation a params field manager belongs to (None: not one of ours)."""
-    prefix = f"{base}-a"
-    tail = manager[len(prefix):] if manager.startswith(prefix) else ""
-    return int(tail) if tail.isdigit() else None
-
-
-def guard_params(entries: dict[str, str]) -> dict:
-    """The params as one allocation applies them: only its own keys (none to withdraw
-    them)."""
-    manifest = {"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
-                "metadata": {"name": GUARD_PARAMS, "labels": guard_labels("params")}}
-    if entries:  # none: no `spec` at all (an empty map reaches the server as null)
-        manifest["spec"] = {"entries": dict(entries)}
-    return manifest
+def guard_params(allocation_id: int, entries: dict[str, str]) -> dict:
+    """The allocation's own params: its check entry, under its allocation's label (pruned
+    with its other objects)."""
+    return {"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
+            "metadata": {"name": check_params_name(allocation_id),
+                         "labels": {**guard_labels(CHECK_ENTRY_RULES),
+                                    LABEL_ALLOCATION: str(allocation_id)}},
+            "spec": {"entries": dict(entries)}}
 
 
 def params_entries(manifest: dict) -> dict[str, str]:
@@ -296,12 +296,14 @@ def params_entries(manifest: dict) -> dict[str, str]:
 
 
 def is_guard_params(manifest: dict) -> bool:
+    """An allocation's check params (not an earlier portal's shared ones)."""
     return manifest.get("kind") == PARAMS_KIND and \
-        (manifest.get("metadata") or {}).get("name") == GUARD_PARAMS
+        ((manifest.get("metadata") or {}).get("labels") or {}).get(GUARDS_LABEL) == \
+        CHECK_ENTRY_RULES
 
 
 def params_allocation(manifest: dict) -> int | None:
-    """The allocation whose keys a params fragment carries (its check entry names it)."""
+    """The allocation whose keys a params object carries (its check entry names it)."""
     for key in params_entries(manifest):
         if key.startswith(CHECK_KEY) and key[len(CHECK_KEY):].isdigit():
             return int(key[len(CHECK_KEY):])

@@ -28,19 +28,13 @@ from ..models import Allocation, Route
 from .admission import (
     GROUP,
     GUARD_BINDING_KIND,
-    GUARD_PARAMS,
     GUARD_POLICY_KIND,
-    GUARDED_ROUTES,
     GUARDS_LABEL,
+    LEGACY_CHECK_PARAMS,
     LEGACY_GUARD_PARAMS,
     PARAMS_API,
     PARAMS_KIND,
-    entries_manager,
-    entries_owner,
-    guard_params,
-    is_guard_params,
     older_guards,
-    params_allocation,
 )
 from .guard_check import (
     GUARD_DIGEST_LABEL,
@@ -184,29 +178,15 @@ def _apply_pool():
 
 
 def apply_one(backend: KubeBackend, manifest: dict) -> dict:
-    """Apply one object as the portal does: the guards' params as the allocation's own
-    field manager (its keys only); nodes, shared with the kubelet and others, never forced."""
-    if is_guard_params(manifest):
-        owner = params_allocation(manifest)
-        return backend.apply(manifest, force=True,
-                             field_manager=entries_manager(backend.field_manager, owner))
+    """Apply one object as the portal does: nodes, shared with the kubelet and others,
+    never forced."""
     return backend.apply(manifest, force=manifest["kind"] != "Node")
 
 
 def withdraw_from(alloc: Allocation, backend: KubeBackend) -> list[ObjectKey]:
-    """Delete the allocation's objects in one cluster and take its keys out of the
-    guards' params (the shared policies stay: other allocations read them)."""
-    removed = prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}",
-                    kinds=OWNED_KINDS)
-    if alloc.route in GUARDED_ROUTES:
-        withdraw_entries(backend, alloc.pk)
-    return removed
-
-
-def withdraw_entries(backend: KubeBackend, allocation_id: int) -> None:
-    # Applying no keys as the allocation's manager removes the keys it owned alone.
-    backend.apply(guard_params({}), force=True,
-                  field_manager=entries_manager(backend.field_manager, allocation_id))
+    """Delete the allocation's objects in one cluster, its check params among them (the
+    shared policies stay: other allocations' namespaces are judged by them)."""
+    return prune(backend, label_selector=f"{LABEL_ALLOCATION}={alloc.pk}", kinds=OWNED_KINDS)
 
 
 def apply_together(backend: KubeBackend, manifests: list[dict]) -> list[dict]:
@@ -293,7 +273,8 @@ def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[Obje
     these are in force (their check refused its probe): bindings first, then policies. That
     portal's params go in a later call, one that finds no earlier policy of any route left:
     the API server keeps enforcing a deleted binding for a moment, and a binding whose params
-    are gone refuses every pod in the cluster."""
+    are gone refuses every pod in the cluster. The one object an earlier check read every
+    allocation's entry from goes at once: only that check read it, and only for probes."""
     rules = {m["metadata"]["labels"][GUARDS_LABEL] for m in manifests if is_shared_guard(m)}
     if not rules:
         return []
@@ -305,6 +286,9 @@ def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[Obje
     if not seen and backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None \
             and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS):
         removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_GUARD_PARAMS))
+    if backend.get(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS) is not None \
+            and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS):
+        removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_CHECK_PARAMS))
     return removed
 
 
@@ -347,9 +331,4 @@ def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:
             key = ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind})
             if backend.delete(api_version, kind, key.name, key.namespace):
                 removed.append(key)
-    params = backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) or {}
-    for field in (params.get("metadata") or {}).get("managedFields") or []:
-        owner = entries_owner(backend.field_manager, field.get("manager", ""))
-        if owner is not None and str(owner) not in live_ids:
-            withdraw_entries(backend, owner)  # keys of an allocation retired or gone
     return removed

@@ -14,7 +14,7 @@ from ..inventory.connections import backend_of
 from ..kube import KubeBackend, KubeError, ObjectKey
 from ..models import Allocation
 from . import gitops
-from .admission import GUARDED_ROUTES, guard_params, is_guard_params, params_entries
+from .admission import GUARDED_ROUTES, is_guard_params
 from .desired import allocation_manifests, allocation_spec, worker_targets
 from .gitops_status import parse_ref, tool_status
 from .guard_check import guard_probe, is_guard_check
@@ -79,31 +79,21 @@ def _provenance(alloc: Allocation) -> dict[str, str]:
 
 
 def cluster_guards(cluster: str, *, excluding: int | None = None) -> list[dict]:
-    """The cluster's admission guards as one set of objects: the shared policies of every
-    guarded route in use there, the check, and one params object with the entries of
-    every guarded allocation not retired (read now: called under the repository's lock)."""
+    """The cluster's shared admission guards as one set of objects: the policies of every
+    guarded route in use there and the check, once (read now: called under the repository's
+    lock). Each allocation's check params sit in its own directory, and go with it."""
     allocations = (Allocation.objects
                    .filter(route__in=GUARDED_ROUTES, pool__cluster__slug=cluster)
                    .exclude(status=S.RETIRED).exclude(pk=excluding)
                    .select_related("tenant", "pool").prefetch_related("nodes")
                    .order_by("pk"))
     shared: dict[tuple, dict] = {}
-    entries: dict[str, str] = {}
-    params = None
     for alloc in allocations:
         for m in guard_manifests(allocation_spec(alloc)):
-            if is_guard_params(m):
-                params = m
-                entries |= params_entries(m)
-            else:
+            if not is_guard_params(m):
                 shared[(m["kind"], m["metadata"]["name"])] = m
-    if params is None:
-        # None left: the params stay, empty, so however the GitOps tool orders its pruning
-        # of the policies, no binding is ever left without them (it would refuse every pod).
-        return [guard_params({})]
-    merged = guard_params(dict(sorted(entries.items())))
     checks = [m for m in shared.values() if is_guard_check(m)]
-    return [merged, *(m for m in shared.values() if not is_guard_check(m)), *checks]
+    return [*(m for m in shared.values() if not is_guard_check(m)), *checks]
 
 
 def _commit_guards(cluster: str, *, excluding: int | None = None) -> gitops.Publication:
@@ -112,16 +102,23 @@ def _commit_guards(cluster: str, *, excluding: int | None = None) -> gitops.Publ
 
     return gitops.Repository().change(
         gitops.guards_path(cluster=cluster), files,
-        "Admission guards: the shared policies and every guarded allocation's entries\n")
+        "Admission guards: the shared policies and the check\n")
+
+
+def allocation_files(manifests: list[dict]) -> dict[str, str]:
+    """An allocation's directory: its objects and its own check params, not the shared
+    guards (those are the cluster's guards directory, once)."""
+    return gitops.directory_files([m for m in manifests
+                                   if not is_guard_object(m) or is_guard_params(m)])
 
 
 def _commit(alloc: Allocation, cluster: str, manifests: list[dict]) -> gitops.Publication:
     """The allocation's directory for one cluster written and committed (idempotent), with
-    its audit row when it changed something. Its part of the admission guards goes to the
-    cluster's guards directory, committed first."""
+    its audit row when it changed something, its check params among its files. The shared
+    admission guards go to the cluster's guards directory, committed first."""
     if any(is_guard_object(m) for m in manifests):
         _commit_guards(cluster)
-    files = gitops.directory_files([m for m in manifests if not is_guard_object(m)])
+    files = allocation_files(manifests)
     path = gitops.allocation_path(alloc.tenant.slug, alloc.namespace, cluster=cluster)
     published = gitops.Repository().change(path, files, gitops.commit_message(
         action="publish", objects=len(files) - 1, **_provenance(alloc)))
@@ -158,7 +155,8 @@ def _unpublish(alloc: Allocation, cluster: str = "") -> list[str]:
     removed = gitops.Repository().change(path, None, gitops.commit_message(
         action="retire", objects=0, **_provenance(alloc)))
     if alloc.route in GUARDED_ROUTES:
-        # Its entries leave the params (it is retiring: no longer among the live).
+        # The shared guards leave with the last allocation of their route (it is retiring:
+        # no longer among the live); its check params left with its directory.
         _commit_guards(cluster or alloc.pool.cluster.slug, excluding=alloc.pk)
     if removed.changed:
         audit_record(actor=None, subject=alloc, tenant=alloc.tenant,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..domain import Route
+from ..domain import Route, parse_quantity
 from ..vocabulary import (
     CONFIDENTIAL_BIOS,
     DEDICATED_LABEL,
@@ -33,6 +33,7 @@ from ..vocabulary import (
 from .admission import (
     GUARD_KIND_NAMES,
     GUARD_POLICY_KIND,
+    PARAMS_API,
     PARAMS_KIND,
     guard_entries,
     guard_params,
@@ -348,15 +349,15 @@ def _vcluster(spec: AllocationSpec) -> list[dict]:
 
 
 def guard_manifests(spec: AllocationSpec) -> list[dict]:
-    """The allocation's part of the admission guards: its keys in the shared params, the
-    route's shared policies and bindings, then the check (none for an unguarded route)."""
+    """The allocation's part of the admission guards: its own check params, the route's
+    shared policies and bindings, then the check (none for an unguarded route)."""
     shared = shared_guards(spec.route, platform_namespaces=spec.platform_namespaces,
                            runtime_class=spec.confidential_runtime_class)
     if not shared:
         return []
     entries = guard_entries(spec.route, allocation_id=spec.allocation_id, tenant=spec.tenant,
                             namespace=spec.namespace, nodes=spec.nodes, shared=shared)
-    return [guard_params(entries), *shared, *guard_check()]
+    return [guard_params(spec.allocation_id, entries), *shared, *guard_check()]
 
 
 def render_manifests(spec: AllocationSpec) -> list[dict]:
@@ -422,7 +423,8 @@ def apply_waves(manifests: list[dict]) -> list[list[dict]]:
 
 # Kinds an allocation may own, for listing and pruning (namespaces last). The guards'
 # policies and bindings are listed for portals that rendered them per allocation (each
-# carried its allocation's label); the shared ones carry none and are never pruned.
+# carried its allocation's label); the shared ones carry none and are never pruned. Each
+# guarded allocation's check params carry its label and go with it.
 OWNED_KINDS: tuple[tuple[str, str], ...] = (
     (KUEUE, "LocalQueue"), (KUEUE, "ClusterQueue"), (KUEUE, "ResourceFlavor"),
     ("cluster.x-k8s.io/v1beta2", "Cluster"),
@@ -430,6 +432,7 @@ OWNED_KINDS: tuple[tuple[str, str], ...] = (
     ("resource.k8s.io/v1", "ResourceClaimTemplate"),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+    (PARAMS_API, PARAMS_KIND),  # the allocation's check params
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("v1", "LimitRange"), ("v1", "ResourceQuota"), ("v1", "Namespace"),
@@ -463,5 +466,10 @@ def drift(desired, live, path: str = "") -> list[str]:
 def _same(desired, live) -> bool:
     if desired == live:
         return True
-    # The server normalises some scalars: quantities ("4" vs 4) and the like.
-    return live is not None and str(desired) == str(live)
+    if live is None:
+        return False
+    if str(desired) == str(live):
+        return True  # the server normalises some scalars ("4" vs 4)
+    # and writes quantities in its canonical form: "1024Gi" comes back as "1Ti"
+    ours, theirs = (parse_quantity(str(x)) for x in (desired, live))
+    return ours is not None and ours == theirs

@@ -21,8 +21,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
 
+from ..domain import quantity
 from ..vocabulary import MIG_RESOURCE_PREFIX as MIG_PREFIX
 from ..vocabulary import WHOLE_GPU, WorkloadState
 
@@ -66,35 +66,6 @@ def parse_time(value) -> dt.datetime | None:
     # Kubernetes writes UTC with a Z; a time without an offset is read as UTC too, never
     # in the portal's own time zone.
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
-
-
-_SUFFIXES = {"m": Decimal("0.001"), "k": Decimal(1000), "Ki": Decimal(1024),
-             "M": Decimal(10**6), "Mi": Decimal(2**20), "G": Decimal(10**9),
-             "Gi": Decimal(2**30), "T": Decimal(10**12), "Ti": Decimal(2**40)}
-_LONGEST_FIRST = sorted(_SUFFIXES, key=len, reverse=True)
-
-
-def quantity(value) -> Decimal:
-    """A Kubernetes quantity as a number (devices are plain integers; CPU/memory suffixes are
-    read so nothing crashes on them, but only devices are used here)."""
-    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
-        return Decimal(0)
-    return _quantity(str(value).strip())
-
-
-@lru_cache(maxsize=4096)  # a list of 5,000 Workloads repeats a handful of quantities
-def _quantity(text: str) -> Decimal:
-    for suffix in _LONGEST_FIRST:
-        if text.endswith(suffix):
-            text, factor = text[: -len(suffix)], _SUFFIXES[suffix]
-            break
-    else:
-        factor = Decimal(1)
-    try:
-        number = Decimal(text) * factor
-    except ArithmeticError:
-        return Decimal(0)
-    return number if number.is_finite() else Decimal(0)
 
 
 def _conditions(obj: dict) -> dict[str, dict]:

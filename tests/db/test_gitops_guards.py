@@ -1,8 +1,7 @@
-"""In GitOps mode a cluster's admission guards are one directory: the shared policies once and
-one params object holding every guarded allocation's keys, made from the database when it
-is committed (the GitOps tool applies it under one field manager, so the keys cannot sit in
-each allocation's own directory). A retiring allocation's keys leave it; with none left the
-params stay, empty."""
+"""In GitOps mode a cluster's shared admission guards are one directory, made from the
+database when it is committed: the policies of every guarded route in use there and the
+check, once. Each guarded allocation's check params sit in its own directory, so an added
+block changes only its own files, and its retirement (its directory removed) takes them."""
 
 from __future__ import annotations
 
@@ -10,9 +9,11 @@ import datetime as dt
 from decimal import Decimal
 
 import pytest
+import yaml
 
 from fleet.allocations.admission import is_guard_params, params_entries
-from fleet.allocations.git_sink import cluster_guards
+from fleet.allocations.desired import allocation_manifests
+from fleet.allocations.git_sink import allocation_files, cluster_guards
 from fleet.allocations.guard_check import is_guard_check
 from fleet.models import Allocation, GpuNode, Route
 from tests.factories import TenantFactory
@@ -30,24 +31,30 @@ def _block(tenant, pool, namespace, node):
     return alloc
 
 
-def test_one_directory_holds_every_blocks_check_entry_and_the_shared_guards_once(tenant,
-                                                                                  pools):
+def _params_in(files: dict[str, str]) -> list[dict]:
+    objects = [yaml.safe_load(text) for name, text in files.items()
+               if name != "kustomization.yaml"]
+    return [m for m in objects if is_guard_params(m)]
+
+
+def test_the_guards_directory_holds_the_shared_guards_once_and_each_block_its_entry(
+        tenant, pools):
     pool = pools[Route.DEDICATED_BLOCK]
     other = TenantFactory(slug="globex", name="Globex")
     one = _block(tenant, pool, "acme-r1", "gpu-a")
     two = _block(other, pool, "globex-r1", "gpu-b")
     objects = cluster_guards(pool.cluster.slug)
-    (params,) = [m for m in objects if is_guard_params(m)]
-    entries = params_entries(params)
-    assert set(entries) == {f"check.{one.pk}", f"check.{two.pk}"}
-    names = [(m["kind"], m["metadata"]["name"]) for m in objects if not is_guard_params(m)]
+    names = [(m["kind"], m["metadata"]["name"]) for m in objects]
     assert len(names) == len(set(names)) == 10  # 4 policies, 4 bindings, the check's pair
+    assert not any(is_guard_params(m) for m in objects)
     # The guards name neither block's tenant nor its nodes: nothing in them grows.
     assert not any(word in str(objects) for word in ("gpu-a", "gpu-b", "acme", "globex"))
-    assert objects[0] is params and all(is_guard_check(m) for m in objects[-2:])
-    # A retiring block's entry leaves; the other's stays.
-    left = params_entries(cluster_guards(pool.cluster.slug, excluding=one.pk)[0])
-    assert set(left) == {f"check.{two.pk}"}
+    assert all(is_guard_check(m) for m in objects[-2:])
+    # Each block's directory holds its own entry, and only its own.
+    for alloc in (one, two):
+        (params,) = _params_in(allocation_files(allocation_manifests(alloc)))
+        assert set(params_entries(params)) == {f"check.{alloc.pk}"}
+    # Adding a block leaves the shared directory as it was; the last one leaving takes it.
+    assert cluster_guards(pool.cluster.slug, excluding=one.pk) == objects
     Allocation.objects.filter(pk=two.pk).update(status="retired")
-    (empty,) = cluster_guards(pool.cluster.slug, excluding=one.pk)
-    assert is_guard_params(empty) and params_entries(empty) == {}
+    assert cluster_guards(pool.cluster.slug, excluding=one.pk) == []

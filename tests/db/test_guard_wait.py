@@ -5,7 +5,8 @@ the check, so an old check's refusal does not pass for it.
 
 The backend here is the dry-run record with one rule of a real API server added: the probe is
 refused once the check stamped as the probe says has been applied and the params hold the
-probe's allocation's check entry (compilation is instant). What a real API
+probe's allocation's check entry (compilation is instant): as the API server does, every
+params object the check's binding selects is tried. What a real API
 server does is tried in tests/k8s/test_hostile_specs.py and tests/k8s/test_placement.py."""
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ import pytest
 from fleet.allocations import tasks
 from fleet.allocations.admission import (
     CHECK_KEY,
-    GUARD_PARAMS,
+    LEGACY_CHECK_PARAMS,
     LEGACY_GUARD_PARAMS,
     PARAMS_API,
     PARAMS_KIND,
     POD_SPEC_PATHS,
+    check_params_name,
     guard_labels,
     guard_policy_name,
+    param_ref,
     params_entries,
 )
 from fleet.allocations.apply import prune_older_guards
@@ -67,8 +70,12 @@ class CompilingBackend(DryRunBackend):
             self.calls.append(("probe", digest))
             check = self.get(ADMISSION, "ValidatingAdmissionPolicy", GUARD_CHECK)
             quoted = check and check["metadata"]["annotations"][GUARD_DIGEST_ANNOTATION]
-            params = self.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) or {}
-            entry = params_entries(params).get(f"{CHECK_KEY}{labels[GUARD_PROBE_LABEL]}")
+            selector = ",".join(f"{k}={v}" for k, v in
+                                param_ref()["selector"]["matchLabels"].items())
+            key = f"{CHECK_KEY}{labels[GUARD_PROBE_LABEL]}"
+            entry = next((params_entries(p)[key] for p in self.list(
+                PARAMS_API, PARAMS_KIND, label_selector=selector)
+                if params_entries(p).get(key) == digest), None)
             if quoted == stamp and entry == digest:
                 raise KubeError(f"Applying Namespace {name}: ValidatingAdmissionPolicy "
                                 f"'{GUARD_CHECK}' with binding '{GUARD_CHECK}' denied request: "
@@ -152,13 +159,22 @@ def test_a_guard_made_again_changes_the_check(block):
 
 def test_the_entries_of_one_allocation_are_its_own(block, pools, tenant, lead, admin_user,
                                                    django_capture_on_commit_callbacks):
-    """Each block's check entry sits beside the others' in the one params object; retiring
-    one removes only its entry (and leaves the shared policies to the others)."""
+    """Each block's check entry sits in a params object of its own; retiring one removes
+    that object (and leaves the shared policies and every other entry to the others)."""
     alloc, backend = block
-    data = lambda: params_entries(backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))  # noqa: E731
-    assert {k for k in data() if k.endswith(f".{alloc.pk}")} == {f"{CHECK_KEY}{alloc.pk}"}
+    second = Allocation.objects.get(pk=alloc.pk)
+    second.pk = second.id = None
+    second.namespace = f"{alloc.namespace}-2"
+    second.save()
+    allocation_reconcile(second.pk, backend=backend)
+
+    def data():
+        return {key: entry for p in backend.list(PARAMS_API, PARAMS_KIND)
+                for key, entry in params_entries(p).items()}
+    assert {f"{CHECK_KEY}{alloc.pk}", f"{CHECK_KEY}{second.pk}"} <= set(data())
+    before = data()
     allocation_retire(alloc.pk, backend=backend)
-    assert not {k for k in data() if k.endswith(f".{alloc.pk}")}
+    assert data() == {k: v for k, v in before.items() if k != f"{CHECK_KEY}{alloc.pk}"}
     assert backend.get(ADMISSION, "ValidatingAdmissionPolicy", GUARD_CHECK) is not None
 
 
@@ -345,5 +361,20 @@ def test_the_previous_shared_guards_go_route_by_route_and_their_params_last(bloc
     found = allocation_reconcile(alloc.pk, backend=backend)
     assert any(LEGACY_GUARD_PARAMS in f and "removed" in f for f in found), found
     assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is None
-    assert backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS) is not None
+    assert backend.get(PARAMS_API, PARAMS_KIND, check_params_name(alloc.pk)) is not None
     assert allocation_reconcile(alloc.pk, backend=backend) == []  # and nothing after
+
+
+def test_the_one_object_of_every_check_entry_goes_once_the_check_reads_its_own(block):
+    """A cluster upgraded from the check that read every allocation's entry from one object:
+    the first reconcile of a guarded allocation, its check in force with this shape, removes
+    that object (nothing reads it any more, and it only ever answered probes)."""
+    alloc, backend = block
+    backend.apply({"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
+                   "metadata": {"name": LEGACY_CHECK_PARAMS, "labels": guard_labels("params")},
+                   "spec": {"entries": {f"{CHECK_KEY}{alloc.pk}": "0123456789ab"}}})
+    found = allocation_reconcile(alloc.pk, backend=backend)
+    assert any(LEGACY_CHECK_PARAMS in f and "removed" in f for f in found), found
+    assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS) is None
+    assert backend.get(PARAMS_API, PARAMS_KIND, check_params_name(alloc.pk)) is not None
+    assert allocation_reconcile(alloc.pk, backend=backend) == []

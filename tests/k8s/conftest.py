@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND
+from fleet.allocations.admission import (
+    CHECK_ENTRY_RULES,
+    GUARDS_LABEL,
+    LEGACY_CHECK_PARAMS,
+    PARAMS_API,
+    PARAMS_KIND,
+)
 from fleet.kube import KubeError, KubernetesBackend
 from tests.harness.controlplane import ControlPlane, ensure_binaries, ensure_controller_manager
 from tests.harness.crds import OWN_CRDS, crd_files
@@ -114,7 +120,7 @@ def fleet(admin_kube, kube, pools):
         for obj in admin_kube.list(group, kind,
                                    label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             admin_kube.delete(group, kind, obj["metadata"]["name"])
-    empty_guard_params(admin_kube)  # ...nor their entries, naming earlier tests' nodes
+    delete_check_params(admin_kube)  # ...nor their check entries, naming earlier tests' nodes
     for i in range(2):
         create_gpu_node(admin_kube, f"blk-{i}", labels={"aifactory.io/validated": "true",
                                                     "aifactory.io/pool": "dedicated"})
@@ -132,7 +138,15 @@ def fleet(admin_kube, kube, pools):
     return admin_kube
 
 
-def empty_guard_params(admin, name: str = GUARD_PARAMS) -> None:
+def delete_check_params(admin) -> None:
+    """Every allocation's check params deleted (only the check reads them, and only for its
+    probes: nothing else is refused while they are gone)."""
+    for obj in admin.list(PARAMS_API, PARAMS_KIND,
+                          label_selector=f"{GUARDS_LABEL}={CHECK_ENTRY_RULES}"):
+        admin.delete(PARAMS_API, PARAMS_KIND, obj["metadata"]["name"])
+
+
+def empty_guard_params(admin, name: str = LEGACY_CHECK_PARAMS) -> None:
     """The guards' params emptied in one write (replaced, never deleted: a binding the API
     server still enforces refuses what it checks while its params are missing)."""
     live = admin.get(PARAMS_API, PARAMS_KIND, name)

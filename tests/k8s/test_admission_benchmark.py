@@ -1,6 +1,8 @@
 """Benchmark, not a timed assertion: what the isolation guards cost every other tenant, in
-three shapes: this portal's (shared policies that read only the pod and its namespace's
-labels; params read by the check alone), the one before it (shared policies reading one
+four shapes: this portal's (shared policies that read only the pod and its namespace's
+labels; one params object per block, read by the check alone), the one before it (the same
+policies, every block's check entry in one params object under a field manager per block:
+tests/k8s/legacy_check_entries.py), the one before that (shared policies reading one
 GuardParams object that listed every block: tests/k8s/legacy_shared_guards.py), and the
 oldest (ten admission objects per dedicated block: tests/k8s/legacy_guards.py). Pods are
 created in an unrelated namespace of the real API server with 0 and then N blocks guarded,
@@ -29,20 +31,21 @@ import time
 import uuid
 
 from fleet.allocations.admission import (
-    GUARD_PARAMS,
+    LEGACY_CHECK_PARAMS,
     LEGACY_GUARD_PARAMS,
     PARAMS_API,
     PARAMS_KIND,
-    entries_manager,
+    check_params_name,
     is_guard_params,
 )
-from fleet.allocations.guard_check import GUARD_DIGEST_LABEL, guard_probe
+from fleet.allocations.guard_check import GUARD_DIGEST_LABEL, guard_probe, is_guard_check
 from fleet.allocations.manifests import guard_manifests
 from fleet.kube import KubeError
 from fleet.models import Route
 from tests.factories import spec
 
-from .conftest import empty_guard_params, eventually
+from .conftest import delete_check_params, empty_guard_params, eventually
+from .legacy_check_entries import entries_manager, one_object_check, one_object_params
 from .legacy_guards import legacy_guards, legacy_probe
 from .legacy_shared_guards import block_params, legacy_check, legacy_shared_probe, shared_policies
 from .workloads import pod_spec
@@ -182,14 +185,30 @@ def _listing(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | Non
     return (objects if n else []), legacy_shared_probe(_block(n - 1, tag)) if n else None
 
 
-def _current(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
-    """Blocks have..n-1 guarded this portal's way: the shared guards once, then each
-    block's check entry under its own field manager, as provisioning applies them."""
+def _one_object(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
+    """Blocks have..n-1 guarded the way before this one: the shared guards once, then each
+    block's check entry in the one params object under its own field manager."""
     objects = []
     for i in range(have, n):
         manifests = guard_manifests(_block(i, tag))
         params = next(m for m in manifests if is_guard_params(m))
-        admin.apply(params, force=True, field_manager=entries_manager("bench", 900_000 + i))
+        admin.apply(one_object_params(params), force=True,
+                    field_manager=entries_manager("bench", 900_000 + i))
+        if i == 0:
+            objects = [m for m in manifests if not is_guard_params(m) and
+                       not is_guard_check(m)] + one_object_check()
+            for obj in objects:  # shared: applied once (policies, bindings, check)
+                admin.apply(obj, force=True)
+    return objects, guard_probe(guard_manifests(_block(n - 1, tag))) if n else None
+
+
+def _current(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | None]:
+    """Blocks have..n-1 guarded this portal's way: the shared guards once, then each
+    block's own params object, as provisioning applies them."""
+    objects = []
+    for i in range(have, n):
+        manifests = guard_manifests(_block(i, tag))
+        admin.apply(next(m for m in manifests if is_guard_params(m)), force=True)
         if i == 0:
             objects = [m for m in manifests if not is_guard_params(m)]
             for obj in objects:  # shared: applied once (policies, bindings, check)
@@ -197,7 +216,10 @@ def _current(admin, n: int, have: int, tag: str) -> tuple[list[dict], dict | Non
     return objects, guard_probe(guard_manifests(_block(n - 1, tag))) if n else None
 
 
-PARAMS_OF = {_listing: LEGACY_GUARD_PARAMS, _current: GUARD_PARAMS}
+def _params_of(shape, n: int) -> str:
+    """The params object a shape's check (or guards) read for the last block."""
+    return {_listing: LEGACY_GUARD_PARAMS, _one_object: LEGACY_CHECK_PARAMS,
+            _current: check_params_name(900_000 + n - 1)}[shape]
 
 
 def _clear(admin) -> None:
@@ -206,7 +228,8 @@ def _clear(admin) -> None:
         for obj in admin.list(GROUP, kind,
                               label_selector="app.kubernetes.io/managed-by=aifactory-portal"):
             admin.delete(GROUP, kind, obj["metadata"]["name"])
-    empty_guard_params(admin)
+    delete_check_params(admin)
+    empty_guard_params(admin, LEGACY_CHECK_PARAMS)
     empty_guard_params(admin, LEGACY_GUARD_PARAMS)
 
 
@@ -236,8 +259,8 @@ def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
                                     "ValidatingAdmissionPolicyBinding"))
             times, server_ms = _creates(admin, namespace)
             assert len(times) == PODS
-            if PROFILE and shape in PARAMS_OF:
-                size, managers = _params_size(admin, PARAMS_OF[shape])
+            if PROFILE and shape is not _legacy:
+                size, managers = _params_size(admin, _params_of(shape, n))
                 shares = _profile(admin, namespace)
                 # With guards, the dispatch runs on every create: a profile without it
                 # measured nothing.
@@ -259,14 +282,18 @@ def _run(shape, control_plane, admin, tag: str) -> list[tuple]:
     return rows
 
 
-def test_benchmark_admission_latency_in_three_shapes(control_plane, admin_kube):
+def test_benchmark_admission_latency_in_four_shapes(control_plane, admin_kube):
     tag = uuid.uuid4().hex[:4]
     # One shape at a time, the cluster cleared between them: each row at 0 is measured alike.
     current = _run(_current, control_plane, admin_kube, f"c{tag}")
+    one_object = _run(_one_object, control_plane, admin_kube, f"e{tag}")
     listing = _run(_listing, control_plane, admin_kube, f"l{tag}")
     old = _run(_legacy, control_plane, admin_kube, f"o{tag}")
-    for name, rows in (("label-reading guards (this portal)", current),
-                       ("guards reading a params list of every block (the previous portal)",
+    for name, rows in (("label-reading guards, a check params object per block (this portal)",
+                        current),
+                       ("label-reading guards, every check entry in one object (the previous "
+                        "portal)", one_object),
+                       ("guards reading a params list of every block (the one before)",
                         listing),
                        ("per-allocation guards (older portals)", old)):
         for n, live, loaded, p50, p99, server_ms, api_ms, kcm_ms, added in rows:
@@ -283,7 +310,8 @@ def test_benchmark_admission_latency_in_three_shapes(control_plane, admin_kube):
           f"+{last[5] - first[5]:.2f} ms per create")
     # The shared shapes' objects do not grow with blocks; the oldest one's do, ten a block.
     assert len({live for _n, live, *_ in current if _n}) == 1
+    assert len({live for _n, live, *_ in one_object if _n}) == 1
     assert len({live for _n, live, *_ in listing if _n}) == 1
     assert [live for _n, live, *_ in old] == [10 * n for n in SIZES]
     # At 0 blocks every shape leaves the cluster as it was.
-    assert current[0][1] == listing[0][1] == old[0][1] == 0
+    assert current[0][1] == one_object[0][1] == listing[0][1] == old[0][1] == 0

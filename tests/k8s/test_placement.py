@@ -14,7 +14,12 @@ import uuid
 
 import pytest
 
-from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND, params_entries
+from fleet.allocations.admission import (
+    PARAMS_API,
+    PARAMS_KIND,
+    check_params_name,
+    params_entries,
+)
 from fleet.allocations.connect import example_workload
 from fleet.allocations.desired import allocation_spec
 from fleet.inventory.connections import backend_of, home_cluster
@@ -464,7 +469,7 @@ def test_a_block_moved_off_a_retiring_node_runs_on_its_new_node_only(
     # nodes) before it tainted the new node; the policies name no node at all, so nothing
     # in them had to change.
     assert "spec.nodeName" in outcome(who, pinned)
-    live = params_entries(admin.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
+    live = params_entries(admin.get(PARAMS_API, PARAMS_KIND, check_params_name(block.pk)))
     assert f"check.{block.pk}" in live
     assert not any(new in str(m) or old in str(m) for m in allocation_manifests(block)
                    if m["kind"] == "ValidatingAdmissionPolicy")

@@ -3,7 +3,12 @@
 import pytest
 from django.urls import reverse
 
-from fleet.allocations.admission import GUARD_PARAMS, PARAMS_API, PARAMS_KIND, params_entries
+from fleet.allocations.admission import (
+    PARAMS_API,
+    PARAMS_KIND,
+    check_params_name,
+    params_entries,
+)
 from fleet.allocations.desired import allocation_manifests
 from fleet.allocations.guard_check import entries_digest
 from fleet.inventory.sync import fleet_sync
@@ -184,7 +189,7 @@ def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
     assert backend.get("v1", "Node", proposed)["metadata"]["labels"][
         "aifactory.io/allocation"] == str(alloc.pk)
     assert not backend.get("v1", "Node", first.name)["metadata"].get("labels")
-    params = params_entries(backend.get(PARAMS_API, PARAMS_KIND, GUARD_PARAMS))
+    params = params_entries(backend.get(PARAMS_API, PARAMS_KIND, check_params_name(alloc.pk)))
     assert params[f"check.{alloc.pk}"] == entries_digest(allocation_manifests(alloc))
     actions = set(audit_for(alloc).values_list("action", flat=True))
     assert {"allocation.flagged", "allocation.moved", "allocation.applied",
