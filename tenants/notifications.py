@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -23,7 +24,7 @@ from .models import (
     PlatformRole,
     Tenant,
 )
-from .tasks import send_notifications
+from .tasks import send_batch, send_notifications
 
 Kind = NotificationKind
 log = logging.getLogger(__name__)
@@ -60,19 +61,32 @@ def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "
     rows = Notification.objects.bulk_create([
         Notification(user=u, kind=kind, subject=subject[:200], body=text, moot_at=moot)
         for pk, u in wanted.items() if pk not in off])
-    ids = [n.pk for n in rows]
-    if ids:
-        transaction.on_commit(lambda: _queue(ids))
+    if rows:
+        transaction.on_commit(lambda: _queue(rows))
     return rows
 
 
-def _queue(ids: list[int]) -> None:
+def _queue(rows: list[Notification]) -> None:
     """Hand the e-mails to the task queue; if it is away, they wait as unsent rows and the
-    sweep (tenants.tasks.resend_unsent) sends them once it is back. Never fail the event."""
+    sweep (tenants.tasks.resend_unsent) sends them once it is back. Never fail the event.
+
+    With a worker, a person's e-mails of PORTAL_NOTIFICATION_BATCH_SECONDS go as one message
+    (a hundred allocations approved together are one e-mail, and one task, not a hundred):
+    the first event of a window queues that person's batch, the events until it runs join
+    it. The mark that a batch is queued lives half the window, so an event the queued batch
+    might no longer see queues its own; without a shared cache every event queues one (the
+    later ones find nothing left to send)."""
+    window = settings.PORTAL_NOTIFICATION_BATCH_SECONDS
     try:
-        send_notifications.delay(ids)
+        if not window or send_batch.app.conf.task_always_eager:
+            send_notifications.delay([n.pk for n in rows])
+            return
+        for user_id in sorted({n.user_id for n in rows}):
+            if not settings.SHARED_CACHE or cache.add(f"notify-batch:{user_id}", 1,
+                                                      timeout=max(1, window // 2)):
+                send_batch.apply_async((user_id,), countdown=window)
     except Exception as exc:  # kombu's OperationalError and kin: the broker is down
-        log.warning("could not queue %d notification(s): %s", len(ids), exc)
+        log.warning("could not queue %d notification(s): %s", len(rows), exc)
 
 
 def set_preferences(user, enabled: set[str]) -> None:

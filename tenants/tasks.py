@@ -45,6 +45,71 @@ def deliver(notification_id: int) -> bool | str | None:
         return True
 
 
+SIGNATURE = "\n\n-- \n"  # where a notification's body ends and the portal's footer begins
+
+
+def combined_mail(notes: list[tuple[str, str]]) -> tuple[str, str]:
+    """One person's e-mails of a moment as one message: (subject, body). One stays as it
+    is; several are counted in the subject and follow each other in the body, each under
+    its own subject, with the footer once."""
+    if len(notes) == 1:
+        return notes[0]
+    subject = f"{len(notes)} updates: " + "; ".join(s for s, _ in notes)
+    if len(subject) > 180:
+        subject = subject[:179] + "…"
+    parts, footer = [], ""
+    for title, body in notes:
+        text, _, tail = body.partition(SIGNATURE)
+        footer = footer or (SIGNATURE + tail if tail else "")
+        parts.append(f"{title}\n{'-' * min(len(title), 72)}\n{text.strip()}")
+    return subject, "\n\n\n".join(parts) + footer
+
+
+def deliver_to(user_id: int) -> bool | None:
+    """Send every unsent e-mail of one person as one message, under their rows' locks (rows
+    another delivery holds are its to send). True sent, False failed (errors kept), None
+    nothing to send."""
+    with transaction.atomic():
+        rows = list(Notification.objects.select_for_update(skip_locked=True, of=("self",))
+                    .select_related("user").filter(user_id=user_id, sent_at__isnull=True)
+                    .order_by("created_at", "pk"))
+        live = []
+        for n in rows:
+            if not n.dropped:
+                live.append(n)
+            elif not n.last_error.startswith("Not sent"):
+                n.last_error = (f"Not sent: moot since {n.moot_at:%Y-%m-%d %H:%M} UTC, before "
+                                "it could be delivered.")
+                n.save(update_fields=["last_error"])
+        if not live:
+            return None
+        subject, body = combined_mail([(n.subject, n.body) for n in live])
+        for n in live:
+            n.attempts += 1
+        try:
+            send_mail(f"[AI Factory] {subject}", body, settings.DEFAULT_FROM_EMAIL,
+                      [live[0].user.email])
+        except Exception as exc:  # any transport error: keep it, the task retries
+            for n in live:
+                n.last_error = f"{exc.__class__.__name__}: {exc}"[:2000]
+            Notification.objects.bulk_update(live, ["attempts", "last_error"])
+            return False
+        now = timezone.now()
+        for n in live:
+            n.sent_at, n.last_error = now, ""
+        Notification.objects.bulk_update(live, ["attempts", "last_error", "sent_at"])
+        return True
+
+
+@shared_task(name="tenants.tasks.send_batch", bind=True, max_retries=8, acks_late=True)
+def send_batch(self, user_id: int) -> bool:
+    """One person's e-mails of the last PORTAL_NOTIFICATION_BATCH_SECONDS, as one message;
+    a mail server error is retried with back-off, and the sweep takes what outlives it."""
+    if deliver_to(user_id) is False and not self.app.conf.task_always_eager:
+        raise self.retry(args=[user_id], countdown=min(600, 10 * 2 ** self.request.retries))
+    return True
+
+
 @shared_task(name="tenants.tasks.send_notifications", bind=True, max_retries=8,
              acks_late=True)
 def send_notifications(self, ids: list[int]) -> int:

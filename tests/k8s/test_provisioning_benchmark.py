@@ -18,11 +18,13 @@ import resource
 import shutil
 import statistics
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from fleet.allocations.apply import apply_together
 from fleet.allocations.desired import allocation_manifests
@@ -92,6 +94,8 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
     worker = celery_worker(tmp_path / "worker.log", pool=("--concurrency=2",),
                            PORTAL_KUBE_BACKEND="kubeconfig",
                            PORTAL_KUBECONFIG=str(control_plane.portal_kubeconfig))
+    first_jobs = FirstJobs(admin_kube, expected=len(requests))
+    tenants = Tenants(first_jobs)
     app.conf.task_always_eager = False
     try:
         # A worker of a running platform is up before anyone approves: its start (Python,
@@ -109,17 +113,15 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         wait_until(worker_ready, timeout=120, what="the Celery worker and its two processes")
         cpu_before = cpu_by_program()
         started = time.monotonic()
+        tenants.start()  # the tenants act on their own, while the admin still approves
         for req in requests:
             services.request_approve(request=req, by=admin_user, reason="bench")
         approved = time.monotonic()
         ids = list(Allocation.objects.values_list("pk", flat=True))
 
-        first_jobs = FirstJobs(admin_kube, ids)
-
         def all_active() -> None:
             worker.raise_if_dead()
-            first_jobs.submit_for_active()
-            first_jobs.poll()
+            tenants.raise_if_failed()
             active = Allocation.objects.filter(pk__in=ids, status="active").count()
             assert active == len(ids), f"{active} of {len(ids)} active"
 
@@ -127,10 +129,14 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         done = time.monotonic()
         cpu_portal = cpu_spent(cpu_before)
         rss = worker_rss_mib(worker)
-        eventually(first_jobs.all_admitted, timeout=180)
+        eventually(tenants.finished, timeout=180)
     finally:
+        tenants.stop.set()
+        if tenants.is_alive():
+            tenants.join(timeout=30)
         app.conf.task_always_eager = True
         worker.stop()
+    first_jobs.all_admitted()
     active = Allocation.objects.filter(status="active").count()
     assert active == len(requests), f"{active} of {len(requests)} active"
     # Each pool process discovered the API as it started, not on its first task.
@@ -205,6 +211,37 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
               f"{first['reserved_most']:.0f}s); Kueue's pending reasons seen: {reasons}")
 
 
+class Tenants(threading.Thread):
+    """The tenants, on a thread of their own from the first approval on: every 0.2 s, a
+    first Job for each allocation that became active, and a look at their Workloads. (Until
+    this round the benchmark's one thread approved every request before any tenant looked,
+    so a first Job waited for the admin's last approval.)"""
+
+    def __init__(self, first_jobs: FirstJobs) -> None:
+        super().__init__(daemon=True, name="tenants")
+        self.first_jobs, self.stop, self.error = first_jobs, threading.Event(), None
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set() and not self.first_jobs.done():
+                self.first_jobs.submit_for_active()
+                self.first_jobs.poll()
+                self.stop.wait(0.2)
+        except Exception as exc:  # seen by the main thread's waits
+            self.error = exc
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"the tenants' thread failed: {self.error!r}")
+
+    def finished(self) -> None:
+        self.raise_if_failed()
+        assert not self.is_alive(), (f"{len(self.first_jobs.jobs)} first Jobs not admitted, "
+                                     f"{len(self.first_jobs.submitted)} submitted")
+
+
 class FirstJobs:
     """Each tenant's first work, as a tenant submits it: a one-device Job to the allocation's
     LocalQueue the moment the portal says the allocation is active (polled every 0.2 s, the
@@ -213,15 +250,15 @@ class FirstJobs:
     (Job submitted → Workload created → quota reserved, in Kubernetes' whole seconds), and
     the reasons Kueue gave while it was pending, most seen first."""
 
-    def __init__(self, admin, ids: list[int]) -> None:
-        self.admin, self.ids = admin, ids
+    def __init__(self, admin, expected: int) -> None:
+        self.admin, self.expected = admin, expected
         self.jobs: dict[tuple[str, str], tuple[Allocation, dt.datetime]] = {}
         self.submitted: set[int] = set()
         self.rows: dict[str, list[tuple[float, float, float, float]]] = {}
         self.pending: dict[str, Counter] = {}
 
     def submit_for_active(self) -> None:
-        for alloc in Allocation.objects.filter(pk__in=self.ids, status="active").exclude(
+        for alloc in Allocation.objects.filter(status="active").exclude(
                 pk__in=self.submitted):
             body = first_job(alloc, self.admin)
             self.admin.apply(body)
@@ -252,11 +289,11 @@ class FirstJobs:
                 self.pending.setdefault(alloc.route, Counter())[
                     f"{quota.get('reason')}: {words}"] += 1
 
+    def done(self) -> bool:
+        return len(self.submitted) == self.expected and not self.jobs
+
     def all_admitted(self) -> None:
-        self.submit_for_active()
-        self.poll()
-        assert len(self.submitted) == len(self.ids) and not self.jobs, \
-            f"{len(self.jobs)} first Jobs not admitted: {sorted(self.jobs)[:5]}"
+        assert self.done(), f"{len(self.jobs)} first Jobs not admitted: {sorted(self.jobs)[:5]}"
 
     def by_route(self) -> dict[str, dict]:
         return {route: {"median": statistics.median(r[0] for r in rows),
