@@ -48,7 +48,7 @@ from .guard_check import (
 from .guards import GuardsPending, ask_guards_deferring, guards_in_force
 from .manifests import AFTER_GUARDS_KINDS, OWNED_KINDS, apply_waves, drift, node_release
 from .repair import Repair
-from .transitions import allocation_transition, record_progress
+from .transitions import Progress, allocation_transition
 
 S = Allocation.Status
 
@@ -58,7 +58,7 @@ class ApplySink:
 
     def publish(self, alloc, manifests, backend, defer=None):
         waves, total = apply_waves(manifests), len(manifests)
-        record_progress(alloc.pk, 0, total)
+        progress = Progress(alloc.pk, total)
         done, probe, live_guards = 0, None, []
         for k, wave in enumerate(waves):
             if any(is_guard_check(m) for m in wave):
@@ -68,14 +68,16 @@ class ApplySink:
             if probe and any(m["kind"] in AFTER_GUARDS_KINDS for m in wave):
                 # The block's nodes and the tenant's access only once the guards are in
                 # force (the waves before were applied while the API server compiled them).
+                progress.advance(done, force=True)  # where it stands while the guards load
                 return self._after_guards(alloc, waves[k:], total, backend, defer,
-                                          GuardsPending(probe, time.time(), done, asked=0))
+                                          GuardsPending(probe, time.time(), done, asked=0),
+                                          progress)
             applied = apply_together(backend, wave)
             # The guards as the API server holds them name the check (its fingerprint).
             live_guards += [a for m, a in zip(wave, applied, strict=True)
                             if is_shared_guard(m)]
             done += len(wave)
-            record_progress(alloc.pk, done, total)
+            progress.advance(done)
         return _provisioned(alloc, total, None)
 
     def publish_part(self, alloc, cluster, manifests):
@@ -100,7 +102,7 @@ class ApplySink:
         return self._after_guards(alloc, waves[first:], len(manifests), backend, defer,
                                   pending)
 
-    def _after_guards(self, alloc, rest, total, backend, defer, pending):
+    def _after_guards(self, alloc, rest, total, backend, defer, pending, progress=None):
         """Ask whether the guards are in force; once they are, apply the rest (nodes,
         access) and the allocation is active. Not yet: wait here, or with `defer` hand the
         wait back to the caller, who resumes later (the worker process takes other work
@@ -121,10 +123,11 @@ class ApplySink:
                             "were applied, and provisioning will try again.",
                             retriable=True, status=exc.status) from exc
         done = pending.done
+        progress = progress or Progress(alloc.pk, total, done)  # a resume: where it stands
         for wave in rest:
             apply_together(backend, wave)
             done += len(wave)
-            record_progress(alloc.pk, done, total)
+            progress.advance(done)
         return _provisioned(alloc, total, guarded)
 
     def withdraw(self, alloc, backend):

@@ -3,6 +3,8 @@ table and audited in the same transaction; and provisioning's progress counter."
 
 from __future__ import annotations
 
+import time
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -42,6 +44,25 @@ def allocation_transition(allocation_id: int, *, from_states, to: str, reason: s
 def record_progress(allocation_id: int, done: int, total: int) -> None:
     Allocation.objects.filter(pk=allocation_id).update(progress_done=done, progress_total=total,
                                                        progress_at=timezone.now())
+
+
+class Progress:
+    """An allocation's progress as its waves are applied: written at the start, when all is
+    applied, and in between at most once per PROGRESS_EVERY seconds (a page polls every few
+    seconds; a write per wave of a fast allocation was most of its database work). The
+    stall check reads progress_at: far longer than this."""
+
+    PROGRESS_EVERY = 1.0
+
+    def __init__(self, allocation_id: int, total: int, done: int = 0) -> None:
+        self.allocation_id, self.total, self.written = allocation_id, total, 0.0
+        self.advance(done, force=True)
+
+    def advance(self, done: int, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or done >= self.total or now - self.written >= self.PROGRESS_EVERY:
+            record_progress(self.allocation_id, done, self.total)
+            self.written = now
 
 
 def allocation_fail(allocation_id: int, message: str) -> None:
