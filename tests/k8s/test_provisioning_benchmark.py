@@ -3,8 +3,10 @@ by a real Celery worker against the real API server, next to `kubectl apply --se
 of the same rendered objects (renamed into fresh namespaces) against the same server.
 
 Default: 20 allocations (5 per route); PORTAL_BENCH_FULL=1: 100. Each allocation's first
-Job is submitted the moment it is active, as a tenant would; PORTAL_TEST_KUEUE_QPS=kueue runs
-Kueue with its own client defaults (20/30) instead of the tier's 200/400. Rerun alone:
+Job is submitted the moment it is active, as a tenant would (PORTAL_BENCH_FIRST_JOBS=0: none,
+the same work as kubectl's alone); PORTAL_TEST_KUEUE_QPS=kueue runs Kueue with its own
+client defaults (20/30) instead of the tier's 200/400. It prints CPU per program and the
+API server's requests by verb and resource in both phases. Rerun alone:
     make test ARGS="tests/k8s/test_provisioning_benchmark.py"
 """
 
@@ -47,6 +49,9 @@ from .workloads import WORKLOADS, condition, first_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 FULL = os.environ.get("PORTAL_BENCH_FULL") == "1"
+# PORTAL_BENCH_FIRST_JOBS=0: no tenant submits work meanwhile (the kubectl phase runs none:
+# the ratio of the same work alone).
+FIRST_JOBS = os.environ.get("PORTAL_BENCH_FIRST_JOBS", "1") != "0"
 PER_ROUTE = 25 if FULL else 5
 
 
@@ -111,9 +116,10 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
                 text.count("Kubernetes API discovered at worker start") == 2
 
         wait_until(worker_ready, timeout=120, what="the Celery worker and its two processes")
-        cpu_before = cpu_by_program()
+        cpu_before, requests_before = cpu_by_program(), api_requests(admin_kube)
         started = time.monotonic()
-        tenants.start()  # the tenants act on their own, while the admin still approves
+        if FIRST_JOBS:
+            tenants.start()  # the tenants act on their own, while the admin still approves
         for req in requests:
             services.request_approve(request=req, by=admin_user, reason="bench")
         approved = time.monotonic()
@@ -128,15 +134,18 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         eventually(all_active, timeout=600 if FULL else 180)
         done = time.monotonic()
         cpu_portal = cpu_spent(cpu_before)
+        requests_portal = api_requests(admin_kube) - requests_before
         rss = worker_rss_mib(worker)
-        eventually(tenants.finished, timeout=180)
+        if FIRST_JOBS:
+            eventually(tenants.finished, timeout=180)
     finally:
         tenants.stop.set()
         if tenants.is_alive():
             tenants.join(timeout=30)
         app.conf.task_always_eager = True
         worker.stop()
-    first_jobs.all_admitted()
+    if FIRST_JOBS:
+        first_jobs.all_admitted()
     active = Allocation.objects.filter(status="active").count()
     assert active == len(requests), f"{active} of {len(requests)} active"
     # Each pool process discovered the API as it started, not on its first task.
@@ -150,7 +159,7 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
                       for m in allocation_manifests(alloc)]
     path = tmp_path / "objects.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}))
-    cpu_before = cpu_by_program()
+    cpu_before, requests_before = cpu_by_program(), api_requests(admin_kube)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started_k = time.monotonic()
     result = subprocess.run(
@@ -159,6 +168,7 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         capture_output=True, text=True, timeout=900)
     kubectl_s = time.monotonic() - started_k
     cpu_kubectl = cpu_spent(cpu_before)
+    requests_kubectl = api_requests(admin_kube) - requests_before
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # kubectl itself, ended by now
     cpu_kubectl = sorted([*cpu_kubectl, ("kubectl", after.ru_utime + after.ru_stime
                                          - children.ru_utime - children.ru_stime)],
@@ -195,13 +205,20 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         top = ", ".join(f"{name} {sec:.1f}" for name, sec in spent[:7])
         print(f"BENCHMARK provisioning CPU s, {phase} phase ({took:.1f}s on "
               f"{os.cpu_count()} cores): {sum(s for _, s in spent):.1f} in all — {top}")
+    # And what the API server was asked, by whom it cannot say: the portal's requests, the
+    # tenants' first Jobs and every controller's, against kubectl's (counts; seconds served).
+    for phase, asked in (("portal", requests_portal), ("kubectl", requests_kubectl)):
+        top = ", ".join(f"{what} {n:,}" for what, n in asked.most_common(10))
+        print(f"BENCHMARK provisioning API requests, {phase} phase: "
+              f"{sum(asked.values()):,} in all — {top}")
     for route, (median, most, last) in per_route.items():
+        first = admitted.get(route)
         print(f"BENCHMARK provisioning {route:18s} approval→active median {median:.1f}s, "
-              f"at most {most:.1f}s; its last active {last:.1f}s after the first approval; "
-              f"approval→its first Job admitted by Kueue median "
-              f"{admitted[route]['median']:.1f}s, at most {admitted[route]['most']:.1f}s "
-              f"(submitted when active, admitted {admitted[route]['after_active']:.1f}s "
-              "later, median)")
+              f"at most {most:.1f}s; its last active {last:.1f}s after the first approval" + (
+                  f"; approval→its first Job admitted by Kueue median {first['median']:.1f}s, "
+                  f"at most {first['most']:.1f}s (submitted when active, admitted "
+                  f"{first['after_active']:.1f}s later, median)" if first else
+                  " (no first Jobs: PORTAL_BENCH_FIRST_JOBS=0)"))
     client = kueue_client_connection().get("clientConnection", "Kueue's defaults")
     for route, first in admitted.items():  # where a first Job's wait goes, by Kueue's clock
         reasons = "; ".join(f"{n}× {why}" for why, n in first["pending"]) or "none"
@@ -308,6 +325,30 @@ class FirstJobs:
 
 def kube_time(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+REQUEST_TOTAL = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$")
+
+
+def api_requests(admin) -> Counter:
+    """The API server's requests served so far (its own counter), by verb and resource:
+    "APPLY clusterqueues", "PATCH workloads/status", "dry-run APPLY namespaces" (watches
+    left out: they are held open, not served)."""
+    body = admin.api_client.call_api("/metrics", "GET", auth_settings=["BearerToken"],
+                                     _preload_content=False, _return_http_data_only=True)
+    out: Counter = Counter()
+    for line in body.data.decode().splitlines():
+        m = REQUEST_TOTAL.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        if labels.get("verb") == "WATCH":
+            continue
+        what = labels.get("resource", "?") + (f"/{labels['subresource']}"
+                                              if labels.get("subresource") else "")
+        dry = "dry-run " if labels.get("dry_run") else ""
+        out[f"{dry}{labels.get('verb', '?')} {what}"] += int(float(m.group(2)))
+    return out
 
 
 def cpu_by_program() -> dict[str, float]:
