@@ -291,8 +291,13 @@ PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS = env_int("PORTAL_NOTIFICATION_SWEEP_AGE_S
 # week-old "ready" or "expires soon" tells nobody anything true.
 PORTAL_NOTIFICATION_MAX_DELAY_SECONDS = env_int("PORTAL_NOTIFICATION_MAX_DELAY_SECONDS",
                                                 7 * 24 * 3600, minimum=60)
-# With a worker, one person's e-mails of this many seconds go as one message (0: each alone).
+# With a worker, one person's e-mails of this many seconds go as one message (0 or 1: each
+# alone). Kept below the sweep's age, or the sweep would send a batch's rows one by one.
 PORTAL_NOTIFICATION_BATCH_SECONDS = env_int("PORTAL_NOTIFICATION_BATCH_SECONDS", 5, minimum=0)
+if PORTAL_NOTIFICATION_BATCH_SECONDS >= PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS:
+    raise ImproperlyConfigured(
+        f"PORTAL_NOTIFICATION_BATCH_SECONDS={PORTAL_NOTIFICATION_BATCH_SECONDS} must be below "
+        f"PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS={PORTAL_NOTIFICATION_SWEEP_AGE_SECONDS}")
 # A delivery that finds its row locked by another looks again after this long.
 PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS = env_int("PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS", 3,
                                                  minimum=1)

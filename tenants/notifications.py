@@ -77,16 +77,30 @@ def _queue(rows: list[Notification]) -> None:
     might no longer see queues its own; without a shared cache every event queues one (the
     later ones find nothing left to send)."""
     window = settings.PORTAL_NOTIFICATION_BATCH_SECONDS
-    try:
-        if not window or send_batch.app.conf.task_always_eager:
+    if window < 2 or send_batch.app.conf.task_always_eager:
+        try:
             send_notifications.delay([n.pk for n in rows])
-            return
-        for user_id in sorted({n.user_id for n in rows}):
-            if not settings.SHARED_CACHE or cache.add(f"notify-batch:{user_id}", 1,
-                                                      timeout=max(1, window // 2)):
-                send_batch.apply_async((user_id,), countdown=window)
-    except Exception as exc:  # kombu's OperationalError and kin: the broker is down
-        log.warning("could not queue %d notification(s): %s", len(rows), exc)
+        except Exception as exc:  # kombu's OperationalError and kin: the broker is down
+            log.warning("could not queue %d notification(s): %s", len(rows), exc)
+        return
+    for user_id in sorted({n.user_id for n in rows}):
+        key, marked = f"notify-batch:{user_id}", False
+        try:
+            if settings.SHARED_CACHE:
+                marked = cache.add(key, 1, timeout=window // 2)
+                if not marked:
+                    continue  # a batch is queued and will see this one
+        except Exception as exc:  # the cache away: queue without the mark
+            log.warning("no batch mark for user %s (%s); queued alone", user_id, exc)
+        try:
+            send_batch.apply_async((user_id,), countdown=window)
+        except Exception as exc:  # the broker away: the sweep sends them once it is back
+            log.warning("could not queue the e-mails of user %s: %s", user_id, exc)
+            if marked:
+                try:  # so that the next event tries again instead of trusting the mark
+                    cache.delete(key)
+                except Exception:  # noqa: S110 - the cache away too: the mark expires
+                    pass
 
 
 def set_preferences(user, enabled: set[str]) -> None:

@@ -59,7 +59,7 @@ def combined_mail(notes: list[tuple[str, str]]) -> tuple[str, str]:
         subject = subject[:179] + "…"
     parts, footer = [], ""
     for title, body in notes:
-        text, _, tail = body.partition(SIGNATURE)
+        text, _, tail = body.rpartition(SIGNATURE) if SIGNATURE in body else (body, '', '')
         footer = footer or (SIGNATURE + tail if tail else "")
         parts.append(f"{title}\n{'-' * min(len(title), 72)}\n{text.strip()}")
     return subject, "\n\n\n".join(parts) + footer

@@ -289,10 +289,16 @@ def prune_older_guards(backend: KubeBackend, manifests: list[dict]) -> list[Obje
     if not seen and backend.get(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS) is not None \
             and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_GUARD_PARAMS):
         removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_GUARD_PARAMS))
+    return removed + _without_the_previous_check_params(backend)
+
+
+def _without_the_previous_check_params(backend: KubeBackend) -> list[ObjectKey]:
+    """The previous check's one object of every allocation's entry deleted, if it is there:
+    only that check read it, and only for its probes."""
     if backend.get(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS) is not None \
             and backend.delete(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS):
-        removed.append(ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_CHECK_PARAMS))
-    return removed
+        return [ObjectKey(PARAMS_API, PARAMS_KIND, "", LEGACY_CHECK_PARAMS)]
+    return []
 
 
 def record_repair(alloc: Allocation, repair: Repair, *, cause: str = "",
@@ -334,4 +340,5 @@ def prune_in_cluster(backend: KubeBackend) -> list[ObjectKey]:
             key = ObjectKey.of({**obj, "apiVersion": api_version, "kind": kind})
             if backend.delete(api_version, kind, key.name, key.namespace):
                 removed.append(key)
-    return removed
+    # (also when no guarded allocation's reconcile took it: the last one retired first)
+    return removed + _without_the_previous_check_params(backend)

@@ -174,6 +174,8 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
     if alloc.status != S.PROVISIONING:
         return alloc
     manifests = allocation_manifests(alloc)
+    if _lacks_its_params(alloc, alloc.pool.cluster.slug, manifests):
+        _publish_only(alloc)
     wanted = [m for m in manifests if m["kind"] not in gitops.NOT_COMMITTED]
     present = _present(backend, wanted)
     # A dispatched allocation's parts on its workers, each applied by the worker's own
@@ -204,6 +206,21 @@ def gitops_progress(allocation_id: int, *, backend: KubeBackend | None = None) -
     else:
         _explain_waiting(alloc, present, len(wanted), backend)
     return Allocation.objects.get(pk=allocation_id)
+
+
+def _lacks_its_params(alloc: Allocation, cluster: str, manifests: list[dict]) -> bool:
+    """Whether the allocation's directory, as this machine's clone last saw it, lacks its
+    check params: committed by a portal that kept every allocation's entry in the guards'
+    directory, so the cluster would never have them (committed again, it will). A local
+    read: the clone is only fetched when something is committed."""
+    names = [n for n, _ in allocation_files(manifests).items() if any(
+        is_guard_params(m) and n.endswith(f"-{m['kind'].lower()}-{m['metadata']['name']}.yaml")
+        for m in manifests)]
+    if not names:
+        return False
+    target = gitops.Repository().dir / gitops.allocation_path(alloc.tenant.slug,
+                                                              alloc.namespace, cluster=cluster)
+    return target.is_dir() and not (target / names[0]).exists()
 
 
 def _present(backend: KubeBackend, manifests: list[dict]) -> int:

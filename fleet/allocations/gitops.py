@@ -86,9 +86,9 @@ def allocation_path(tenant_slug: str, namespace: str, *, cluster: str = HOME_CLU
     return "/".join(p for p in (*where, root, tenant_slug, namespace) if p)
 
 
-# The admission guards of a cluster (shared policies, their check and the params holding
-# every guarded allocation's entries) are one directory beside the tenants' (no tenant slug
-# starts with "_"): one object each, never one per allocation's directory.
+# The shared admission guards of a cluster (the policies and their check) are one directory
+# beside the tenants' (no tenant slug starts with "_"): one object each, never one per
+# allocation's directory (each allocation's check params are in its own).
 GUARDS_DIRECTORY = ("_platform", "admission-guards")
 
 

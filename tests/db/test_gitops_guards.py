@@ -6,16 +6,22 @@ block changes only its own files, and its retirement (its directory removed) tak
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import yaml
 
+from fleet.allocations import gitops
 from fleet.allocations.admission import is_guard_params, params_entries
 from fleet.allocations.desired import allocation_manifests
-from fleet.allocations.git_sink import allocation_files, cluster_guards
+from fleet.allocations.git_sink import allocation_files, cluster_guards, gitops_progress
 from fleet.allocations.guard_check import is_guard_check
+from fleet.allocations.manifests import is_guard_object
+from fleet.kube import DryRunBackend
 from fleet.models import Allocation, GpuNode, Route
+from tenants.models import AuditEvent
 from tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -58,3 +64,45 @@ def test_the_guards_directory_holds_the_shared_guards_once_and_each_block_its_en
     assert cluster_guards(pool.cluster.slug, excluding=one.pk) == objects
     Allocation.objects.filter(pk=two.pk).update(status="retired")
     assert cluster_guards(pool.cluster.slug, excluding=one.pk) == []
+
+
+def _bare_repository(root: Path) -> Path:
+    """A bare repository with one commit on main (the portal clones and pushes it)."""
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"}
+    bare, seed = root / "platform.git", root / "seed"
+    for args, cwd in ((["init", "-q", "--bare", "-b", "main", str(bare)], root),
+                      (["init", "-q", "-b", "main", str(seed)], root),
+                      (["commit", "-q", "--allow-empty", "-m", "Start"], seed),
+                      (["push", "-q", str(bare), "main"], seed)):
+        subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return bare
+
+
+def test_a_directory_committed_without_its_check_params_is_committed_again(
+        tenant, pools, settings, tmp_path):
+    """A block committed by the portal before this one (its entry lived in the guards'
+    directory) and still waiting for the cluster would never get its own params: following
+    it commits its directory again, once, with them."""
+    settings.PORTAL_PROVISIONING = "gitops"
+    settings.PORTAL_GITOPS_REPO = str(_bare_repository(tmp_path))
+    settings.PORTAL_GITOPS_WORKDIR = tmp_path / "work"
+    alloc = _block(tenant, pools[Route.DEDICATED_BLOCK], "acme-r1", "gpu-a")
+    Allocation.objects.filter(pk=alloc.pk).update(status="provisioning")
+    manifests = allocation_manifests(alloc)
+    path = gitops.allocation_path(tenant.slug, alloc.namespace, cluster=alloc.pool.cluster.slug)
+    old = gitops.directory_files([m for m in manifests if not is_guard_object(m)])
+    gitops.Repository().change(path, old, "As the previous portal committed it\n")
+    directory = gitops.Repository().dir / path
+
+    def params_files() -> list[str]:
+        return [p.name for p in directory.iterdir() if "-guardparams-" in p.name]
+
+    assert params_files() == []
+    gitops_progress(alloc.pk, backend=DryRunBackend())
+    assert params_files() == [next(n for n in allocation_files(manifests)
+                                   if "-guardparams-" in n)]
+    assert AuditEvent.objects.filter(subject_id=alloc.pk, action="allocation.committed").exists()
+    commits = gitops.Repository().git("rev-list", "--count", "HEAD").stdout
+    gitops_progress(alloc.pk, backend=DryRunBackend())  # and only once
+    assert gitops.Repository().git("rev-list", "--count", "HEAD").stdout == commits

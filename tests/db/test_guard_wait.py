@@ -378,3 +378,17 @@ def test_the_one_object_of_every_check_entry_goes_once_the_check_reads_its_own(b
     assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS) is None
     assert backend.get(PARAMS_API, PARAMS_KIND, check_params_name(alloc.pk)) is not None
     assert allocation_reconcile(alloc.pk, backend=backend) == []
+
+
+def test_the_one_object_of_every_check_entry_goes_with_the_leftovers_too(block):
+    """Also when no guarded allocation's reconcile takes it (the last one retired first):
+    the pruning of leftovers does."""
+    alloc, backend = block
+    backend.apply({"apiVersion": PARAMS_API, "kind": PARAMS_KIND,
+                   "metadata": {"name": LEGACY_CHECK_PARAMS, "labels": guard_labels("params")},
+                   "spec": {"entries": {f"{CHECK_KEY}{alloc.pk}": "0123456789ab"}}})
+    allocation_retire(alloc.pk, backend=backend)
+    removed = tasks.prune_leftovers(backend=backend)
+    assert (PARAMS_KIND, LEGACY_CHECK_PARAMS) in {(k.kind, k.name) for k in removed}
+    assert backend.get(PARAMS_API, PARAMS_KIND, LEGACY_CHECK_PARAMS) is None
+    assert backend.get(PARAMS_API, PARAMS_KIND, check_params_name(alloc.pk)) is None

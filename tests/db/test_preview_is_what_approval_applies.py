@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from fleet.allocations.admission import CHECK_KEY
+from fleet.allocations.admission import CHECK_KEY, CHECK_PARAMS_PREFIX, check_params_name
 from fleet.allocations.desired import allocation_manifests
 from fleet.inventory.sync import fleet_sync
 from fleet.kube import LABEL_ALLOCATION, DryRunBackend
@@ -54,6 +54,8 @@ def _without_allocation_id(manifests: list[dict], allocation_id: int) -> list[di
                     for k, v in value.items()}
         if isinstance(value, list):
             return [walk(v) for v in value]
+        if isinstance(value, str) and key == "name" and value == check_params_name(allocation_id):
+            return f"{CHECK_PARAMS_PREFIX}<allocation>"  # its own check params
         if isinstance(value, str) and key.startswith(CHECK_KEY):
             # the check entry is a digest of what the guards protect, named by allocation
             return re.sub(r"^[0-9a-f]{12}$", "<guards>", value)

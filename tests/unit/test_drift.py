@@ -42,4 +42,11 @@ def test_decimal_units_and_words_that_are_no_quantity():
     assert drift({"label": "true"}, {"label": "false"}) == ["label"]
     assert drift({"memory": "8Gi"}, {"memory": None}) == ["memory"]
     assert parse_quantity("restricted") is None and quantity("restricted") == 0
+    # A name, label or digest that happens to read as a number is compared as text.
+    assert drift({"metadata": {"labels": {"a": "12"}}},
+                 {"metadata": {"labels": {"a": "012"}}}) == ["metadata.labels.a"]
+    assert drift({"spec": {"entries": {"check.1": "1e5"}}},
+                 {"spec": {"entries": {"check.1": "100000"}}}) == ["spec.entries.check.1"]
+    assert drift({"spec": {"hard": {"cpu": "1_0"}}}, {"spec": {"hard": {"cpu": "10"}}}) == [
+        "spec.hard.cpu"]
     assert quantity(None) == 0 and quantity(True) == 0 and quantity(" 2 ") == 2
