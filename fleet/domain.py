@@ -4,6 +4,7 @@ billing read them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -153,6 +154,9 @@ _SUFFIXES = {"m": Decimal("0.001"), "k": Decimal(1000), "Ki": Decimal(1024),
              "P": Decimal(10**15), "Pi": Decimal(2**50), "E": Decimal(10**18),
              "Ei": Decimal(2**60)}
 _LONGEST_FIRST = sorted(_SUFFIXES, key=len, reverse=True)
+# Kubernetes' quantity grammar: a signed decimal, then a suffix or a decimal exponent.
+_QUANTITY = re.compile(r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)("
+                       + "|".join(_LONGEST_FIRST) + r"|[eE][+-]?[0-9]+)?$")
 
 
 def quantity(value) -> Decimal:
@@ -167,6 +171,8 @@ def quantity(value) -> Decimal:
 @lru_cache(maxsize=4096)  # a list of 5,000 Workloads repeats a handful of quantities
 def parse_quantity(text: str) -> Decimal | None:
     """A quantity's value ("1Ti" and "1024Gi" alike), or None for text that is not one."""
+    if not _QUANTITY.match(text):
+        return None
     for suffix in _LONGEST_FIRST:
         if text.endswith(suffix):
             text, factor = text[: -len(suffix)], _SUFFIXES[suffix]

@@ -26,23 +26,47 @@ def deliver(notification_id: int) -> bool | str | None:
             unsent = Notification.objects.filter(pk=notification_id,
                                                  sent_at__isnull=True).exists()
             return BUSY if unsent else None
-        if n.dropped:
-            if not n.last_error.startswith("Not sent"):
-                n.last_error = (f"Not sent: moot since {n.moot_at:%Y-%m-%d %H:%M} UTC, before "
-                                "it could be delivered.")
-                n.save(update_fields=["last_error"])
-            return None
+        live = _without_moot([n])
+        return _send(live) if live else None
+
+
+def _without_moot(rows: list[Notification]) -> list[Notification]:
+    """The rows still worth sending; the moot ones say why they were not (once)."""
+    live = []
+    for n in rows:
+        if not n.dropped:
+            live.append(n)
+        elif not n.last_error.startswith("Not sent"):
+            n.last_error = (f"Not sent: moot since {n.moot_at:%Y-%m-%d %H:%M} UTC, before "
+                            "it could be delivered.")
+            n.save(update_fields=["last_error"])
+    return live
+
+
+def _send(rows: list[Notification]) -> bool:
+    """One person's locked rows as one message (one row: as it is); every row marked sent,
+    or every row keeps the transport's error for the retry."""
+    subject, body = combined_mail([(n.subject, n.body) for n in rows])
+    for n in rows:
         n.attempts += 1
-        try:
-            send_mail(f"[AI Factory] {n.subject}", n.body, settings.DEFAULT_FROM_EMAIL,
-                      [n.user.email])
-        except Exception as exc:  # any transport error: keep it, the task retries
+    try:
+        send_mail(f"[AI Factory] {subject}", body, settings.DEFAULT_FROM_EMAIL,
+                  [rows[0].user.email])
+    except Exception as exc:  # any transport error: keep it, the task retries
+        for n in rows:
             n.last_error = f"{exc.__class__.__name__}: {exc}"[:2000]
-            n.save(update_fields=["attempts", "last_error"])
-            return False
-        n.sent_at, n.last_error = timezone.now(), ""
-        n.save(update_fields=["attempts", "last_error", "sent_at"])
-        return True
+        Notification.objects.bulk_update(rows, ["attempts", "last_error"])
+        return False
+    now = timezone.now()
+    for n in rows:
+        n.sent_at, n.last_error = now, ""
+    Notification.objects.bulk_update(rows, ["attempts", "last_error", "sent_at"])
+    return True
+
+
+def _backoff(retries: int) -> int:
+    """Seconds before a delivery that failed tries again."""
+    return min(600, 10 * 2 ** retries)
 
 
 SIGNATURE = "\n\n-- \n"  # where a notification's body ends and the portal's footer begins
@@ -59,7 +83,7 @@ def combined_mail(notes: list[tuple[str, str]]) -> tuple[str, str]:
         subject = subject[:179] + "…"
     parts, footer = [], ""
     for title, body in notes:
-        text, _, tail = body.rpartition(SIGNATURE) if SIGNATURE in body else (body, '', '')
+        text, _, tail = body.rpartition(SIGNATURE) if SIGNATURE in body else (body, "", "")
         footer = footer or (SIGNATURE + tail if tail else "")
         parts.append(f"{title}\n{'-' * min(len(title), 72)}\n{text.strip()}")
     return subject, "\n\n\n".join(parts) + footer
@@ -70,35 +94,11 @@ def deliver_to(user_id: int) -> bool | None:
     another delivery holds are its to send). True sent, False failed (errors kept), None
     nothing to send."""
     with transaction.atomic():
-        rows = list(Notification.objects.select_for_update(skip_locked=True, of=("self",))
-                    .select_related("user").filter(user_id=user_id, sent_at__isnull=True)
-                    .order_by("created_at", "pk"))
-        live = []
-        for n in rows:
-            if not n.dropped:
-                live.append(n)
-            elif not n.last_error.startswith("Not sent"):
-                n.last_error = (f"Not sent: moot since {n.moot_at:%Y-%m-%d %H:%M} UTC, before "
-                                "it could be delivered.")
-                n.save(update_fields=["last_error"])
-        if not live:
-            return None
-        subject, body = combined_mail([(n.subject, n.body) for n in live])
-        for n in live:
-            n.attempts += 1
-        try:
-            send_mail(f"[AI Factory] {subject}", body, settings.DEFAULT_FROM_EMAIL,
-                      [live[0].user.email])
-        except Exception as exc:  # any transport error: keep it, the task retries
-            for n in live:
-                n.last_error = f"{exc.__class__.__name__}: {exc}"[:2000]
-            Notification.objects.bulk_update(live, ["attempts", "last_error"])
-            return False
-        now = timezone.now()
-        for n in live:
-            n.sent_at, n.last_error = now, ""
-        Notification.objects.bulk_update(live, ["attempts", "last_error", "sent_at"])
-        return True
+        live = _without_moot(list(
+            Notification.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("user").filter(user_id=user_id, sent_at__isnull=True)
+            .order_by("created_at", "pk")))
+        return _send(live) if live else None
 
 
 @shared_task(name="tenants.tasks.send_batch", bind=True, max_retries=8, acks_late=True)
@@ -106,7 +106,7 @@ def send_batch(self, user_id: int) -> bool:
     """One person's e-mails of the last PORTAL_NOTIFICATION_BATCH_SECONDS, as one message;
     a mail server error is retried with back-off, and the sweep takes what outlives it."""
     if deliver_to(user_id) is False and not self.app.conf.task_always_eager:
-        raise self.retry(args=[user_id], countdown=min(600, 10 * 2 ** self.request.retries))
+        raise self.retry(args=[user_id], countdown=_backoff(self.request.retries))
     return True
 
 
@@ -121,7 +121,7 @@ def send_notifications(self, ids: list[int]) -> int:
     failed = [pk for pk, ok in results.items() if ok is False]
     busy = [pk for pk, ok in results.items() if ok == BUSY]
     if (failed or busy) and not settings.CELERY_TASK_ALWAYS_EAGER:  # eager: no broker
-        countdown = min(600, 10 * 2 ** self.request.retries) if failed else \
+        countdown = _backoff(self.request.retries) if failed else \
             settings.PORTAL_NOTIFICATION_BUSY_RETRY_SECONDS
         raise self.retry(args=[failed + busy], countdown=countdown)
     return sum(1 for ok in results.values() if ok is True)

@@ -213,14 +213,12 @@ def _lacks_its_params(alloc: Allocation, cluster: str, manifests: list[dict]) ->
     check params: committed by a portal that kept every allocation's entry in the guards'
     directory, so the cluster would never have them (committed again, it will). A local
     read: the clone is only fetched when something is committed."""
-    names = [n for n, _ in allocation_files(manifests).items() if any(
-        is_guard_params(m) and n.endswith(f"-{m['kind'].lower()}-{m['metadata']['name']}.yaml")
-        for m in manifests)]
-    if not names:
+    params = next((m for m in manifests if is_guard_params(m)), None)
+    if params is None:
         return False
     target = gitops.Repository().dir / gitops.allocation_path(alloc.tenant.slug,
                                                               alloc.namespace, cluster=cluster)
-    return target.is_dir() and not (target / names[0]).exists()
+    return target.is_dir() and not any(target.glob(f"*-{gitops.object_file(params)}"))
 
 
 def _present(backend: KubeBackend, manifests: list[dict]) -> int:

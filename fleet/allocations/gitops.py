@@ -96,6 +96,11 @@ def guards_path(*, cluster: str = HOME_CLUSTER, root: str = "") -> str:
     return allocation_path(*GUARDS_DIRECTORY, cluster=cluster, root=root)
 
 
+def object_file(manifest: dict) -> str:
+    """An object's file name in a directory, after its number in apply order."""
+    return f"{manifest['kind'].lower()}-{manifest['metadata']['name']}.yaml"
+
+
 def directory_files(manifests: list[dict]) -> dict[str, str]:
     """File name → YAML for one allocation's directory, numbered in apply order, with the
     kustomization that lists them in that order."""
@@ -103,9 +108,8 @@ def directory_files(manifests: list[dict]) -> dict[str, str]:
     # Through JSON: plain types only (a str enum in a label would not be YAML-safe).
     committed = [json.loads(json.dumps(m)) for m in manifests if m["kind"] not in NOT_COMMITTED]
     for i, m in enumerate(committed, start=1):
-        meta = m["metadata"]
-        name = f"{i:02d}-{m['kind'].lower()}-{meta['name']}.yaml"
-        files[name] = yaml.safe_dump(m, sort_keys=False, default_flow_style=False)
+        files[f"{i:02d}-{object_file(m)}"] = yaml.safe_dump(m, sort_keys=False,
+                                                          default_flow_style=False)
     files["kustomization.yaml"] = yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "resources": list(files)}, sort_keys=False)

@@ -12,7 +12,6 @@ renderer, and the guards, quota and access every route shares sit beside the rou
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ..domain import Route, parse_quantity
@@ -464,10 +463,6 @@ def drift(desired, live, path: str = "") -> list[str]:
     return [] if _same(desired, live, path) else [path]
 
 
-# A Kubernetes quantity as written (no exponent sign games, no underscores, no spaces).
-QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?([eE][0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
-
-
 def _same(desired, live, path: str = "") -> bool:
     if desired == live:
         return True
@@ -477,7 +472,7 @@ def _same(desired, live, path: str = "") -> bool:
         return True  # the server normalises some scalars ("4" vs 4)
     # and writes quantities in its canonical form: "1024Gi" comes back as "1Ti". Only in a
     # spec, never a name, label or annotation, nor the guards' entries (compared as text).
-    if path.startswith("metadata") or ".entries." in f".{path}." or \
-            not all(QUANTITY.match(str(x)) for x in (desired, live)):
+    if path.startswith("metadata") or ".entries." in f".{path}.":
         return False
-    return parse_quantity(str(desired)) == parse_quantity(str(live))
+    ours = parse_quantity(str(desired))
+    return ours is not None and ours == parse_quantity(str(live))

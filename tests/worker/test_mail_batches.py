@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings
 from django.db import transaction
 
+from portal.celery import app
 from tenants.models import Notification, NotificationKind
 from tenants.notifications import notify
 from tests.harness.procs import celery_worker
@@ -17,8 +18,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_five_events_for_one_person_are_one_email(lead, tmp_path, monkeypatch):
-    from portal.celery import app
-
     monkeypatch.setattr(settings, "PORTAL_NOTIFICATION_BATCH_SECONDS", 3)
     worker = celery_worker(tmp_path / "worker.log")
     app.conf.task_always_eager = False
