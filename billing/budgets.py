@@ -4,6 +4,7 @@ threshold notifications (each month and threshold once)."""
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 from decimal import Decimal
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from billing.figures import figure_sums, month_spend
 from fleet.inventory.pricing import money, money_text
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
+from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
 from tenants.notifications import Kind, finance_people, notify, tenant_leads
 
@@ -27,7 +29,16 @@ from .domain import (
     month_start,
     run_rate_forecast,
 )
-from .models import Budget, BudgetAlert, UsageHour
+from .models import (
+    Adjustment,
+    Budget,
+    BudgetAlert,
+    Statement,
+    StatementLine,
+    TenantMonthTotal,
+    UsageHour,
+    UsageMonth,
+)
 from .services import BillingError, require_billing_role
 
 
@@ -183,16 +194,24 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     return created
 
 
+@kept_across_requests(Budget, UsageHour, TenantMonthTotal, UsageMonth, Adjustment, Statement,
+                      StatementLine, Tenant, freeze=pickle.dumps, thaw=pickle.loads)
+def _month_so_far(tenant_ids: tuple[int, ...] | None, month: dt.date, top: int):
+    """The month's budgets, spend and how far the rollup has come: what this_month reads
+    (the clock it reckons with is not kept), kept until a write to what it sums."""
+    # Ranked and added up by the database (billing.figures.month_spend): the running month
+    # of 5,000 tenants is a top three, a total and the spend of those with budgets.
+    budgets = budgets_in_force(tenant_ids, month)
+    return budgets, month_spend(tenant_ids, month, top=top, of=budgets), rolled_up_until(month)
+
+
 def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     """Finance's month at a glance: spend so far (the statements' one number), the run-rate
     forecast, the top tenants by spend, and how many tenants are near or over budget."""
     month = month_start(now)
-    # Ranked and added up by the database (billing.figures.month_spend): the running month
-    # of 5,000 tenants is a top three, a total and the spend of those with budgets.
-    budgets = budgets_in_force(tenant_ids, month)
-    spend = month_spend(tenant_ids, month, top=top, of=budgets)
+    budgets, spend, covered = _month_so_far(
+        None if tenant_ids is None else tuple(sorted(set(tenant_ids))), month, top)
     total = money(spend.total)
-    covered = rolled_up_until(month)
     statuses = [budget_status(budget=budgets[t], spent=spent, month=month, now=now,
                               covered_until=covered)
                 for t, spent in spend.of.items()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -17,16 +18,26 @@ from django.utils import timezone
 
 from fleet.domain import Route
 from fleet.inventory.pricing import money, money_text
-from fleet.models import Allocation, Cluster
+from fleet.models import Allocation, Cluster, Pool
+from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
 
 from . import budgets
 from .cluster_usage import CENT
 from .clusters import split_exactly
 from .domain import POLICIES, SECONDS_PER_HOUR, hours_text, month_bounds, month_start, utilisation
+from .figures import apply_sums_to_overview, month_totals
 from .figures import hours as to_hours
 from .focus import AdjustmentCharge, ChargeDay, ClusterDay, by_cluster, cents_by_day
-from .models import Adjustment, ClusterUsageHour, StatementLine, UsageHour, UsageMonth
+from .models import (
+    Adjustment,
+    ClusterUsageHour,
+    Statement,
+    StatementLine,
+    TenantMonthTotal,
+    UsageHour,
+    UsageMonth,
+)
 
 
 @dataclass
@@ -384,3 +395,22 @@ def budget_view(tenant_ids, q: str, rows, route: str = ""):
     if len(ids) != 1:
         return None
     return budgets.status_for(Tenant.objects.get(pk=ids.pop()), timezone.now())
+
+
+@kept_across_requests(UsageMonth, TenantMonthTotal, Adjustment, Statement, StatementLine,
+                      Tenant, Allocation, Pool, freeze=pickle.dumps, thaw=pickle.loads)
+def overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, ...], route: str,
+                    q: str, sort: str, page: str | None):
+    """The finance overview's page of tenants with their figures, the month totals of every
+    tenant the filters leave, and those tenants (None: no filter): (page, rows, totals,
+    filtered). Kept across reading requests until a write to what it sums."""
+    months = list(months)
+    current, rows = overview_page(tenant_ids, months, route=route, q=q, sort=sort, page=page)
+    totals = [{"month": m} for m in months]
+    filtered = None if not q and tenant_ids is None else filtered_tenant_ids(
+        tenant_ids, months, route=route, q=q)
+    # The rows shown from their own figures; the month totals of every tenant the filters
+    # leave summed by the database (billing.figures.month_totals: the same roundings).
+    apply_sums_to_overview(rows, totals, months, route=route, month_sums=month_totals(
+        tenant_ids=filtered, months=months, route=route))
+    return current, rows, totals, filtered

@@ -5,6 +5,7 @@ back and by whom) and the figures /metrics exports. `day_hours` is pure."""
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from decimal import Decimal
 from django.db.models import Q, QuerySet
 
 from fleet.domain import devices_text
+from fleet.models import Allocation
 from tenants.access import billing_scope
+from tenants.kept_reads import kept_across_requests
 
 from .models import StrandedFinding
 
@@ -67,7 +70,15 @@ def standing_findings(*, tenant_ids: Iterable[int] | None = None,
                       allocation_ids: Iterable[int] | None = None
                       ) -> dict[int, StandingFindings]:
     """Open findings summed per tenant (or per allocation, given `allocation_ids`), in one
-    query; keys with none are absent."""
+    query; keys with none are absent. Kept across reading requests until a finding or an
+    allocation is written (tenants.kept_reads)."""
+    return _kept_standing(None if tenant_ids is None else tuple(sorted(set(tenant_ids))),
+                          None if allocation_ids is None else tuple(sorted(set(allocation_ids))))
+
+
+@kept_across_requests(F, Allocation, freeze=pickle.dumps, thaw=pickle.loads)
+def _kept_standing(tenant_ids: tuple[int, ...] | None, allocation_ids: tuple[int, ...] | None
+                   ) -> dict[int, StandingFindings]:
     rows = F.objects.filter(status=F.Status.OPEN).select_related("allocation")
     by_allocation = allocation_ids is not None
     if by_allocation:

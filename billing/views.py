@@ -29,11 +29,9 @@ from .cluster_usage import where_it_ran
 from .domain import final_label, month_start, parse_month, rate_reprices
 from .exports import statement_document, statement_response
 from .figures import (
-    apply_sums_to_overview,
     apply_to_overview,
     grand_total,
     month_figures,
-    month_totals,
     tenant_month,
 )
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
@@ -45,13 +43,12 @@ from .selectors import (
     allocation_month_hours,
     budget_view,
     charge_days,
-    filtered_tenant_ids,
     hour_rows,
     hour_sums,
     last_months,
     month_chart,
     overview,
-    overview_page,
+    overview_report,
     tenant_table,
 )
 from .stranded_board import standing_findings
@@ -94,16 +91,10 @@ def finance_overview(request):
         if request.GET.get("format") == "csv":
             return _csv(rows, months)
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
-    page, rows = overview_page(tenant_ids, months, route=f["route"], q=f["q"],
-                               sort=f["sort"], page=request.GET.get("page"))
-    totals = [{"month": m} for m in months]
     # The numbers shown are the one number of billing.figures (statement = page = exports).
-    filtered = None if not f["q"] and tenant_ids is None else filtered_tenant_ids(
-        tenant_ids, months, route=f["route"], q=f["q"])
-    # The rows shown from their own figures; the month totals of every tenant the filters
-    # leave summed by the database (billing.figures.month_totals: the same roundings).
-    apply_sums_to_overview(rows, totals, months, route=f["route"], month_sums=month_totals(
-        tenant_ids=filtered, months=months, route=f["route"]))
+    page, rows, totals, filtered = overview_report(
+        None if tenant_ids is None else tuple(sorted(tenant_ids)), tuple(months), f["route"],
+        f["q"], f["sort"], request.GET.get("page"))
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import pickle
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
@@ -16,7 +17,7 @@ from fleet.allocations.manifests import AllocationSpec
 from fleet.allocations.services import namespace_for
 from fleet.domain import ALL_MIG_PROFILES
 from fleet.inventory.capacity import earliest_free
-from fleet.inventory.pricing import money_text, pool_rate, pool_rates
+from fleet.inventory.pricing import money_text, pool_rate, pool_rates_until
 from fleet.inventory.selectors import (
     free_dedicated_nodes,
     mig_weights,
@@ -24,7 +25,8 @@ from fleet.inventory.selectors import (
     pool_endings,
     pools_capacity,
 )
-from fleet.models import Cluster, Pool, Route
+from fleet.models import Allocation, Cluster, GpuNode, Pool, RateCard, Route
+from tenants.kept_reads import Until, kept_across_requests
 from tenants.models import AuditEvent
 from tenants.per_request import once_per_request
 
@@ -88,13 +90,20 @@ def active_pools() -> tuple[Pool, ...]:
 
 @once_per_request
 def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
-    """Every active pool with its facts, in a fixed number of queries (overview, review)."""
-    pools = active_pools()
+    """Every active pool with its facts, in a fixed number of queries (overview, review),
+    kept across reading requests until a write to what they are read from."""
+    return _kept_pools_facts()
+
+
+@kept_across_requests(Pool, Cluster, GpuNode, Allocation, Allocation.nodes.through, RateCard,
+                      freeze=pickle.dumps, thaw=pickle.loads)
+def _kept_pools_facts() -> Until:
+    pools = tuple(Pool.objects.filter(active=True).select_related("cluster"))
     capacities = pools_capacity(pools)
-    rates = pool_rates([p.pk for p in pools], timezone.now())
-    clusters = live_clusters()
-    return [(p, pool_facts(p, capacities[p.pk], rates[p.pk], clusters=clusters))
-            for p in pools]
+    rates, next_card = pool_rates_until([p.pk for p in pools], timezone.now())
+    clusters = Cluster.objects.live().count()
+    return Until([(p, pool_facts(p, capacities[p.pk], rates[p.pk], clusters=clusters))
+                  for p in pools], next_card)
 
 
 def window_hours(starts_on: dt.date | None, ends_on: dt.date | None) -> Decimal | None:

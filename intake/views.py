@@ -232,7 +232,8 @@ def request_preview(request):
 def request_detail(request, pk: int):
     obj = get_request_for(request.user, pk)
     roles = roles_for(request.user)
-    decision, plan = plan_for_request(obj)
+    # The active pools' facts as every reading page keeps them (intake.selectors).
+    decision, plan = plan_for_request(obj, facts=facts_of_active_pools())
     return render(request, "intake/request_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "why_not_yet": why_not_yet(plan),
         "events": request_events(obj, show_fleet=roles.platform_admin),

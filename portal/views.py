@@ -16,18 +16,20 @@ from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found
 
 from billing.figures import metric_sums
+from billing.models import Adjustment, Statement, TenantMonthTotal, UsageMonth
 from billing.stranded_board import given_back_devices, open_stranded_device_hours, standing_in
 from fleet.allocations.lifecycle import USABLE
-from fleet.models import Allocation
+from fleet.models import Allocation, Cluster, Pool, QueueEvent, QueueWorkload
 from fleet.queues.seams import seam_histograms
 from fleet.queues.utilisation import utilisation_histograms
 from intake.domain import Status
-from intake.models import CapacityRequest
+from intake.models import CapacityRequest, RequestTally
 from intake.selectors import active_pools_facts
 from intake.tally import request_counts, request_counts_by_tenant
 from portal.celery import app
 from tenants.access import billing_scope, roles_for, scope_to_tenants, visible_tenants
-from tenants.models import WorkerHeartbeat
+from tenants.kept_reads import kept_across_requests
+from tenants.models import Tenant, WorkerHeartbeat
 
 from .context_processors import layout
 
@@ -115,6 +117,15 @@ def metrics(request):
                                 content_type="text/plain")
     elif settings.PRODUCTION:
         raise Http404("Set PORTAL_METRICS_TOKEN to expose /metrics")
+    # Each part kept across scrapes until a write to what it sums (tenants.kept_reads), but
+    # the stranded device-hours, which grow with the clock.
+    body = "\n".join([_billing_lines(), _request_lines(), _seam_lines(), *_stranded_lines()])
+    return HttpResponse(body + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@kept_across_requests(TenantMonthTotal, UsageMonth, Statement, Adjustment, Tenant, Pool,
+                      Allocation)
+def _billing_lines() -> str:
     lines = [
         "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",
         "# TYPE aifactory_allocated_device_hours counter",
@@ -138,14 +149,17 @@ def metrics(request):
               "# TYPE aifactory_charged_amount counter", *amount_lines,
               "# HELP aifactory_statement_amount What the tenant's statements add up to, "
               "adjustments included (every month).",
-              "# TYPE aifactory_statement_amount counter", *statement_lines,
-              "# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
-              "# TYPE aifactory_capacity_requests gauge"]
-    for slug, status, n in request_counts_by_tenant():
-        lines.append(f'aifactory_capacity_requests{{tenant="{slug}",status="{status}"}} {n}')
-    lines += _seam_lines() + _stranded_lines()
-    return HttpResponse("\n".join(lines) + "\n",
-                        content_type="text/plain; version=0.0.4; charset=utf-8")
+              "# TYPE aifactory_statement_amount counter", *statement_lines]
+    return "\n".join(lines)
+
+
+@kept_across_requests(RequestTally, Tenant)
+def _request_lines() -> str:
+    lines = ["# HELP aifactory_capacity_requests Capacity requests by tenant and status.",
+             "# TYPE aifactory_capacity_requests gauge"]
+    lines += [f'aifactory_capacity_requests{{tenant="{slug}",status="{status}"}} {n}'
+              for slug, status, n in request_counts_by_tenant()]
+    return "\n".join(lines)
 
 
 def _stranded_lines() -> list[str]:
@@ -188,7 +202,8 @@ def _histogram_lines(name: str, help_text: str, rows: list[dict], labels_of) -> 
     return out
 
 
-def _seam_lines() -> list[str]:
+@kept_across_requests(QueueEvent, QueueWorkload, Allocation, Tenant, Cluster, Pool)
+def _seam_lines() -> str:
     """The workload ledger's seams and the finished workloads' GPU activity (DCGM), as
     Prometheus histograms by tenant and queue."""
     def queue_labels(h):
@@ -210,7 +225,7 @@ def _seam_lines() -> list[str]:
         "aifactory_workload_gpu_memory_gigabytes",
         "The most GPU memory one of a finished workload's GPUs held (DCGM), by tenant and "
         "queue.", [h for h in measured if h["metric"] == "memory"], queue_labels)
-    return lines
+    return "\n".join(lines)
 
 
 def server_error(request):

@@ -6,4 +6,5 @@ class TenantsConfig(AppConfig):
     verbose_name = "Tenants, roles and the audit trail"
 
     def ready(self) -> None:
-        from . import lookups, receivers  # noqa: F401 - `__any`; the sign-in receiver
+        # The write watch on every connection; `__any`; the sign-in receiver.
+        from . import kept_reads, lookups, receivers  # noqa: F401

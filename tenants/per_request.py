@@ -37,6 +37,11 @@ class PerRequestMemoMiddleware:
             _memo.reset(token)
 
 
+def in_reading_request() -> bool:
+    """Whether this code runs for a reading request (GET or HEAD) of the web portal."""
+    return _memo.get() is not None
+
+
 def once_per_request(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorate a read whose answer (and arguments: hashable) may be shared for the rest of a
     reading request. Return values are shared, so they must not be changed by callers."""

@@ -140,6 +140,18 @@ def _configured_kube_backend():
     forget_backends()
 
 
+@pytest.fixture(autouse=True)
+def _kept_reads_retired():
+    """Kept reads (tenants.kept_reads) are checked against the tables they declare on every
+    build, and retired after each test: a test's rolled-back transaction moves no mark back,
+    so what one test kept must not answer for the next."""
+    from tenants import kept_reads
+
+    kept_reads.STRICT = True
+    yield
+    kept_reads.renew_every_mark()
+
+
 @pytest.fixture
 def tenant(db):
     from tests.factories import TenantFactory

@@ -84,9 +84,17 @@ def rate_history(pool_ids: Iterable[int]) -> dict[int, list[Rate]]:
 
 
 def pool_rates(pool_ids: Iterable[int], at: dt.datetime) -> dict[int, Decimal]:
+    return pool_rates_until(pool_ids, at)[0]
+
+
+def pool_rates_until(pool_ids: Iterable[int], at: dt.datetime
+                     ) -> tuple[dict[int, Decimal], dt.datetime | None]:
+    """The pools' rates at `at`, and when the next card of any of them starts (None: none
+    later), until which those rates hold unless a card is written."""
     ids = list(pool_ids)
     history = rate_history(ids)
-    return {pk: rate_at(history.get(pk, []), at) for pk in ids}
+    later = [r.effective_from for pk in ids for r in history.get(pk, []) if r.effective_from > at]
+    return {pk: rate_at(history.get(pk, []), at) for pk in ids}, min(later, default=None)
 
 
 def pool_rate(pool_id: int, at: dt.datetime | None = None) -> Decimal:

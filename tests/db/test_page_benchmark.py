@@ -37,6 +37,7 @@ from billing.services import refresh_months
 from fleet.models import Allocation, GpuNode, Route
 from intake.models import CapacityRequest
 from intake.tally import compact_request_tally
+from tenants.kept_reads import renew_every_mark
 from tenants.models import AuditEvent, Tenant
 from tests.db.page_profile import print_profiles
 from tests.factories import make_lead, make_pools
@@ -180,11 +181,11 @@ def explain(run, marker: str) -> str:
         return "\n".join(r[0] for r in cursor.fetchall())
 
 
-def measure(client, url: str) -> dict:
-    return measure_together(client, [url])[url]
+def measure(client, url: str, before=None) -> dict:
+    return measure_together(client, [url], before)[url]
 
 
-def measure_together(client, urls: list[str]) -> dict[str, dict]:
+def measure_together(client, urls: list[str], before=None) -> dict[str, dict]:
     """Each URL's p50/p95 and queries, the URLs taken in turn run after run: a drift of the
     machine's speed during the measurement then weighs on all of them alike (the floor and
     its parts are fractions of a millisecond apart; measured one after the other, a drift
@@ -199,12 +200,16 @@ def measure_together(client, urls: list[str]) -> dict[str, dict]:
             executed.append(sql)
             return execute(sql, params, many, context)
 
+        if before:
+            before()
         with connection.execute_wrapper(count):
             client.get(url)
         out[url] = {"queries": len(executed)}
     # The floor and its parts take a millisecond or two: many more runs, or noise decides.
     for _ in range(RUNS * 10 if urls[0].startswith("/bench/") else RUNS):
         for url in urls:
+            if before:
+                before()
             started = time.perf_counter()
             client.get(url)
             times[url].append((time.perf_counter() - started) * 1000)
@@ -242,6 +247,11 @@ PAGES = [  # (label, who, url); {tenant}, {request}, {month}, {submitted} from t
 ]
 
 
+# Pages whose reads are kept across requests, measured also with them retired before each run.
+AFTER_A_WRITE = ("lead: overview", "admin: review detail", "finance: overview 12 months",
+                 "Prometheus scrape: /metrics")
+
+
 def measure_world(client, users: dict, world: dict) -> dict[str, dict]:
     names = {"tenant": world["tenant"].slug, "request": world["alloc_request"].pk,
              "month": world["month"], "submitted": world["submitted"].pk}
@@ -261,6 +271,11 @@ def measure_world(client, users: dict, world: dict) -> dict[str, dict]:
                 client.force_login(users[who])
             current = who
         results[label] = measure(client, url.format(**names))
+        if label in AFTER_A_WRITE:
+            # What a page costs when what it keeps (tenants.kept_reads) was just retired:
+            # as after a write to every table it reads.
+            results[f"{label} (after a write)"] = measure(client, url.format(**names),
+                                                          before=renew_every_mark)
     return results
 
 
@@ -325,6 +340,7 @@ def test_benchmark_every_page_against_the_floor(client, admin_user, finance_user
                                            for label, who, url in PAGES if label in PROFILED])
         sweep[size.label] = results
         transaction.savepoint_rollback(point)
+        renew_every_mark()  # a rolled-back world moves no mark back
     if len(sizes) > 1:
         first, last = sizes[0].label, sizes[-1].label
         print(f"\nBENCHMARK growth of p95, {first} -> {last} (goal <= 1.5x):")

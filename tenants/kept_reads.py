@@ -1,0 +1,256 @@
+"""Reads kept across requests: a page's read of data that changes rarely (the pools' facts,
+the figures /metrics exports) is kept in the process, stamped with the change marks of the
+tables it reads, and served again while those marks stand.
+
+A change mark is a token per table in the shared cache. Every statement that may write a
+table renews that table's mark — at once, and again when its transaction commits — by a
+wrapper on every database connection (`watch_writes`), so no writer can forget: `save`,
+`update`, `bulk_create`, many-to-many sets, raw SQL and migrations all pass through it. A
+kept read checks its tables' marks in one cache round trip and is built again when any has
+moved. The order makes it safe: the marks are read before the build, so an entry built
+from data a commit has just replaced carries the marks that commit's renewal retires.
+
+Kept reads serve reading requests only (GET and HEAD, outside any transaction the
+application opened): a decision — an approval under its lock, a task — always reads the
+database, because between a commit and its renewal a kept entry may still be the one
+before. Something that writes the database without Django (psql by hand) moves no mark;
+PORTAL_KEPT_READS_SECONDS bounds how long such a change can go unseen. Without a shared
+cache (several processes, no CACHE_URL) nothing is kept."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from functools import wraps
+from time import monotonic
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connections
+from django.db.backends.signals import connection_created
+from django.utils import timezone
+
+from .per_request import in_reading_request
+
+log = logging.getLogger(__name__)
+
+# Set by the test suite: every build also checks that it read only the tables it declares.
+STRICT = False
+
+_MARK = "tm:v1:"
+_KEPT_ENTRIES = 256
+# A statement that may write starts with one of these (Django's own writes start with the
+# first three; the rest are raw SQL and migrations), or is a WITH … that writes.
+_WRITES = ("INSERT", "UPDATE", "DELETE", "TRUNCA", "MERGE", "REPLAC", "COPY", "ALTER", "DROP",
+           "CREATE")
+_WRITING_WITH = re.compile(r"\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
+_NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
+
+
+def may_write(sql: str) -> bool:
+    head = sql.lstrip()[:6].upper()
+    return head.startswith(_WRITES) or (head.startswith("WITH") and
+                                        _WRITING_WITH.search(sql) is not None)
+
+
+def _known_tables() -> frozenset[str]:
+    tables = getattr(_known_tables, "found", None)
+    if tables is None:
+        tables = frozenset(m._meta.db_table for m in apps.get_models(include_auto_created=True))
+        _known_tables.found = tables
+    return tables
+
+
+def tables_in(sql: str) -> frozenset[str]:
+    """The portal's tables a statement names (anywhere in it: a write renews every table it
+    mentions, which may be more than it writes, never fewer)."""
+    known = _known_tables()
+    return frozenset(name for name in _NAME.findall(sql) if name in known)
+
+
+def _mark_key(table: str) -> str:
+    return _MARK + table
+
+
+def _renew(tables: Iterable[str]) -> None:
+    try:
+        cache.set_many({_mark_key(t): uuid.uuid4().hex for t in tables}, None)
+    except Exception:  # the cache away: readers cannot read marks either; the age bounds it
+        log.warning("could not renew the change marks of %s", sorted(tables), exc_info=True)
+
+
+class _Renewal:
+    """The on-commit renewal of one table's mark (one per table and transaction)."""
+
+    def __init__(self, table: str):
+        self.table = table
+
+    def __call__(self) -> None:
+        _renew([self.table])
+
+
+def _written(connection, tables: frozenset[str]) -> None:
+    # At once (autocommit: the statement is committed already; in a transaction: entries
+    # built from now on are stamped to be retired), and once more per table when it commits.
+    _renew(tables)
+    if connection.in_atomic_block:
+        pending = {func.table for _ids, func, _robust in connection.run_on_commit
+                   if isinstance(func, _Renewal)}
+        for table in tables - pending:
+            connection.on_commit(_Renewal(table), robust=True)
+
+
+def _watch(execute, sql, params, many, context):
+    result = execute(sql, params, many, context)
+    if may_write(sql):
+        tables = tables_in(sql)
+        if tables:
+            _written(context["connection"], tables)
+    return result
+
+
+def watch_writes(sender=None, connection=None, **kwargs) -> None:
+    """Install the write watch on a connection (every connection, as it is created)."""
+    if _watch not in connection.execute_wrappers:
+        connection.execute_wrappers.append(_watch)
+
+
+connection_created.connect(watch_writes, dispatch_uid="tenants.kept_reads.watch_writes")
+
+
+def renew_every_mark() -> None:
+    """Retire every kept entry of every process (the test suite, between tests: a test's
+    rolled-back transaction moves no mark back)."""
+    try:
+        cache.delete_many([_mark_key(t) for t in _known_tables()])
+    except Exception:
+        log.warning("could not retire the change marks", exc_info=True)
+
+
+def _marks(tables: tuple[str, ...]) -> tuple[str, ...]:
+    keys = [_mark_key(t) for t in tables]
+    found = cache.get_many(keys)
+    missing = {k: uuid.uuid4().hex for k in keys if k not in found}
+    if missing:
+        for key, fresh in missing.items():
+            found[key] = fresh if cache.add(key, fresh, None) else (cache.get(key) or fresh)
+    return tuple(found[k] for k in keys)
+
+
+def _in_application_transaction(alias: str = "default") -> bool:
+    return any(not getattr(block, "_from_testcase", False)
+               for block in connections[alias].atomic_blocks)
+
+
+@dataclass(frozen=True)
+class Until:
+    """What a build returns when its answer also changes with the clock: the value, and the
+    moment it stops being true (a rate card that starts later)."""
+
+    value: Any
+    at: Any  # an aware datetime, or None: only a write changes it
+
+
+class _Kept:
+    def __init__(self):
+        self.entries: OrderedDict[Hashable, tuple] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.entries.move_to_end(key)
+            return entry
+
+    def put(self, key, entry) -> None:
+        with self.lock:
+            self.entries[key] = entry
+            self.entries.move_to_end(key)
+            while len(self.entries) > _KEPT_ENTRIES:
+                self.entries.popitem(last=False)
+
+
+_kept = _Kept()
+
+
+class UndeclaredTable(AssertionError):
+    pass
+
+
+def _strict_build(build: Callable[[], Any], declared: frozenset[str], name: str):
+    read: set[str] = set()
+
+    def note(execute, sql, params, many, context):
+        read.update(tables_in(sql))
+        return execute(sql, params, many, context)
+
+    with connections["default"].execute_wrapper(note):
+        answer = build()
+    if not read <= declared:
+        raise UndeclaredTable(f"{name} read {sorted(read - declared)}, which it does not "
+                              f"declare: a write there would not retire what it keeps")
+    return answer
+
+
+def kept_across_requests(*models, thaw: Callable[[Any], Any] | None = None,
+                         freeze: Callable[[Any], Any] | None = None):
+    """Decorate a read (hashable arguments) of the tables of `models` (model classes, or
+    many-to-many `through` models) to be kept across reading requests while their marks
+    stand. The read may return `Until(value, at)` when its answer also ends at a time.
+    Values are shared between requests: immutable ones are returned as they are; others
+    are kept frozen (`freeze`, e.g. pickled) and thawed per request (`thaw`)."""
+
+    def decorate(build: Callable[..., Any]) -> Callable[..., Any]:
+        name = f"{build.__module__}.{build.__qualname__}"
+        tables: list[tuple[str, ...]] = []
+
+        def declared() -> tuple[str, ...]:
+            if not tables:
+                tables.append(tuple(sorted({m._meta.db_table for m in models})))
+            return tables[0]
+
+        def fresh(*args):
+            answer = build(*args)
+            return answer.value if isinstance(answer, Until) else answer
+
+        @wraps(build)
+        def read(*args):
+            seconds = settings.PORTAL_KEPT_READS_SECONDS
+            if (not seconds or not settings.SHARED_CACHE or not in_reading_request()
+                    or _in_application_transaction()):
+                return fresh(*args)
+            names = declared()
+            try:
+                marks = _marks(names)
+            except Exception:  # the cache away: read the database
+                log.warning("change marks unavailable; reading %s afresh", name, exc_info=True)
+                return fresh(*args)
+            key = (name, args)
+            entry = _kept.get(key)
+            now = monotonic()
+            if entry is not None:
+                e_marks, e_until, e_born, kept_value = entry
+                if (e_marks == marks and now - e_born < seconds
+                        and (e_until is None or timezone.now() < e_until)):
+                    return thaw(kept_value) if thaw else kept_value
+            answer = (_strict_build(lambda: build(*args), frozenset(names), name) if STRICT
+                      else build(*args))
+            value, until = ((answer.value, answer.at) if isinstance(answer, Until)
+                            else (answer, None))
+            kept_value = freeze(value) if freeze else value
+            _kept.put(key, (marks, until, now, kept_value))
+            return thaw(kept_value) if thaw else value
+
+        read.uncached = fresh
+        read.tables = declared
+        return read
+
+    return decorate
