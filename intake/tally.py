@@ -9,19 +9,37 @@ from collections import defaultdict
 from django.db import connection, transaction
 from django.db.models import Sum
 
-from tenants.access import scope_to_tenants
+from tenants.access import tenant_scope
 from tenants.compiled import compiled_once
+from tenants.kept_reads import kept_across_requests
+from tenants.models import Tenant
 
 from .models import RequestTally
 
 
 def request_counts(user, *, tenant_slug: str = "") -> dict[str, int]:
-    """Requests per status among those `user` may see (or one tenant's of them)."""
-    tally = scope_to_tenants(user, RequestTally.objects.all())
+    """Requests per status among those `user` may see (or one tenant's of them): a sum over
+    a few rows per tenant, kept across reading requests until the tally is written (every
+    tenant's, for a platform admin, is a sum over thousands of rows)."""
+    return dict(_counts_in(tenant_scope(user), tenant_slug))
+
+
+def counted_in_tally(status: str, tenant_id: int | None = None) -> int:
+    """How many requests have `status` ("": any), of one tenant or of all: the review
+    queue's count when nothing but status and tenant narrow it."""
+    counts = dict(_counts_in(None if tenant_id is None else (tenant_id,), ""))
+    return counts.get(status, 0) if status else sum(counts.values())
+
+
+@kept_across_requests(RequestTally, Tenant)
+def _counts_in(scope: tuple[int, ...] | None, tenant_slug: str) -> tuple[tuple[str, int], ...]:
+    tally = RequestTally.objects.all()
+    if scope is not None:
+        tally = tally.filter(tenant__in=scope)
     if tenant_slug:
         tally = tally.filter(tenant__slug=tenant_slug)
-    return {status: total for status, total in tally.values("status").annotate(
-        total=Sum("n")).values_list("status", "total") if total}
+    return tuple((status, total) for status, total in tally.values("status").annotate(
+        total=Sum("n")).values_list("status", "total").order_by() if total)
 
 
 @compiled_once

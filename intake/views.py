@@ -62,7 +62,7 @@ from .selectors import (
     small_cell_comparison,
     why_not_yet,
 )
-from .tally import request_counts
+from .tally import counted_in_tally, request_counts
 
 
 def get_request_for(user, pk: int) -> CapacityRequest:
@@ -352,8 +352,12 @@ def review_queue(request):
     context = {"filters": form, "queue_qs": query, "page": None}
     if not form.errors:
         # One count of the matching rows and one query for the page, whatever the page size.
-        page = Paginator(queued_requests(queue, now=timezone.now()), REVIEW_PAGE_SIZE
-                         ).get_page(form.cleaned_data["page"])
+        rows = queued_requests(queue, now=timezone.now())
+        # Narrowed by status and tenant only, the tally kept at write time counts them.
+        page = (page_with_count(rows, REVIEW_PAGE_SIZE, form.cleaned_data["page"],
+                                counted_in_tally(queue.status, queue.tenant_id))
+                if not queue.route and not queue.older_than_days else
+                Paginator(rows, REVIEW_PAGE_SIZE).get_page(form.cleaned_data["page"]))
         here = reverse("intake:review_queue")
         context.update(page=page, rows=review_rows(page, queue_qs=query, notes=tenant_notes(
             {r.tenant_id for r in page})),

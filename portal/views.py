@@ -27,7 +27,13 @@ from intake.models import CapacityRequest, RequestTally
 from intake.selectors import active_pools_facts
 from intake.tally import request_counts, request_counts_by_tenant
 from portal.celery import app
-from tenants.access import billing_scope, roles_for, scope_to_tenants, visible_tenants
+from tenants.access import (
+    billing_scope,
+    roles_for,
+    scope_to_tenants,
+    tenant_scope,
+    visible_tenants,
+)
 from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant, WorkerHeartbeat
 
@@ -45,9 +51,7 @@ def home(request):
     # Allocations about to end: the notice a lead needs to renew in time.
     expiring = scope_to_tenants(request.user, Allocation.objects.filter(
         status=Allocation.Status.EXPIRING).select_related("tenant", "request"))
-    held = dict(scope_to_tenants(request.user, Allocation.objects.filter(
-        status__in=USABLE))
-        .values_list("status").annotate(n=Count("id")))
+    held = dict(_usable_by_status(tenant_scope(request.user)))
     return render(request, "dashboard.html", {
         "expiring": expiring,
         # What matters at a glance: what runs, what waits for review, what ends soon.
@@ -58,6 +62,15 @@ def home(request):
         "queue": counts.get(Status.SUBMITTED.value, 0) if roles.platform_admin else None,
         "stranded": _standing(request.user),
     })
+
+
+@kept_across_requests(Allocation)
+def _usable_by_status(scope: tuple[int, ...] | None) -> tuple[tuple[str, int], ...]:
+    """Usable allocations per status among the scope's tenants (None: every tenant's)."""
+    held = Allocation.objects.filter(status__in=USABLE)
+    if scope is not None:
+        held = held.filter(tenant__in=scope)
+    return tuple(held.values_list("status").annotate(n=Count("id")).order_by())
 
 
 def _standing(user):

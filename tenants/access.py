@@ -146,6 +146,15 @@ def visible_tenants(user) -> QuerySet[Tenant]:
     return Tenant.objects.filter(id__in=roles.tenant_ids)
 
 
+def tenant_scope(user) -> tuple[int, ...] | None:
+    """The tenants the user may see as a key for what is kept per scope (None: every tenant;
+    nobody signed in: none), the same scope as scope_to_tenants."""
+    roles = roles_for(user)
+    if not roles.authenticated:
+        return ()
+    return None if roles.sees_all_tenants else tuple(sorted(roles.tenant_ids))
+
+
 def scope_to_tenants(user, queryset: QuerySet, tenant_field: str = "tenant") -> QuerySet:
     """Limit any queryset with a tenant foreign key to what the user may see."""
     roles = roles_for(user)
