@@ -32,12 +32,11 @@ from .inventory.selectors import (
     across_clusters,
     cluster_view,
     clusters_overview,
-    fleet_picture,
+    fleet_summary,
     last_sightings,
     node_facts,
     node_list,
     pools_with_capacity,
-    read_fleet,
 )
 from .inventory.services import (
     cluster_check,
@@ -71,16 +70,15 @@ NODE_STATES = list(NodeState.ALL)
 @login_required
 def fleet_overview(request):
     require_platform_admin(request.user)
-    reading = read_fleet()  # every node once, as plain rows; every pool and its capacity
-    picture = fleet_picture(reading)
+    # Every node once, as plain rows; every pool and its capacity; the live clusters.
+    reading, picture, live_views = fleet_summary()
     state = request.GET.get("state", "")
     pool = request.GET.get("pool", "")
     nodes = node_list(state=state if state in NODE_STATES else "", pool=pool)
     page = Paginator(nodes, 50).get_page(request.GET.get("page"))
     template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
-    live = Cluster.objects.live()
-    clusters = [] if request.htmx else clusters_overview(live, reading=reading)
-    many_clusters = len(clusters) > 1 if clusters else live.count() > 1
+    clusters = [] if request.htmx else live_views
+    many_clusters = len(live_views) > 1
     now, every = timezone.now(), settings.PORTAL_FLEET_SYNC_SECONDS
     return render(request, template, {
         "node_rows": node_rows(page, many_clusters=many_clusters,

@@ -45,8 +45,16 @@ def _address(name: str):
 
 
 def _date(value, fmt: str) -> str:
-    """The `date` filter: in the current time zone, then formatted."""
-    return "" if value is None else date_format(template_localtime(value), fmt)
+    """The `date` filter: in the current time zone, then formatted (the two formats the
+    rows use by the standard library: Django's formatter builds an object per call)."""
+    if value is None:
+        return ""
+    local = template_localtime(value)
+    if fmt == "c":
+        return local.isoformat()
+    if fmt == "Y-m-d H:i":
+        return local.strftime("%Y-%m-%d %H:%M")
+    return date_format(local, fmt)
 
 
 def _or_dash(value) -> str:

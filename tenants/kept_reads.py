@@ -37,7 +37,7 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from .per_request import in_reading_request
+from .per_request import in_reading_request, request_memo
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,9 @@ def _written(connection, tables: frozenset[str]) -> None:
     # At once (autocommit: the statement is committed already; in a transaction: entries
     # built from now on are stamped to be retired), and once more per table when it commits.
     _renew(tables)
+    memo = request_memo()
+    if memo:  # a reading request that writes reads the marks again
+        memo.pop(_SEEN, None)
     if connection.in_atomic_block:
         pending = {func.table for _ids, func, _robust in connection.run_on_commit
                    if isinstance(func, _Renewal)}
@@ -134,14 +137,27 @@ def renew_every_mark() -> None:
         log.warning("could not retire the change marks", exc_info=True)
 
 
+# Every table some kept read declares: a request reads all their marks in one round trip,
+# the first time it needs any.
+_declared: set = set()
+_SEEN = "tenants.kept_reads.marks"
+
+
 def _marks(tables: tuple[str, ...]) -> tuple[str, ...]:
-    keys = [_mark_key(t) for t in tables]
-    found = cache.get_many(keys)
-    missing = {k: uuid.uuid4().hex for k in keys if k not in found}
-    if missing:
-        for key, fresh in missing.items():
-            found[key] = fresh if cache.add(key, fresh, None) else (cache.get(key) or fresh)
-    return tuple(found[k] for k in keys)
+    """The tables' marks as this reading request first read them."""
+    memo = request_memo()
+    seen = memo.setdefault(_SEEN, {})
+    if not all(t in seen for t in tables):
+        wanted = sorted({*tables, *(m._meta.db_table for m in _declared)} - seen.keys())
+        keys = [_mark_key(t) for t in wanted]
+        found = cache.get_many(keys)
+        for table, key in zip(wanted, keys, strict=True):
+            if key not in found:
+                fresh = uuid.uuid4().hex
+                found[key] = fresh if cache.add(key, fresh, None) else (
+                    cache.get(key) or fresh)
+            seen[table] = found[key]
+    return tuple(seen[t] for t in tables)
 
 
 def _in_application_transaction(alias: str = "default") -> bool:
@@ -211,6 +227,7 @@ def kept_across_requests(*models, thaw: Callable[[Any], Any] | None = None,
     def decorate(build: Callable[..., Any]) -> Callable[..., Any]:
         name = f"{build.__module__}.{build.__qualname__}"
         tables: list[tuple[str, ...]] = []
+        _declared.update(models)
 
         def declared() -> tuple[str, ...]:
             if not tables:

@@ -42,6 +42,11 @@ def in_reading_request() -> bool:
     return _memo.get() is not None
 
 
+def request_memo() -> dict | None:
+    """The reading request's memo (None outside one), for a module's own keys."""
+    return _memo.get()
+
+
 def once_per_request(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorate a read whose answer (and arguments: hashable) may be shared for the rest of a
     reading request. Return values are shared, so they must not be changed by callers."""

@@ -3,6 +3,7 @@ page's picture of every pool (counts, capacity, who an overcommitted pool affect
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tenants.compiled import compiled_per_arguments
+from tenants.kept_reads import kept_across_requests
+from tenants.models import Tenant
 
 from ..models import Allocation, Cluster, GpuNode, Pool, home_cluster_id
 from .capacity import (
@@ -151,9 +154,15 @@ def pool_endings(pool_id: int) -> list[tuple]:
 
 def free_dedicated_nodes(pool: Pool, count: int) -> tuple[str, ...]:
     """The validated nodes a dedicated block of `count` nodes would get, freshest burn-in
-    first (fewer than `count` when the pool has fewer free)."""
-    pool_nodes = list(GpuNode.objects.filter(pool=pool))
-    reserved = GpuNode.objects.filter(pool=pool, allocations__status__in=Allocation.HOLDING)
+    first (fewer than `count` when the pool has fewer free); kept across reading requests
+    (the review page) until a node or an allocation is written."""
+    return _free_dedicated(pool.pk, count)
+
+
+@kept_across_requests(GpuNode, Allocation, Allocation.nodes.through)
+def _free_dedicated(pool_id: int, count: int) -> tuple[str, ...]:
+    pool_nodes = list(GpuNode.objects.filter(pool_id=pool_id))
+    reserved = GpuNode.objects.filter(pool_id=pool_id, allocations__status__in=Allocation.HOLDING)
     return tuple(choose_dedicated_nodes([node_facts(n) for n in pool_nodes], count=count,
                                         reserved_nodes=reserved.values_list("name", flat=True)))
 
@@ -359,3 +368,13 @@ def pools_with_capacity() -> list[tuple[Pool, PromisableCapacity]]:
     for p in pools:
         p.rate_now = rates[p.pk]
     return [(p, capacities[p.pk]) for p in pools]
+
+
+@kept_across_requests(GpuNode, Pool, Cluster, Allocation, Allocation.nodes.through, Tenant,
+                      freeze=pickle.dumps, thaw=pickle.loads)
+def fleet_summary() -> tuple[FleetReading, FleetPicture, list[ClusterView]]:
+    """The fleet page's reading, its pools' picture and its live clusters' figures, kept
+    across reading requests until a node, pool, cluster or allocation is written."""
+    reading = read_fleet()
+    return (reading, fleet_picture(reading),
+            clusters_overview(Cluster.objects.live(), reading=reading))

@@ -234,3 +234,11 @@ def test_the_kept_pools_facts_equal_a_fresh_read_after_any_writes(pools, tenant,
 ])
 def test_a_statement_that_may_write_is_told_from_a_read(sql, writes):
     assert kept_reads.may_write(sql) is writes
+
+
+def test_a_reading_request_that_writes_reads_the_marks_again():
+    Tenant.objects.create(slug="a", name="A")
+    with reading_request():
+        assert tenant_names() == ("A",)
+        Tenant.objects.create(slug="b", name="B")
+        assert tenant_names() == ("A", "B")
