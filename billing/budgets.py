@@ -90,15 +90,22 @@ def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
                          covered_until=rolled_up_until(month))
 
 
+@kept_across_requests(Budget, UsageHour, TenantMonthTotal, UsageMonth, Adjustment, Statement,
+                      StatementLine, Tenant, freeze=pickle.dumps, thaw=pickle.loads)
+def _spend_against_budgets(tenant_ids: tuple[int, ...], month: dt.date):
+    """The tenants' budgets in force, their spend in the month and how far the rollup has
+    come (what budgets_overview reckons with the clock), kept until a write to them."""
+    return (budgets_in_force(tenant_ids, month), spent_in(tenant_ids, month),
+            rolled_up_until(month))
+
+
 def budgets_overview(now: dt.datetime, tenants=None
                      ) -> list[tuple[Tenant, BudgetStatus | None]]:
     """These tenants (default: all) with this month's spend against their budgets (finance's
     budgets page shows a page of them)."""
     month = month_start(now)
     tenants = list(Tenant.objects.order_by("name") if tenants is None else tenants)
-    budgets = budgets_in_force([t.pk for t in tenants], month)
-    spent = spent_in([t.pk for t in tenants], month)
-    covered = rolled_up_until(month)
+    budgets, spent, covered = _spend_against_budgets(tuple(t.pk for t in tenants), month)
     return [(t, budget_status(budget=budgets[t.pk], spent=spent.get(t.pk, Decimal(0)),
                               month=month, now=now, covered_until=covered)
              if t.pk in budgets else None) for t in tenants]
