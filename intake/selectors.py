@@ -479,7 +479,9 @@ def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
 
     Pass the position the request had *before* it was decided: a decision moves
     `updated_at`."""
-    waiting = queued_requests(f.waiting(), now=now).exclude(pk=after_pk)
+    # Its place is all a caller reads of it (a link, "came round"): nothing joined.
+    waiting = (queued_requests(f.waiting(), now=now).exclude(pk=after_pk)
+               .select_related(None).only("pk", "updated_at"))
     if f.newest_first:
         later = Q(updated_at__lt=after_at) | Q(updated_at=after_at, id__lt=after_pk)
     else:

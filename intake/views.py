@@ -67,8 +67,10 @@ from .tally import counted_in_tally, request_counts
 
 def get_request_for(user, pk: int) -> CapacityRequest:
     """The request if the user may see it, else 404 (other tenants' requests do not exist)."""
+    # Only the relations every page of a request shows: each more joined costs the planner
+    # more than reading the person who decided, when shown, costs on its own.
     qs = scope_to_tenants(user, CapacityRequest.objects.select_related(
-        "tenant", "requester", "pool", "decided_by", "allocation__pool__cluster"))
+        "tenant", "pool", "allocation__pool__cluster"))
     return get_object_or_404(qs, pk=pk)
 
 
