@@ -259,9 +259,10 @@ PORTAL_USER_CACHE_SECONDS = env_int("PORTAL_USER_CACHE_SECONDS", 300, minimum=0)
 PORTAL_ROLES_CACHE_SECONDS = env_int("PORTAL_ROLES_CACHE_SECONDS", 60, minimum=0) \
     if SHARED_CACHE else 0
 # How long a page's read kept across requests (tenants.kept_reads: the pools' facts, request
-# counts, the fleet page, the figures of /metrics and finance) may be served at most (0: never kept; always
-# 0 without a shared cache). Every write through the portal retires the entries it touches
-# at once; this bounds only what the portal cannot see, a change made to the database by hand.
+# counts, the fleet page, the figures of /metrics and finance) may be served at most (0:
+# never kept; always 0 without a shared cache). Every write through the portal retires what
+# it touches at once; this bounds only what the portal cannot see: the database changed by
+# hand.
 PORTAL_KEPT_READS_SECONDS = env_int("PORTAL_KEPT_READS_SECONDS", 300, minimum=0) \
     if SHARED_CACHE else 0
 
