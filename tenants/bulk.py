@@ -15,6 +15,8 @@ from operator import attrgetter, itemgetter
 from django.db import connections, models, router
 from django.db.models import NOT_PROVIDED
 
+from . import kept_reads
+
 
 def update_rows(model: type[models.Model], rows: Sequence[models.Model],
                 fields: Sequence[str], *, batch_size: int = 5000) -> int:
@@ -104,6 +106,7 @@ def insert_rows(model: type[models.Model], rows: Sequence[models.Model]) -> int:
                     values = (*values, *(f.get_db_prep_save(f.pre_save(row, True), connection)
                                          for f in prepared))
                 copy.write_row(values)
+    kept_reads.written(connection, [meta.db_table])  # COPY passes the write watch by
     return len(rows)
 
 
@@ -150,4 +153,5 @@ def insert_values(model: type[models.Model], rows: Sequence[dict]) -> int:
                     for i, f in prepared:
                         values[i] = f.get_db_prep_save(values[i], connection)
                 copy.write_row(values)
+    kept_reads.written(connection, [meta.db_table])  # COPY passes the write watch by
     return len(rows)

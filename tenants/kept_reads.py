@@ -68,11 +68,30 @@ def _known_tables() -> frozenset[str]:
     return tables
 
 
+# Table → the tables database triggers on it write (a write to the first is theirs too).
+_TRIGGERED: dict[str, frozenset[str]] = {}
+
+
+def triggers_write(on, written) -> None:
+    """Say that a database trigger on the table of model `on` writes the table of model
+    `written` (the request tally): a statement writing the first moves both marks. Called by
+    the app that owns the trigger, as it is made ready, in every process."""
+    table = on._meta.db_table
+    _TRIGGERED[table] = _TRIGGERED.get(table, frozenset()) | {written._meta.db_table}
+
+
 def tables_in(sql: str) -> frozenset[str]:
     """The portal's tables a statement names (anywhere in it: a write renews every table it
     mentions, which may be more than it writes, never fewer)."""
     known = _known_tables()
     return frozenset(name for name in _NAME.findall(sql) if name in known)
+
+
+def _written_by(sql: str) -> frozenset[str]:
+    tables = tables_in(sql)
+    for table in tables & _TRIGGERED.keys():
+        tables |= _TRIGGERED[table]
+    return tables
 
 
 def _mark_key(table: str) -> str:
@@ -96,6 +115,15 @@ class _Renewal:
         _renew([self.table])
 
 
+def written(connection, tables) -> None:
+    """Renew the marks of tables a statement the watch cannot see wrote (COPY, which the
+    driver sends past Django's cursor: tenants.bulk)."""
+    found = frozenset(tables)
+    for table in found & _TRIGGERED.keys():
+        found |= _TRIGGERED[table]
+    _written(connection, found)
+
+
 def _written(connection, tables: frozenset[str]) -> None:
     # At once (autocommit: the statement is committed already; in a transaction: entries
     # built from now on are stamped to be retired), and once more per table when it commits.
@@ -113,7 +141,7 @@ def _written(connection, tables: frozenset[str]) -> None:
 def _watch(execute, sql, params, many, context):
     result = execute(sql, params, many, context)
     if may_write(sql):
-        tables = tables_in(sql)
+        tables = _written_by(sql)
         if tables:
             _written(context["connection"], tables)
     return result
