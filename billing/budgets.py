@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from billing.figures import figure_sums, month_spend
 from fleet.inventory.pricing import money, money_text
+from fleet.models import Allocation, Pool
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
 from tenants.kept_reads import kept_across_requests
@@ -91,7 +92,8 @@ def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
 
 
 @kept_across_requests(Budget, UsageHour, TenantMonthTotal, UsageMonth, Adjustment, Statement,
-                      StatementLine, Tenant, freeze=pickle.dumps, thaw=pickle.loads)
+                      StatementLine, Tenant, Pool, Allocation, freeze=pickle.dumps,
+                      thaw=pickle.loads)
 def _spend_against_budgets(tenant_ids: tuple[int, ...], month: dt.date):
     """The tenants' budgets in force, their spend in the month and how far the rollup has
     come (what budgets_overview reckons with the clock), kept until a write to them."""
@@ -202,7 +204,8 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
 
 
 @kept_across_requests(Budget, UsageHour, TenantMonthTotal, UsageMonth, Adjustment, Statement,
-                      StatementLine, Tenant, freeze=pickle.dumps, thaw=pickle.loads)
+                      StatementLine, Tenant, Pool, Allocation, freeze=pickle.dumps,
+                      thaw=pickle.loads)
 def _month_so_far(tenant_ids: tuple[int, ...] | None, month: dt.date, top: int):
     """The month's budgets, spend and how far the rollup has come: what this_month reads
     (the clock it reckons with is not kept), kept until a write to what it sums."""

@@ -26,9 +26,9 @@ from fleet.inventory.selectors import (
     pools_capacity,
 )
 from fleet.models import Allocation, Cluster, GpuNode, Pool, RateCard, Route
-from tenants.kept_reads import Until, kept_across_requests
+from tenants.kept_reads import Until, keeping, kept_across_requests
 from tenants.models import AuditEvent
-from tenants.per_request import in_reading_request, once_per_request
+from tenants.per_request import once_per_request
 
 from .domain import (
     Fill,
@@ -85,8 +85,8 @@ def live_clusters() -> int:
 def active_pools() -> tuple[Pool, ...]:
     """Every active pool, its cluster joined, in the pools' own order (route, then name):
     read once for a reading request by every planner and offer that picks among them — as
-    the pools' facts kept across reading requests hold them; otherwise from the database."""
-    if in_reading_request():
+    the pools' facts kept across reading requests hold them, where they are kept."""
+    if keeping():
         return tuple(pool for pool, _ in active_pools_facts())
     return tuple(Pool.objects.filter(active=True).select_related("cluster"))
 

@@ -16,7 +16,7 @@ from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found
 
 from billing.figures import metric_sums
-from billing.models import Adjustment, Statement, TenantMonthTotal, UsageMonth
+from billing.models import Adjustment, Statement, StatementLine, TenantMonthTotal, UsageMonth
 from billing.stranded_board import given_back_devices, open_stranded_device_hours, standing_in
 from fleet.allocations.lifecycle import USABLE
 from fleet.models import Allocation, Cluster, Pool, QueueEvent, QueueWorkload
@@ -136,8 +136,8 @@ def metrics(request):
     return HttpResponse(body + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@kept_across_requests(TenantMonthTotal, UsageMonth, Statement, Adjustment, Tenant, Pool,
-                      Allocation)
+@kept_across_requests(TenantMonthTotal, UsageMonth, Statement, StatementLine, Adjustment, Tenant,
+                      Pool, Allocation)
 def _billing_lines() -> str:
     lines = [
         "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",

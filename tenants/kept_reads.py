@@ -25,6 +25,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import wraps
 from time import monotonic
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 STRICT = False
 
 _MARK = "tm:v1:"
-_KEPT_ENTRIES = 256
 # A statement that may write starts with one of these (Django's own writes start with the
 # first three; the rest are raw SQL and migrations), or is a WITH … that writes.
 _WRITES = ("INSERT", "UPDATE", "DELETE", "TRUNCA", "MERGE", "REPLAC", "COPY", "ALTER", "DROP",
@@ -54,10 +54,21 @@ _WRITING_WITH = re.compile(r"\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.IGNORECASE)
 _NAME = re.compile(r'[A-Za-z_][A-Za-z0-9_]*')
 
 
+# Comments and parentheses before a statement's first word.
+_LEADING = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/|\()*", re.DOTALL)
+# Statements whose tables cannot be read from their text: every mark moves.
+_ANY_TABLE = re.compile(r"(?:DO|CALL)\b|TRUNCATE\b.*\bCASCADE\b", re.IGNORECASE | re.DOTALL)
+
+
+def _head(sql: str) -> str:
+    return sql[_LEADING.match(sql).end():]
+
+
 def may_write(sql: str) -> bool:
-    head = sql.lstrip()[:6].upper()
-    return head.startswith(_WRITES) or (head.startswith("WITH") and
-                                        _WRITING_WITH.search(sql) is not None)
+    body = _head(sql)
+    head = body[:6].upper()
+    return (head.startswith(_WRITES) or _ANY_TABLE.match(body) is not None
+            or (head.startswith("WITH") and _WRITING_WITH.search(body) is not None))
 
 
 def _known_tables() -> frozenset[str]:
@@ -88,6 +99,8 @@ def tables_in(sql: str) -> frozenset[str]:
 
 
 def _written_by(sql: str) -> frozenset[str]:
+    if _ANY_TABLE.match(_head(sql)):
+        return _known_tables()
     tables = tables_in(sql)
     for table in tables & _TRIGGERED.keys():
         tables |= _TRIGGERED[table]
@@ -149,8 +162,10 @@ def _watch(execute, sql, params, many, context):
 
 def watch_writes(sender=None, connection=None, **kwargs) -> None:
     """Install the write watch on a connection (every connection, as it is created)."""
+    # First in the list: Django's execute_wrapper() pops the last one when it ends, and a
+    # connection opened inside one must keep its watch.
     if _watch not in connection.execute_wrappers:
-        connection.execute_wrappers.append(_watch)
+        connection.execute_wrappers.insert(0, _watch)
 
 
 connection_created.connect(watch_writes, dispatch_uid="tenants.kept_reads.watch_writes")
@@ -203,7 +218,11 @@ class Until:
 
 
 class _Kept:
-    def __init__(self):
+    """One kept read's entries, the most recently used `keep` (a read per tenant or per
+    filter cannot push out another read's)."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
         self.entries: OrderedDict[Hashable, tuple] = OrderedDict()
         self.lock = threading.Lock()
 
@@ -218,11 +237,9 @@ class _Kept:
         with self.lock:
             self.entries[key] = entry
             self.entries.move_to_end(key)
-            while len(self.entries) > _KEPT_ENTRIES:
+            while len(self.entries) > self.keep:
                 self.entries.popitem(last=False)
 
-
-_kept = _Kept()
 
 
 class UndeclaredTable(AssertionError):
@@ -236,26 +253,43 @@ def _strict_build(build: Callable[[], Any], declared: frozenset[str], name: str)
         read.update(tables_in(sql))
         return execute(sql, params, many, context)
 
-    with connections["default"].execute_wrapper(note):
+    wrappers = connections["default"].execute_wrappers
+    wrappers.append(note)
+    try:
         answer = build()
+    finally:
+        wrappers.remove(note)
     if not read <= declared:
         raise UndeclaredTable(f"{name} read {sorted(read - declared)}, which it does not "
                               f"declare: a write there would not retire what it keeps")
     return answer
 
 
+_building: ContextVar[bool] = ContextVar("tenants_kept_reads_building", default=False)
+
+
+def keeping() -> bool:
+    """Whether a read now may be served kept: in a reading request, outside a transaction
+    the portal opened and any kept read's build, with a shared cache and an age above 0."""
+    return bool(settings.PORTAL_KEPT_READS_SECONDS and settings.SHARED_CACHE
+                and in_reading_request() and not _building.get()
+                and not _in_application_transaction())
+
+
 def kept_across_requests(*models, thaw: Callable[[Any], Any] | None = None,
-                         freeze: Callable[[Any], Any] | None = None):
+                         freeze: Callable[[Any], Any] | None = None, keep: int = 64):
     """Decorate a read (hashable arguments) of the tables of `models` (model classes, or
     many-to-many `through` models) to be kept across reading requests while their marks
     stand. The read may return `Until(value, at)` when its answer also ends at a time.
     Values are shared between requests: immutable ones are returned as they are; others
-    are kept frozen (`freeze`, e.g. pickled) and thawed per request (`thaw`)."""
+    are kept frozen (`freeze`, e.g. pickled) and thawed per request (`thaw`). A read made
+    while another is built is read afresh: what it reads counts as the outer read's."""
 
     def decorate(build: Callable[..., Any]) -> Callable[..., Any]:
         name = f"{build.__module__}.{build.__qualname__}"
         tables: list[tuple[str, ...]] = []
         _declared.update(models)
+        kept = _Kept(keep)
 
         def declared() -> tuple[str, ...]:
             if not tables:
@@ -268,9 +302,7 @@ def kept_across_requests(*models, thaw: Callable[[Any], Any] | None = None,
 
         @wraps(build)
         def read(*args):
-            seconds = settings.PORTAL_KEPT_READS_SECONDS
-            if (not seconds or not settings.SHARED_CACHE or not in_reading_request()
-                    or _in_application_transaction()):
+            if not keeping():
                 return fresh(*args)
             names = declared()
             try:
@@ -279,19 +311,23 @@ def kept_across_requests(*models, thaw: Callable[[Any], Any] | None = None,
                 log.warning("change marks unavailable; reading %s afresh", name, exc_info=True)
                 return fresh(*args)
             key = (name, args)
-            entry = _kept.get(key)
+            entry = kept.get(key)
             now = monotonic()
             if entry is not None:
                 e_marks, e_until, e_born, kept_value = entry
-                if (e_marks == marks and now - e_born < seconds
+                if (e_marks == marks and now - e_born < settings.PORTAL_KEPT_READS_SECONDS
                         and (e_until is None or timezone.now() < e_until)):
                     return thaw(kept_value) if thaw else kept_value
-            answer = (_strict_build(lambda: build(*args), frozenset(names), name) if STRICT
-                      else build(*args))
+            token = _building.set(True)
+            try:
+                answer = (_strict_build(lambda: build(*args), frozenset(names), name)
+                          if STRICT else build(*args))
+            finally:
+                _building.reset(token)
             value, until = ((answer.value, answer.at) if isinstance(answer, Until)
                             else (answer, None))
             kept_value = freeze(value) if freeze else value
-            _kept.put(key, (marks, until, now, kept_value))
+            kept.put(key, (marks, until, now, kept_value))
             return thaw(kept_value) if thaw else value
 
         read.uncached = fresh

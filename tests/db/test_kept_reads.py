@@ -231,6 +231,9 @@ def test_the_kept_pools_facts_equal_a_fresh_read_after_any_writes(pools, tenant,
     ('UPDATE "tenants_pool" SET "active" = false', True),
     ('TRUNCATE "tenants_tenant", "tenants_pool"', True),
     ("SAVEPOINT s1", False),
+    ("/* why */ UPDATE tenants_pool SET active = false", True),
+    ("-- why\n  (DELETE FROM tenants_pool)", True),
+    ("DO $$ BEGIN PERFORM 1; END $$", True),
 ])
 def test_a_statement_that_may_write_is_told_from_a_read(sql, writes):
     assert kept_reads.may_write(sql) is writes
@@ -282,3 +285,35 @@ def test_every_table_a_trigger_writes_is_known_to_the_write_watch():
         for source in on:
             for target in writes - {source}:
                 assert target in kept_reads._TRIGGERED.get(source, ()), (path, source, target)
+
+
+def test_a_statement_whose_tables_cannot_be_read_moves_every_mark():
+    assert kept_reads._written_by("TRUNCATE tenants_tenant CASCADE") == kept_reads._known_tables()
+    assert kept_reads._written_by("CALL fold_tally()") == kept_reads._known_tables()
+    assert kept_reads._written_by('TRUNCATE "tenants_tenant"') == {"tenants_tenant"}
+
+
+@kept_across_requests(Pool)
+def pools_and_names() -> tuple:
+    return Pool.objects.count(), tenant_names()
+
+
+def test_a_kept_read_made_inside_another_ones_build_counts_as_the_outer_ones():
+    """The inner read is read afresh while the outer is built, so the outer's check sees its
+    tables: here the outer does not declare the tenants it reads through the inner."""
+    Tenant.objects.create(slug="a", name="A")
+    read(tenant_names)  # kept: a kept answer inside the build would hide its query
+    with pytest.raises(UndeclaredTable, match="tenants_tenant"):
+        read(pools_and_names)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_opened_inside_a_wrapper_keeps_its_watch():
+    """Django's execute_wrapper() pops the last wrapper when it ends: the watch goes first."""
+    from django.db import connection as default
+
+    default.close()
+    default.execute_wrappers.remove(kept_reads._watch)  # as a connection never opened
+    with default.execute_wrapper(lambda execute, *args: execute(*args)):
+        Tenant.objects.count()  # opens the connection: the watch is installed now
+    assert default.execute_wrappers and default.execute_wrappers[0] is kept_reads._watch
