@@ -5,7 +5,9 @@ tables it reads, and served again while those marks stand.
 A change mark is a token per table in the shared cache. Every statement that may write a
 table renews that table's mark — at once, and again when its transaction commits — by a
 wrapper on every database connection (`watch_writes`), so no writer can forget: `save`,
-`update`, `bulk_create`, many-to-many sets, raw SQL and migrations all pass through it. A
+`update`, `bulk_create`, many-to-many sets, raw SQL and migrations all pass through it
+(COPY, which passes Django's cursor, is reported by tenants.bulk; what a database trigger
+writes is declared by the app that owns it, `triggers_write`). A
 kept read checks its tables' marks in one cache round trip and is built again when any has
 moved. The order makes it safe: the marks are read before the build, so an entry built
 from data a commit has just replaced carries the marks that commit's renewal retires.
@@ -239,7 +241,6 @@ class _Kept:
             self.entries.move_to_end(key)
             while len(self.entries) > self.keep:
                 self.entries.popitem(last=False)
-
 
 
 class UndeclaredTable(AssertionError):
