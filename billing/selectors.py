@@ -9,7 +9,6 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncDay
@@ -21,6 +20,7 @@ from fleet.inventory.pricing import money, money_text
 from fleet.models import Allocation, Cluster, Pool
 from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
+from tenants.paging import known_page
 
 from . import budgets
 from .cluster_usage import CENT
@@ -130,19 +130,6 @@ ORDERINGS = {
 }
 
 
-class _OnePage:
-    """What Paginator needs of an object list whose size and one page are already known."""
-
-    def __init__(self, rows: list, count: int, offset: int):
-        self.rows, self._count, self.offset = rows, count, offset
-
-    def count(self) -> int:
-        return self._count
-
-    def __getitem__(self, window: slice) -> list:
-        return self.rows[window.start - self.offset:window.stop - self.offset]
-
-
 def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str = "",
                   sort: str = "amount", page: str | int | None = 1, per_page: int = 50):
     """One page of the finance overview's tenants, sorted, paged and counted by the database
@@ -195,8 +182,7 @@ def overview_page(tenant_ids, months: list[dt.date], *, route: str = "", q: str 
     rows = [TenantRow(r[0], r[1], r[2], allocated_h=dec(r[3]) / SECONDS_PER_HOUR,
                       used_h=dec(r[4]) / SECONDS_PER_HOUR, amount=dec(r[5]),
                       pending=int(r[6] or 0)) for r in found]
-    offset = (number - 1) * per_page
-    current = Paginator(_OnePage(rows, count, offset), per_page).get_page(number)
+    current = known_page(rows, count, number, per_page)
     return current, rows
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -15,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from tenants.access import require_platform_admin, roles_for, scope_to_tenants
 from tenants.audit import audit_for
+from tenants.paging import known_page
 
 from .allocations.lifecycle import USABLE
 from .allocations.moves import allocation_move_off, retirement_plan
@@ -29,13 +29,14 @@ from .forms import ClusterCreateForm, ClusterForm, PoolCreateForm, PoolForm, Que
 from .inventory.capacity import stale_before, stale_clusters
 from .inventory.pricing import pool_rate
 from .inventory.selectors import (
+    NODES_PER_PAGE,
     across_clusters,
     cluster_view,
     clusters_overview,
     fleet_summary,
     last_sightings,
     node_facts,
-    node_list,
+    node_page,
     pools_with_capacity,
 )
 from .inventory.services import (
@@ -74,8 +75,9 @@ def fleet_overview(request):
     reading, picture, live_views = fleet_summary()
     state = request.GET.get("state", "")
     pool = request.GET.get("pool", "")
-    nodes = node_list(state=state if state in NODE_STATES else "", pool=pool)
-    page = Paginator(nodes, 50).get_page(request.GET.get("page"))
+    rows, count, number = node_page(state if state in NODE_STATES else "", pool,
+                                    request.GET.get("page"))
+    page = known_page(rows, count, number, NODES_PER_PAGE)
     template = "fleet/fleet.html" + ("#nodes" if request.htmx else "")
     clusters = [] if request.htmx else live_views
     many_clusters = len(live_views) > 1

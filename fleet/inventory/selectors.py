@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.paginator import Paginator
 from django.db.models import Count, F, Max, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -330,9 +331,14 @@ def fleet_picture(reading: FleetReading | None = None) -> FleetPicture:
 
 def last_sightings() -> dict[str, object]:
     """Per live cluster with nodes: when a sync last saw any of its present nodes."""
+    return dict(_last_sightings())
+
+
+@kept_across_requests(GpuNode, Cluster)
+def _last_sightings() -> tuple[tuple[str, object], ...]:
     rows = (GpuNode.objects.filter(present=True, cluster__retired_at__isnull=True)
-            .values("cluster__name").annotate(seen=Max("last_synced_at")))
-    return {r["cluster__name"]: r["seen"] for r in rows}
+            .values("cluster__name").annotate(seen=Max("last_synced_at")).order_by())
+    return tuple((r["cluster__name"], r["seen"]) for r in rows)
 
 
 # What a row of the node table shows (fleet.renderers.node_rows), not every column of the
@@ -378,3 +384,16 @@ def fleet_summary() -> tuple[FleetReading, FleetPicture, list[ClusterView]]:
     reading = read_fleet()
     return (reading, fleet_picture(reading),
             clusters_overview(Cluster.objects.live(), reading=reading))
+
+
+NODES_PER_PAGE = 50
+
+
+@kept_across_requests(GpuNode, Pool, Cluster, Allocation.nodes.through, freeze=pickle.dumps,
+                      thaw=pickle.loads)
+def node_page(state: str, pool: str, number) -> tuple[list, int, int]:
+    """The fleet page's node table: page `number` of node_list (as Paginator.get_page reads
+    it) as (its rows, how many nodes, the page's number), kept across reading requests until
+    a node or what it shows is written; staleness is reckoned from it per view."""
+    page = Paginator(node_list(state=state, pool=pool), NODES_PER_PAGE).get_page(number)
+    return list(page.object_list), page.paginator.count, page.number

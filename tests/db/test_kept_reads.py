@@ -317,3 +317,14 @@ def test_a_connection_opened_inside_a_wrapper_keeps_its_watch():
     with default.execute_wrapper(lambda execute, *args: execute(*args)):
         Tenant.objects.count()  # opens the connection: the watch is installed now
     assert default.execute_wrappers and default.execute_wrappers[0] is kept_reads._watch
+
+
+def test_the_fleet_page_shows_a_node_changed_since_it_was_last_viewed(client, pools,
+                                                                      admin_user):
+    """The node table, the pools' picture and the clusters are kept; a sync's write shows."""
+    client.force_login(admin_user)
+    node = GpuNode.objects.order_by("name").first()
+    assert node.name in client.get("/fleet/").content.decode()
+    GpuNode.objects.filter(pk=node.pk).update(name="renamed-by-a-sync")
+    page = client.get("/fleet/").content.decode()
+    assert "renamed-by-a-sync" in page and f">{node.name}<" not in page
