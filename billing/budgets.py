@@ -12,12 +12,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from billing.figures import figure_sums, month_spend
+from billing.figures import FIGURE_MODELS, figure_sums, month_spend
 from fleet.inventory.pricing import money, money_text
-from fleet.models import Allocation, Pool
 from tenants.audit import audit_record
 from tenants.fields import decimal_for_column
-from tenants.kept_reads import kept_across_requests
+from tenants.kept_reads import kept_across_requests, key_of
 from tenants.models import Tenant
 from tenants.notifications import Kind, finance_people, notify, tenant_leads
 
@@ -30,16 +29,7 @@ from .domain import (
     month_start,
     run_rate_forecast,
 )
-from .models import (
-    Adjustment,
-    Budget,
-    BudgetAlert,
-    Statement,
-    StatementLine,
-    TenantMonthTotal,
-    UsageHour,
-    UsageMonth,
-)
+from .models import Budget, BudgetAlert, UsageHour
 from .services import BillingError, require_billing_role
 
 
@@ -91,8 +81,7 @@ def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
                          covered_until=rolled_up_until(month))
 
 
-@kept_across_requests(Budget, UsageHour, TenantMonthTotal, UsageMonth, Adjustment, Statement,
-                      StatementLine, Tenant, Pool, Allocation, freeze=pickle.dumps,
+@kept_across_requests(Budget, UsageHour, *FIGURE_MODELS, freeze=pickle.dumps,
                       thaw=pickle.loads)
 def _spend_against_budgets(tenant_ids: tuple[int, ...], month: dt.date):
     """The tenants' budgets in force, their spend in the month and how far the rollup has
@@ -203,8 +192,7 @@ def check_budgets(now: dt.datetime) -> list[BudgetAlert]:
     return created
 
 
-@kept_across_requests(Budget, UsageHour, TenantMonthTotal, UsageMonth, Adjustment, Statement,
-                      StatementLine, Tenant, Pool, Allocation, freeze=pickle.dumps,
+@kept_across_requests(Budget, UsageHour, *FIGURE_MODELS, freeze=pickle.dumps,
                       thaw=pickle.loads)
 def _month_so_far(tenant_ids: tuple[int, ...] | None, month: dt.date, top: int):
     """The month's budgets, spend and how far the rollup has come: what this_month reads
@@ -219,8 +207,7 @@ def this_month(tenant_ids, now: dt.datetime, *, top: int = 3) -> dict:
     """Finance's month at a glance: spend so far (the statements' one number), the run-rate
     forecast, the top tenants by spend, and how many tenants are near or over budget."""
     month = month_start(now)
-    budgets, spend, covered = _month_so_far(
-        None if tenant_ids is None else tuple(sorted(set(tenant_ids))), month, top)
+    budgets, spend, covered = _month_so_far(key_of(tenant_ids), month, top)
     total = money(spend.total)
     statuses = [budget_status(budget=budgets[t], spent=spent, month=month, now=now,
                               covered_until=covered)

@@ -19,6 +19,7 @@ from django.db import connection
 from django.db.models import DecimalField, Exists, F, Func, OuterRef, Sum
 
 from fleet.inventory.pricing import money
+from fleet.models import Allocation, Pool
 from tenants.compiled import compiled_once
 from tenants.models import Tenant
 
@@ -26,6 +27,13 @@ from .domain import SECONDS_PER_HOUR, utilisation
 from .models import Adjustment, Statement, StatementLine, TenantMonthTotal, UsageMonth
 
 ZERO = Decimal(0)
+
+
+# What the month figures are summed from (the kept totals, the usage months with their
+# allocations and pools, statements, their lines and adjustments, tenants): what a read kept
+# across requests declares when it sums them (tenants.kept_reads).
+FIGURE_MODELS = (TenantMonthTotal, UsageMonth, Statement, StatementLine, Adjustment, Tenant,
+                 Pool, Allocation)
 
 
 def hours(seconds) -> Decimal:

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from fleet.domain import Route
 from fleet.inventory.pricing import money, money_text
-from fleet.models import Allocation, Cluster, Pool
+from fleet.models import Allocation, Cluster
 from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
 from tenants.paging import known_page
@@ -26,15 +26,13 @@ from . import budgets
 from .cluster_usage import CENT
 from .clusters import split_exactly
 from .domain import POLICIES, SECONDS_PER_HOUR, hours_text, month_bounds, month_start, utilisation
-from .figures import apply_sums_to_overview, month_totals
+from .figures import FIGURE_MODELS, apply_sums_to_overview, month_totals
 from .figures import hours as to_hours
 from .focus import AdjustmentCharge, ChargeDay, ClusterDay, by_cluster, cents_by_day
 from .models import (
     Adjustment,
     ClusterUsageHour,
-    Statement,
     StatementLine,
-    TenantMonthTotal,
     UsageHour,
     UsageMonth,
 )
@@ -383,8 +381,7 @@ def budget_view(tenant_ids, q: str, rows, route: str = ""):
     return budgets.status_for(Tenant.objects.get(pk=ids.pop()), timezone.now())
 
 
-@kept_across_requests(UsageMonth, TenantMonthTotal, Adjustment, Statement, StatementLine,
-                      Tenant, Allocation, Pool, freeze=pickle.dumps, thaw=pickle.loads)
+@kept_across_requests(*FIGURE_MODELS, freeze=pickle.dumps, thaw=pickle.loads)
 def overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, ...], route: str,
                     q: str, sort: str, page: str | None):
     """The finance overview's page of tenants with their figures, the month totals of every

@@ -16,7 +16,7 @@ from django.db.models import Q, QuerySet
 from fleet.domain import devices_text
 from fleet.models import Allocation
 from tenants.access import billing_scope
-from tenants.kept_reads import kept_across_requests
+from tenants.kept_reads import kept_across_requests, key_of
 
 from .models import StrandedFinding
 
@@ -72,8 +72,7 @@ def standing_findings(*, tenant_ids: Iterable[int] | None = None,
     """Open findings summed per tenant (or per allocation, given `allocation_ids`), in one
     query; keys with none are absent. Kept across reading requests until a finding or an
     allocation is written (tenants.kept_reads)."""
-    return _kept_standing(None if tenant_ids is None else tuple(sorted(set(tenant_ids))),
-                          None if allocation_ids is None else tuple(sorted(set(allocation_ids))))
+    return _kept_standing(key_of(tenant_ids), key_of(allocation_ids))
 
 
 @kept_across_requests(F, Allocation, freeze=pickle.dumps, thaw=pickle.loads)

@@ -20,6 +20,7 @@ from fleet.inventory.pricing import BEGINNING, money_text
 from fleet.models import Allocation, Pool, Route
 from tenants.access import billing_scope, require_rates_reader, roles_for, visible_tenants
 from tenants.audit import REASON_MAX
+from tenants.kept_reads import key_of
 from tenants.models import Tenant
 
 from . import budgets as budget_service
@@ -93,8 +94,7 @@ def finance_overview(request):
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
     # The numbers shown are the one number of billing.figures (statement = page = exports).
     page, rows, totals, filtered = overview_report(
-        None if tenant_ids is None else tuple(sorted(tenant_ids)), tuple(months), f["route"],
-        f["q"], f["sort"], request.GET.get("page"))
+        key_of(tenant_ids), tuple(months), f["route"], f["q"], f["sort"], request.GET.get("page"))
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
     table = tenant_table(rows, months)

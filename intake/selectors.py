@@ -43,6 +43,7 @@ from .domain import (
     route_request,
 )
 from .models import CapacityRequest
+from .tally import counted_in_tally
 
 
 def pool_facts(pool: Pool, cap=None, rate: Decimal | None = None, *,
@@ -88,6 +89,10 @@ def active_pools() -> tuple[Pool, ...]:
     the pools' facts kept across reading requests hold them, where they are kept."""
     if keeping():
         return tuple(pool for pool, _ in active_pools_facts())
+    return _read_active_pools()
+
+
+def _read_active_pools() -> tuple[Pool, ...]:
     return tuple(Pool.objects.filter(active=True).select_related("cluster"))
 
 
@@ -101,10 +106,10 @@ def active_pools_facts() -> list[tuple[Pool, PoolFacts]]:
 @kept_across_requests(Pool, Cluster, GpuNode, Allocation, Allocation.nodes.through, RateCard,
                       freeze=pickle.dumps, thaw=pickle.loads)
 def _kept_pools_facts() -> Until:
-    pools = tuple(Pool.objects.filter(active=True).select_related("cluster"))
+    pools = _read_active_pools()
     capacities = pools_capacity(pools)
     rates, next_card = pool_rates_until([p.pk for p in pools], timezone.now())
-    clusters = Cluster.objects.live().count()
+    clusters = live_clusters()
     return Until([(p, pool_facts(p, capacities[p.pk], rates[p.pk], clusters=clusters))
                   for p in pools], next_card)
 
@@ -500,6 +505,15 @@ def comes_round(f: ReviewQueueFilter, current, following) -> bool:
         return False
     there, here = (following.updated_at, following.pk), (current.updated_at, current.pk)
     return there > here if f.newest_first else there < here
+
+
+def queue_page(f: ReviewQueueFilter, number, per_page: int, *, now: dt.datetime):
+    """A page of the filtered queue: counted from the tally kept at write time when only
+    status and tenant narrow it, else by the database."""
+    rows = queued_requests(f, now=now)
+    if f.route or f.older_than_days:
+        return Paginator(rows, per_page).get_page(number)
+    return page_with_count(rows, per_page, number, counted_in_tally(f.status, f.tenant_id))
 
 
 def page_with_count(queryset, per_page: int, number, count: int):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
@@ -57,12 +56,12 @@ from .selectors import (
     page_with_count,
     plan_answers,
     plan_for_request,
-    queued_requests,
+    queue_page,
     request_events,
     small_cell_comparison,
     why_not_yet,
 )
-from .tally import counted_in_tally, request_counts
+from .tally import request_counts
 
 
 def get_request_for(user, pk: int) -> CapacityRequest:
@@ -354,12 +353,8 @@ def review_queue(request):
     context = {"filters": form, "queue_qs": query, "page": None}
     if not form.errors:
         # One count of the matching rows and one query for the page, whatever the page size.
-        rows = queued_requests(queue, now=timezone.now())
-        # Narrowed by status and tenant only, the tally kept at write time counts them.
-        page = (page_with_count(rows, REVIEW_PAGE_SIZE, form.cleaned_data["page"],
-                                counted_in_tally(queue.status, queue.tenant_id))
-                if not queue.route and not queue.older_than_days else
-                Paginator(rows, REVIEW_PAGE_SIZE).get_page(form.cleaned_data["page"]))
+        page = queue_page(queue, form.cleaned_data["page"], REVIEW_PAGE_SIZE,
+                          now=timezone.now())
         here = reverse("intake:review_queue")
         context.update(page=page, rows=review_rows(page, queue_qs=query, notes=tenant_notes(
             {r.tenant_id for r in page})),

@@ -7,7 +7,6 @@ import sys
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import InterfaceError, OperationalError, connection
-from django.db.models import Count
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -15,10 +14,9 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.defaults import page_not_found
 
-from billing.figures import metric_sums
-from billing.models import Adjustment, Statement, StatementLine, TenantMonthTotal, UsageMonth
+from billing.figures import FIGURE_MODELS, metric_sums
 from billing.stranded_board import given_back_devices, open_stranded_device_hours, standing_in
-from fleet.allocations.lifecycle import USABLE
+from fleet.allocations.selectors import usable_by_status
 from fleet.models import Allocation, Cluster, Pool, QueueEvent, QueueWorkload
 from fleet.queues.seams import seam_histograms
 from fleet.queues.utilisation import utilisation_histograms
@@ -51,7 +49,7 @@ def home(request):
     # Allocations about to end: the notice a lead needs to renew in time.
     expiring = scope_to_tenants(request.user, Allocation.objects.filter(
         status=Allocation.Status.EXPIRING).select_related("tenant", "request"))
-    held = dict(_usable_by_status(tenant_scope(request.user)))
+    held = dict(usable_by_status(tenant_scope(request.user)))
     return render(request, "dashboard.html", {
         "expiring": expiring,
         # What matters at a glance: what runs, what waits for review, what ends soon.
@@ -62,15 +60,6 @@ def home(request):
         "queue": counts.get(Status.SUBMITTED.value, 0) if roles.platform_admin else None,
         "stranded": _standing(request.user),
     })
-
-
-@kept_across_requests(Allocation)
-def _usable_by_status(scope: tuple[int, ...] | None) -> tuple[tuple[str, int], ...]:
-    """Usable allocations per status among the scope's tenants (None: every tenant's)."""
-    held = Allocation.objects.filter(status__in=USABLE)
-    if scope is not None:
-        held = held.filter(tenant__in=scope)
-    return tuple(held.values_list("status").annotate(n=Count("id")).order_by())
 
 
 def _standing(user):
@@ -136,8 +125,7 @@ def metrics(request):
     return HttpResponse(body + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
-@kept_across_requests(TenantMonthTotal, UsageMonth, Statement, StatementLine, Adjustment, Tenant,
-                      Pool, Allocation)
+@kept_across_requests(*FIGURE_MODELS)
 def _billing_lines() -> str:
     lines = [
         "# HELP aifactory_allocated_device_hours Validated device-hours allocated, by tenant.",

@@ -147,8 +147,8 @@ def visible_tenants(user) -> QuerySet[Tenant]:
 
 
 def tenant_scope(user) -> tuple[int, ...] | None:
-    """The tenants the user may see as a key for what is kept per scope (None: every tenant;
-    nobody signed in: none), the same scope as scope_to_tenants."""
+    """The tenants the user may see (None: every tenant; nobody signed in: none): the scope
+    scope_to_tenants applies, and the key of what is kept per scope."""
     roles = roles_for(user)
     if not roles.authenticated:
         return ()
@@ -157,12 +157,12 @@ def tenant_scope(user) -> tuple[int, ...] | None:
 
 def scope_to_tenants(user, queryset: QuerySet, tenant_field: str = "tenant") -> QuerySet:
     """Limit any queryset with a tenant foreign key to what the user may see."""
-    roles = roles_for(user)
-    if not roles.authenticated:
-        return queryset.none()
-    if roles.sees_all_tenants:
+    scope = tenant_scope(user)
+    if scope is None:
         return queryset
-    return queryset.filter(**{f"{tenant_field}__in": roles.tenant_ids})
+    if not scope:
+        return queryset.none()
+    return queryset.filter(**{f"{tenant_field}__in": scope})
 
 
 def require_platform_admin(user) -> PortalRoles:

@@ -40,7 +40,7 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 from django.utils import timezone
 
-from .per_request import in_reading_request, request_memo
+from .per_request import request_memo
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,11 @@ def _in_application_transaction(alias: str = "default") -> bool:
                for block in connections[alias].atomic_blocks)
 
 
+def key_of(ids) -> tuple[int, ...] | None:
+    """Ids (or None: all) as a kept read's argument: the same set, the same key."""
+    return None if ids is None else tuple(sorted(set(ids)))
+
+
 @dataclass(frozen=True)
 class Until:
     """What a build returns when its answer also changes with the clock: the value, and the
@@ -273,7 +278,7 @@ def keeping() -> bool:
     """Whether a read now may be served kept: in a reading request, outside a transaction
     the portal opened and any kept read's build, with a shared cache and an age above 0."""
     return bool(settings.PORTAL_KEPT_READS_SECONDS and settings.SHARED_CACHE
-                and in_reading_request() and not _building.get()
+                and request_memo() is not None and not _building.get()
                 and not _in_application_transaction())
 
 
@@ -332,7 +337,6 @@ def kept_across_requests(*models, thaw: Callable[[Any], Any] | None = None,
             return thaw(kept_value) if thaw else value
 
         read.uncached = fresh
-        read.tables = declared
         return read
 
     return decorate

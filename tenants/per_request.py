@@ -37,13 +37,9 @@ class PerRequestMemoMiddleware:
             _memo.reset(token)
 
 
-def in_reading_request() -> bool:
-    """Whether this code runs for a reading request (GET or HEAD) of the web portal."""
-    return _memo.get() is not None
-
-
 def request_memo() -> dict | None:
-    """The reading request's memo (None outside one), for a module's own keys."""
+    """The reading request's memo (None outside a reading request: GET or HEAD), for a
+    module's own keys."""
     return _memo.get()
 
 

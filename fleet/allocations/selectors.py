@@ -7,7 +7,9 @@ from pathlib import Path
 
 import yaml
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, Q
+
+from tenants.kept_reads import kept_across_requests
 
 from ..domain import Route
 from ..inventory.selectors import pool_capacity
@@ -15,6 +17,7 @@ from ..models import Allocation
 from ..vocabulary import KUEUE_QUEUE_LABEL
 from .connect import example_workload, how_to_connect, tenant_kubeconfig
 from .desired import allocation_spec
+from .lifecycle import USABLE
 from .manifests import LOCAL_QUEUE
 
 S = Allocation.Status
@@ -53,6 +56,16 @@ def stalled_provisioning(now: dt.datetime, stall: dt.timedelta) -> list[int]:
         Q(progress_at__lt=now - stall) | Q(progress_at__isnull=True, created_at__lt=now - stall))
     return sorted(set(waiting.values_list("pk", flat=True)) |
                   set(silent.values_list("pk", flat=True)))
+
+
+@kept_across_requests(Allocation)
+def usable_by_status(scope: tuple[int, ...] | None) -> tuple[tuple[str, int], ...]:
+    """Usable allocations per status among the scope's tenants (None: every tenant's; the
+    overview's figures), kept across reading requests until an allocation is written."""
+    held = Allocation.objects.filter(status__in=USABLE)
+    if scope is not None:
+        held = held.filter(tenant__in=scope)
+    return tuple(held.values_list("status").annotate(n=Count("id")).order_by())
 
 
 def flagged_allocations():
