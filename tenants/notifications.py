@@ -24,7 +24,7 @@ from .models import (
     PlatformRole,
     Tenant,
 )
-from .tasks import send_batch, send_notifications
+from .tasks import SIGNATURE, send_batch, send_notifications
 
 Kind = NotificationKind
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def notify(users: Iterable, kind: str, subject: str, body: str, *, link: str = "
     off = set(NotificationOptOut.objects.filter(user_id__in=wanted, kind=kind)
               .values_list("user_id", flat=True))
     text = body.strip() + (f"\n\n{absolute_url(link)}" if link else "") + (
-        "\n\n-- \nAI Factory Portal. Choose what you hear about: "
+        SIGNATURE + "AI Factory Portal. Choose what you hear about: "
         + absolute_url("/settings/notifications/"))
     latest = timezone.now() + dt.timedelta(seconds=settings.PORTAL_NOTIFICATION_MAX_DELAY_SECONDS)
     moot = min(latest, moot_at) if moot_at else latest

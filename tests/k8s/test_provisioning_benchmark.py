@@ -275,7 +275,7 @@ class FirstJobs:
         self.pending: dict[str, Counter] = {}
 
     def submit_for_active(self) -> None:
-        for alloc in Allocation.objects.filter(status="active").exclude(
+        for alloc in Allocation.objects.filter(status=Allocation.Status.ACTIVE).exclude(
                 pk__in=self.submitted):
             body = first_job(alloc, self.admin)
             self.admin.apply(body)
