@@ -25,7 +25,15 @@ from fleet.inventory.selectors import (
     pool_endings,
     pools_capacity,
 )
-from fleet.models import Allocation, Cluster, GpuNode, Pool, RateCard, Route
+from fleet.models import (
+    Allocation,
+    AllocationResize,
+    Cluster,
+    GpuNode,
+    Pool,
+    RateCard,
+    Route,
+)
 from tenants.kept_reads import Until, keeping, kept_across_requests
 from tenants.models import AuditEvent
 from tenants.per_request import once_per_request
@@ -42,7 +50,7 @@ from .domain import (
     plan_request,
     route_request,
 )
-from .models import CapacityRequest
+from .models import AllocationTrace, CapacityRequest
 from .tally import counted_in_tally
 
 
@@ -287,8 +295,37 @@ def request_events(request: CapacityRequest, *, show_fleet: bool = True):
     q = Q(subject_type="capacityrequest", subject_id=request.pk)
     if request.allocation_id:
         q |= Q(subject_type="allocation", subject_id=request.allocation_id)
-    events = AuditEvent.objects.filter(q).select_related("actor").order_by("at", "id")
+    # Only what the timeline and the trace read: the actor's name is kept on the row.
+    events = AuditEvent.objects.filter(q).only(*_TIMELINE_FIELDS).order_by("at", "id")
     return events if show_fleet else events.exclude(action__in=FLEET_ACTIONS)
+
+
+_TIMELINE_FIELDS = ("at", "actor_name", "subject_type", "action", "from_state", "to_state",
+                    "reason")
+
+
+@dataclass(frozen=True)
+class AllocationPanel:
+    """What an allocation's panel shows beyond its own row: the nodes reserved for it, its
+    resizes in place, and its trace."""
+
+    nodes: tuple[str, ...]
+    resizes: tuple[tuple[dt.datetime, str], ...]  # (at, reason), oldest first
+    trace: tuple[str, int] | None  # (trace id, spans)
+
+
+@kept_across_requests(Allocation.nodes.through, GpuNode, AllocationResize, AllocationTrace)
+def allocation_panel(allocation_id: int) -> AllocationPanel:
+    """The panel's extras of one allocation, kept across reading requests (the panel polls
+    while provisioning runs) until a reservation, a node, a resize or its trace is written."""
+    trace = AllocationTrace.objects.filter(allocation_id=allocation_id).values_list(
+        "trace_id", "spans").first()
+    return AllocationPanel(
+        nodes=tuple(GpuNode.objects.filter(allocations=allocation_id).order_by("name")
+                    .values_list("name", flat=True)),
+        resizes=tuple(AllocationResize.objects.filter(allocation_id=allocation_id)
+                      .values_list("at", "reason")),
+        trace=tuple(trace) if trace else None)
 
 
 def why_not_yet(plan) -> str:

@@ -47,8 +47,10 @@ from .preview import request_objects
 from .renderers import request_rows, review_rows
 from .selectors import (
     REVIEW_PAGE_SIZE,
+    AllocationPanel,
     ReviewQueueFilter,
     active_pools_facts,
+    allocation_panel,
     comes_round,
     facts_of_active_pools,
     next_in_queue,
@@ -236,7 +238,9 @@ def request_detail(request, pk: int):
     # The active pools' facts as every reading page keeps them (intake.selectors).
     decision, plan = plan_for_request(obj, facts=facts_of_active_pools())
     return render(request, "intake/request_detail.html", {
-        "req": obj, "decision": decision, "plan": plan, "why_not_yet": why_not_yet(plan),
+        "req": obj, "decision": decision, "plan": plan, "panel": _panel(obj),
+        # "Not yet" is said of a request that holds nothing yet (partials/plan.html).
+        "why_not_yet": "" if obj.allocation_id or obj.renews_id else why_not_yet(plan),
         "events": request_events(obj, show_fleet=roles.platform_admin),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
         "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,
@@ -422,7 +426,7 @@ def review_detail(request, pk: int):
     following = next_in_queue(queue, after_pk=obj.pk, after_at=obj.updated_at,
                               now=timezone.now())
     return render(request, "intake/review_detail.html", {
-        "req": obj, "decision": decision, "plan": plan, "form": form,
+        "req": obj, "decision": decision, "plan": plan, "form": form, "panel": _panel(obj),
         "why_not_yet": why_not_yet(plan) if obj.status == Status.SUBMITTED else "",
         "pending": obj.status == Status.SUBMITTED,
         "events": request_events(obj, show_fleet=True),
@@ -439,11 +443,15 @@ def review_detail(request, pk: int):
     })
 
 
+def _panel(obj: CapacityRequest) -> AllocationPanel | None:
+    return allocation_panel(obj.allocation_id) if obj.allocation_id else None
+
+
 def _allocation_context(obj: CapacityRequest) -> dict:
     alloc = obj.allocation
     if alloc is not None:
         alloc.refresh_from_db()
-    return {"req": obj, "alloc": alloc,
+    return {"req": obj, "alloc": alloc, "panel": _panel(obj),
             "polling": alloc is not None and alloc.status in IN_PROGRESS}
 
 

@@ -146,11 +146,13 @@ def pools_capacity(pools, *, counts: dict | None = None) -> dict[int, Promisable
         ceiling=pool.capacity_devices) for pool in pools}
 
 
-def pool_endings(pool_id: int) -> list[tuple]:
-    """(ends_at, devices) of the allocations holding capacity in the pool that do end."""
-    return list(Allocation.objects.filter(pool_id=pool_id, status__in=Allocation.HOLDING,
-                                          ends_at__isnull=False)
-                .values_list("ends_at", "device_equivalents"))
+@kept_across_requests(Allocation)
+def pool_endings(pool_id: int) -> tuple[tuple, ...]:
+    """(ends_at, devices) of the allocations holding capacity in the pool that do end; kept
+    across reading requests (the "not yet" of the review page) until an allocation is written."""
+    return tuple(Allocation.objects.filter(pool_id=pool_id, status__in=Allocation.HOLDING,
+                                           ends_at__isnull=False)
+                 .values_list("ends_at", "device_equivalents"))
 
 
 def free_dedicated_nodes(pool: Pool, count: int) -> tuple[str, ...]:

@@ -52,7 +52,8 @@ PROFILE = os.environ.get("PORTAL_BENCH_PROFILE") == "1"
 PROFILED = ["finance: overview 6 months", "finance: overview 12 months", "admin: fleet",
             "admin: review queue", "admin: review detail", "admin: overview", "lead: requests",
             "lead: overview", "lead: request", "lead: cost", "lead: new request form",
-            "Prometheus scrape: /metrics"]
+            "lead: statement", "finance: budgets", "admin: API requests",
+            "admin: API allocations", "Prometheus scrape: /metrics"]
 
 
 @dataclass(frozen=True)

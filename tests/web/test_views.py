@@ -297,6 +297,37 @@ def test_allocation_panel_and_manifests(client, users, approved, who, status):
         assert b"kind: ResourceQuota" in manifests.content
 
 
+def test_the_request_page_shows_what_was_written_to_its_allocation_since_the_last_view(
+        client, lead, admin_user, approved):
+    """The allocation panel's extras are kept across views (intake.selectors.allocation_panel);
+    a resize, a trace and a node reservation written meanwhile show on the next view."""
+    from django.utils import timezone
+
+    from fleet.models import AllocationResize, GpuNode
+    from intake.models import AllocationTrace
+
+    alloc = approved.allocation
+    url = reverse("intake:detail", args=[approved.pk])
+    client.force_login(admin_user)
+    first = client.get(url).content.decode()
+    assert "Resized" not in first and "Reserved nodes" not in first and "spans" not in first
+    AllocationResize.objects.create(
+        allocation=alloc, at=timezone.now(), whole_devices_before=1, whole_devices_after=2,
+        mig_count_before=0, mig_count_after=0, devices_before=1, devices_after=2,
+        reason="grown for the long run")
+    AllocationTrace.objects.create(allocation=alloc, trace_id="ab" * 16, spans=9,
+                                   exported_at=timezone.now())
+    node = GpuNode.objects.filter(pool=alloc.pool).first()
+    alloc.nodes.add(node)
+    then = client.get(url).content.decode()
+    assert "grown for the long run" in then and "resized since approval" in then
+    assert "ab" * 16 in then and "9 spans" in then
+    assert f"<code>{node.name}</code>" in then
+    client.force_login(lead)  # a tenant is told how many nodes, not which
+    theirs = client.get(url).content.decode()
+    assert "1 whole validated node" in theirs and f"<code>{node.name}</code>" not in theirs
+
+
 def test_timeline_includes_the_allocation(client, lead, approved):
     client.force_login(lead)
     body = client.get(reverse("intake:detail", args=[approved.pk])).content.decode()
