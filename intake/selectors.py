@@ -35,7 +35,7 @@ from fleet.models import (
     Route,
 )
 from tenants.kept_reads import Until, keeping, kept_across_requests
-from tenants.models import AuditEvent
+from tenants.models import AuditEvent, Tenant
 from tenants.per_request import once_per_request
 
 from .domain import (
@@ -326,6 +326,52 @@ def allocation_panel(allocation_id: int) -> AllocationPanel:
         resizes=tuple(AllocationResize.objects.filter(allocation_id=allocation_id)
                       .values_list("at", "reason")),
         trace=tuple(trace) if trace else None)
+
+
+@dataclass(frozen=True)
+class RecentRequest:
+    """One row of the overview's recent requests."""
+
+    pk: int
+    title: str
+    tenant_name: str
+    route_label: str
+    status: str
+    status_label: str
+
+
+@kept_across_requests(CapacityRequest, Tenant)
+def recent_requests(scope: tuple[int, ...] | None, count: int = 6) -> tuple[RecentRequest, ...]:
+    """The newest requests among the scope's tenants (tenants.access.tenant_scope), kept
+    across reading requests until a request or a tenant is written."""
+    found = CapacityRequest.objects.all() if scope is None else (
+        CapacityRequest.objects.filter(tenant__in=scope))
+    return tuple(
+        RecentRequest(r.pk, r.title, r.tenant.name, r.get_route_display(), r.status,
+                      r.get_status_display())
+        for r in found.select_related("tenant").only(
+            "pk", "title", "route", "status", "created_at", "tenant__name")[:count])
+
+
+@dataclass(frozen=True)
+class EndingSoon:
+    """An allocation about to end: the notice its tenant needs to renew in time."""
+
+    tenant_name: str
+    namespace: str
+    ends_at: dt.datetime | None
+    request_pk: int | None
+
+
+@kept_across_requests(Allocation, Tenant, CapacityRequest)
+def ending_soon(scope: tuple[int, ...] | None) -> tuple[EndingSoon, ...]:
+    """The scope's expiring allocations, with the request to renew, kept across reading
+    requests until an allocation, a tenant or a request is written."""
+    found = Allocation.objects.filter(status=Allocation.Status.EXPIRING)
+    if scope is not None:
+        found = found.filter(tenant__in=scope)
+    return tuple(EndingSoon(*row) for row in found.order_by("ends_at", "pk").values_list(
+        "tenant__name", "namespace", "ends_at", "request__pk"))
 
 
 def why_not_yet(plan) -> str:

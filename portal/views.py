@@ -21,14 +21,13 @@ from fleet.models import Allocation, Cluster, Pool, QueueEvent, QueueWorkload
 from fleet.queues.seams import seam_histograms
 from fleet.queues.utilisation import utilisation_histograms
 from intake.domain import Status
-from intake.models import CapacityRequest, RequestTally
-from intake.selectors import active_pools_facts
+from intake.models import RequestTally
+from intake.selectors import active_pools_facts, ending_soon, recent_requests
 from intake.tally import request_counts, request_counts_by_tenant
 from portal.celery import app
 from tenants.access import (
     billing_scope,
     roles_for,
-    scope_to_tenants,
     tenant_scope,
     visible_tenants,
 )
@@ -42,16 +41,14 @@ def home(request):
     roles = roles_for(request.user)
     if not roles.authenticated:
         return render(request, "home.html", {})
-    requests_qs = scope_to_tenants(request.user, CapacityRequest.objects.all())
+    scope = tenant_scope(request.user)
     counts = request_counts(request.user)
-    recent = requests_qs.select_related("tenant", "pool")[:6]
+    recent = recent_requests(scope)
     pools = active_pools_facts()
-    # Allocations about to end: the notice a lead needs to renew in time.
-    expiring = scope_to_tenants(request.user, Allocation.objects.filter(
-        status=Allocation.Status.EXPIRING).select_related("tenant", "request"))
-    held = dict(usable_by_status(tenant_scope(request.user)))
+    held = dict(usable_by_status(scope))
     return render(request, "dashboard.html", {
-        "expiring": expiring,
+        # Allocations about to end: the notice a lead needs to renew in time.
+        "expiring": ending_soon(scope),
         # What matters at a glance: what runs, what waits for review, what ends soon.
         "active_allocations": sum(held.values()),
         "expiring_soon": held.get(Allocation.Status.EXPIRING, 0),

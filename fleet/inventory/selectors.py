@@ -148,8 +148,7 @@ def pools_capacity(pools, *, counts: dict | None = None) -> dict[int, Promisable
 
 @kept_across_requests(Allocation)
 def pool_endings(pool_id: int) -> tuple[tuple, ...]:
-    """(ends_at, devices) of the allocations holding capacity in the pool that do end; kept
-    across reading requests (the "not yet" of the review page) until an allocation is written."""
+    """(ends_at, devices) of the allocations holding the pool that do end (kept: "not yet")."""
     return tuple(Allocation.objects.filter(pool_id=pool_id, status__in=Allocation.HOLDING,
                                            ends_at__isnull=False)
                  .values_list("ends_at", "device_equivalents"))

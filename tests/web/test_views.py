@@ -397,11 +397,17 @@ def test_dashboard_warns_the_lead_of_an_expiring_allocation(client, lead, other_
 
     from fleet.models import Allocation
 
+    client.force_login(lead)
+    # Viewed before and after: the overview's rows are kept across views until a write.
+    before = client.get(reverse("home")).content.decode()
+    assert "Renew it" not in before and f"#{approved.pk} Approved one" in before
     Allocation.objects.filter(pk=approved.allocation_id).update(
         status="expiring", ends_at=timezone.now() + dt.timedelta(days=3))
-    client.force_login(lead)
+    CapacityRequest.objects.filter(pk=approved.pk).update(title="Renamed since")
     body = client.get(reverse("home")).content.decode()
     assert "ends" in body and "Renew it" in body
+    assert f'href="{reverse("intake:detail", args=[approved.pk])}">Renew it' in body
+    assert f"#{approved.pk} Renamed since" in body
     client.force_login(other_lead)
     assert "Renew it" not in client.get(reverse("home")).content.decode()
 
