@@ -562,22 +562,39 @@ def queued_requests(f: ReviewQueueFilter, *, now: dt.datetime) -> QuerySet[Capac
     return qs.order_by(*_queue_order(f))
 
 
+@dataclass(frozen=True)
+class QueuePlace:
+    """A request's place in the review queue: all "next" reads of it (a link, "came round")."""
+
+    pk: int
+    updated_at: dt.datetime
+
+
 def next_in_queue(f: ReviewQueueFilter, *, after_pk: int, after_at: dt.datetime,
-                  now: dt.datetime) -> CapacityRequest | None:
+                  now: dt.datetime) -> QueuePlace | None:
     """The next request still waiting in the same filtered queue, after the one at
     (after_at, after_pk) in the queue's order; past the end, the first one still waiting
     (requests skipped earlier come round again). None when nothing else waits.
 
     Pass the position the request had *before* it was decided: a decision moves
-    `updated_at`."""
-    # Its place is all a caller reads of it (a link, "came round"): nothing joined.
+    `updated_at`. Kept across reading requests until a request is written, but where the
+    filter's age cut-off moves with the clock."""
+    if f.older_than_days:
+        return _next_waiting.uncached(f, after_pk, after_at, now)
+    return _next_waiting(f, after_pk, after_at, None)
+
+
+@kept_across_requests(CapacityRequest)
+def _next_waiting(f: ReviewQueueFilter, after_pk: int, after_at: dt.datetime,
+                  now: dt.datetime | None) -> QueuePlace | None:
     waiting = (queued_requests(f.waiting(), now=now).exclude(pk=after_pk)
-               .select_related(None).only("pk", "updated_at"))
+               .select_related(None).values_list("pk", "updated_at"))
     if f.newest_first:
         later = Q(updated_at__lt=after_at) | Q(updated_at=after_at, id__lt=after_pk)
     else:
         later = Q(updated_at__gt=after_at) | Q(updated_at=after_at, id__gt=after_pk)
-    return waiting.filter(later).first() or waiting.first()
+    found = waiting.filter(later).first() or waiting.first()
+    return QueuePlace(*found) if found else None
 
 
 def comes_round(f: ReviewQueueFilter, current, following) -> bool:

@@ -341,6 +341,20 @@ def test_the_review_page_links_next_in_queue_and_back(admin, queue):
     assert "Nothing else waits in this queue" in body and 'rel="next"' not in body
 
 
+def test_next_in_queue_follows_a_decision_made_elsewhere_since_the_last_view(admin, queue):
+    """"Next" is kept across views (intake.selectors.next_in_queue) until a request is
+    written: one decided meanwhile, by another admin or through the API, is not offered."""
+    from intake.models import CapacityRequest
+
+    url = reverse("intake:review_detail", args=[queue["acme_mig"].pk])
+    nxt = queue["acme_shared_new"].pk
+    assert f"Next in queue: #{nxt} →" in admin.get(url, {"tenant": "acme"}).content.decode()
+    CapacityRequest.objects.filter(pk=nxt).update(status="denied")
+    body = admin.get(url, {"tenant": "acme"}).content.decode()
+    assert f"#{nxt} " not in body
+    assert f"Back to the start of the queue: #{queue['acme_shared_old'].pk} ↺" in body
+
+
 def test_the_review_page_with_a_bad_filter_says_so(admin, queue):
     url = reverse("intake:review_detail", args=[queue["acme_mig"].pk])
     response = admin.get(url, {"older_than": "soon"})
