@@ -20,7 +20,6 @@ from tenants.access import billing_scope, visible_tenants
 from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 
-from .cluster_usage import where_it_ran
 from .domain import MONTH_RULE, parse_month
 from .exports import statement_document, statement_response
 from .figures import month_figures, tenant_month
@@ -34,6 +33,7 @@ from .services import (
     statement_for,
     statement_reopen,
 )
+from .statement_view import statement_view
 from .validation import adjustment_errors
 
 
@@ -141,16 +141,14 @@ class WithdrawSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=REASON_MAX, trim_whitespace=True)
 
 
-def adjustments_of(stmt) -> list[dict]:
+def adjustments_of(adjustments) -> list[dict]:
     """A statement's adjustments as the API lists them, withdrawals included: each names
     the adjustment it withdraws (`withdraws`), each withdrawn one its withdrawal."""
-    rows = (stmt.adjustments.select_related("withdrawal", "withdraws").order_by("at", "pk")
-            if stmt else [])
     return [{"id": a.pk, "kind": a.kind, "amount": f"{a.amount:.2f}", "reason": a.reason,
              "description": a.description, "at": a.at.isoformat(),
              "withdraws": a.withdraws_id,
              "withdrawn_by": getattr(getattr(a, "withdrawal", None), "pk", None)}
-            for a in rows]
+            for a in adjustments]
 
 
 STATEMENT_ID = OpenApiParameter("id", str, OpenApiParameter.PATH,
@@ -193,15 +191,14 @@ class BillingViewSet(IdempotentWritesMixin, viewsets.ViewSet):
         return tenant, month_param(month)
 
     def _answer(self, tenant, m):
-        stmt, lines = statement_for(tenant, m)
-        ran = where_it_ran([line.allocation_id for line in lines], m)
-        return Response({"figures": _with_currency(tenant_month(tenant.pk, m)),
-                         "lines": StatementLineSerializer(lines, many=True).data,
-                         "adjustments": adjustments_of(stmt),
+        view = statement_view(tenant.pk, m)
+        return Response({"figures": _with_currency(view.figures),
+                         "lines": StatementLineSerializer(view.lines, many=True).data,
+                         "adjustments": adjustments_of(view.adjustments),
                          "where_it_ran": WhereItRanSerializer(
                              [{"allocation": alloc_id, **vars(part)}
-                              for alloc_id, parts in ran.items() for part in parts],
-                             many=True).data})
+                              for alloc_id, parts in view.where_it_ran.items()
+                              for part in parts], many=True).data})
 
     @extend_schema(request=None, responses=StatementSerializer, parameters=[STATEMENT_ID])
     @action(detail=True, methods=["post"])

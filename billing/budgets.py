@@ -69,16 +69,16 @@ def budgets_in_force(tenant_ids, month: dt.date) -> dict[int, Decimal]:
     return out
 
 
-def status_for(tenant: Tenant, now: dt.datetime, month: dt.date | None = None
+def status_for(tenant: Tenant | int, now: dt.datetime, month: dt.date | None = None
                ) -> BudgetStatus | None:
     """The budget in force in `month` (this month by default) against that month's spend."""
     month = month or month_start(now)
-    amount = budgets_in_force([tenant.pk], month).get(tenant.pk)
-    if amount is None:
+    tenant_id = getattr(tenant, "pk", tenant)
+    budgets, spent, covered = _spend_against_budgets((tenant_id,), month)
+    if tenant_id not in budgets:
         return None
-    spent = spent_in([tenant.pk], month).get(tenant.pk, Decimal(0))
-    return budget_status(budget=amount, spent=spent, month=month, now=now,
-                         covered_until=rolled_up_until(month))
+    return budget_status(budget=budgets[tenant_id], spent=spent.get(tenant_id, Decimal(0)),
+                         month=month, now=now, covered_until=covered)
 
 
 @kept_across_requests(Budget, UsageHour, *FIGURE_MODELS, freeze=pickle.dumps,

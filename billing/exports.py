@@ -17,8 +17,8 @@ from fpdf import FPDF
 from fpdf.fonts import FontFace
 
 from .domain import final_label
-from .figures import MonthFigures, tenant_month
-from .services import statement_for
+from .figures import MonthFigures
+from .statement_view import statement_view
 
 
 @dataclass(frozen=True)
@@ -44,15 +44,14 @@ class StatementDocument:
 
 
 def statement_document(tenant, month: dt.date) -> StatementDocument:
-    stmt, lines = statement_for(tenant, month)
+    view = statement_view(tenant.pk, month)
+    stmt = view.statement
     # A withdrawn adjustment stays, and its withdrawal follows it: the two net to nothing.
-    adjustments = [(a.amount, a.description, a.at, a.kind) for a in
-                   (stmt.adjustments.select_related("withdraws").order_by("at", "pk")
-                    if stmt else [])]
+    adjustments = [(a.amount, a.description, a.at, a.kind) for a in view.adjustments]
     return StatementDocument(
         tenant_slug=tenant.slug, tenant_name=tenant.name, cost_centre=tenant.cost_centre,
-        month=month, closed=bool(stmt and stmt.closed), lines=list(lines),
-        adjustments=adjustments, figures=tenant_month(tenant.pk, month),
+        month=month, closed=bool(stmt and stmt.closed), lines=list(view.lines),
+        adjustments=adjustments, figures=view.figures,
         currency=settings.PORTAL_CURRENCY, provider=settings.PORTAL_PROVIDER_NAME)
 
 

@@ -378,7 +378,7 @@ def budget_view(tenant_ids, q: str, rows, route: str = ""):
         ids = set(tenant_ids)
     if len(ids) != 1:
         return None
-    return budgets.status_for(Tenant.objects.get(pk=ids.pop()), timezone.now())
+    return budgets.status_for(ids.pop(), timezone.now())
 
 
 @kept_across_requests(*FIGURE_MODELS, freeze=pickle.dumps, thaw=pickle.loads)

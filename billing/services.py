@@ -260,7 +260,7 @@ def _size_text(alloc: Allocation, resizes: list, start: dt.datetime, end: dt.dat
     return " → ".join(devices_text(d) for d in held) + " device(s)"
 
 
-def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
+def live_lines(tenant: Tenant | int, month: dt.date) -> list[Line]:
     months = list(UsageMonth.objects.filter(tenant=tenant, month=month)
                   .select_related("allocation", "pool").order_by("allocation_id"))
     resizes = defaultdict(list)
@@ -284,8 +284,9 @@ def live_lines(tenant: Tenant, month: dt.date) -> list[Line]:
     return out
 
 
-def statement_for(tenant: Tenant, month: dt.date) -> tuple[Statement | None, list]:
-    statement = Statement.objects.filter(tenant=tenant, month=month).first()
+def statement_for(tenant: Tenant | int, month: dt.date) -> tuple[Statement | None, list]:
+    statement = Statement.objects.filter(tenant=tenant, month=month).select_related(
+        "closed_by").first()
     if statement and statement.closed:
         return statement, list(statement.lines.all())
     return statement, live_lines(tenant, month)
@@ -326,7 +327,7 @@ def statement_close(*, tenant: Tenant, month: dt.date, by) -> Statement:
     return statement
 
 
-def open_months_before(tenant: Tenant, month: dt.date) -> list[dt.date]:
+def open_months_before(tenant: Tenant | int, month: dt.date) -> list[dt.date]:
     """Earlier months of the tenant with usage that are not closed, oldest first."""
     closed = set(Statement.objects.filter(tenant=tenant, closed_at__isnull=False,
                                           month__lt=month).values_list("month", flat=True))

@@ -26,7 +26,6 @@ from tenants.models import Tenant
 from . import budgets as budget_service
 from . import services
 from .budgets import status_for, this_month
-from .cluster_usage import where_it_ran
 from .domain import final_label, month_start, parse_month, rate_reprices
 from .exports import statement_document, statement_response
 from .figures import (
@@ -52,6 +51,7 @@ from .selectors import (
     overview_report,
     tenant_table,
 )
+from .statement_view import statement_view
 from .stranded_board import standing_findings
 
 # The exports' order, the same as the page's SQL (billing.selectors.ORDERINGS): ties by name.
@@ -166,11 +166,10 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
     _billing_reader(request.user)
     tenant = _tenant_for(request.user, slug)
     m = _month(month)
-    stmt, lines = services.statement_for(tenant, m)
-    figures = tenant_month(tenant.pk, m)  # the one number: lines to the cent + adjustments
+    view = statement_view(tenant.pk, m)
+    stmt, lines, figures = view.statement, view.lines, view.figures
     total = figures.usage_amount
-    adjustments = list(stmt.adjustments.select_related("by", "withdrawal__by")
-                       .order_by("at", "pk")) if stmt else []
+    adjustments = view.adjustments
     if request.GET.get("format") in ("csv", "pdf"):
         return statement_response(statement_document(tenant, m), request.GET["format"])
     roles = roles_for(request.user)
@@ -181,7 +180,7 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
         else None,
         "tenant": tenant, "month": m, "statement": stmt, "lines": lines, "total": total,
         "adjustments": adjustments,
-        "where_it_ran": where_it_ran([line.allocation_id for line in lines], m),
+        "where_it_ran": view.where_it_ran,
         # A line's idle hours lead to what the portal proposes about them.
         "findings": standing_findings(allocation_ids=[line.allocation_id for line in lines]),
         "final": figures.final, "final_label": final_label(figures.closed),
@@ -197,7 +196,7 @@ def _statement_page(request, slug: str, month: str, *, typed: dict | None = None
                             for a in adjustments],
         "can_reopen": (roles.finance or roles.platform_admin) and stmt and stmt.closed
         and not adjustments,
-        "open_before": services.open_months_before(tenant, m)
+        "open_before": view.open_before
         if (roles.finance or roles.platform_admin) and not (stmt and stmt.closed) else [],
         "typed": typed or {},
         "pending": sum(getattr(line, "pending_hours", 0) for line in lines),

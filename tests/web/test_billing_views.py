@@ -409,3 +409,56 @@ def test_finance_sees_the_month_so_far_in_money(client, finance_user, lead, bill
     assert ctx["over"] == 1 and ctx["budgets"] == 1
     client.force_login(lead)
     assert client.get(reverse("billing:overview")).context["this_month"] is None
+
+
+def test_the_statement_shows_what_was_written_to_its_month_since_the_last_view(
+        client, finance_user, lead, billed):
+    """The page, the API and the CSV read one kept view of the month: each write behind a
+    view (new usage, the close, an adjustment, its withdrawal) shows on the next, the same
+    on all three."""
+    import csv as csvlib
+    import io
+
+    from billing.services import adjustment_withdraw, statement_adjust, statement_close
+
+    month = f"{LAST_MONTH:%Y-%m}"
+    page = reverse("billing:statement", args=["acme", month])
+    client.force_login(lead)
+
+    def seen():
+        shown = client.get(page)
+        api = client.get(f"/api/billing/acme:{month}/").json()
+        rows = list(csvlib.DictReader(io.StringIO(client.get(page + "?format=csv")
+                                                  .content.decode())))
+        assert Decimal(api["figures"]["final"]) == shown.context["final"] \
+            == Decimal(rows[-1]["amount"])
+        return shown, api, [r["kind"] for r in rows]
+
+    shown, api, kinds = seen()
+    assert shown.context["final"] == Decimal("10.00") and not shown.context["statement"]
+    assert kinds == ["line", "total", "final"] and api["adjustments"] == []
+
+    usage_hour(billed[0], dt.datetime.combine(LAST_MONTH, dt.time(6), tzinfo=dt.UTC),
+               Decimal(14400), Decimal(0), Decimal(10))
+    refresh_months({(billed[0].pk, LAST_MONTH)})
+    shown, _api, _kinds = seen()
+    assert shown.context["final"] == Decimal("20.00")
+
+    closed = statement_close(tenant=billed[0].tenant, month=LAST_MONTH, by=finance_user)
+    shown, _api, _kinds = seen()
+    assert shown.context["statement"].closed
+    assert f"by {finance_user.username}; lines are frozen" in shown.content.decode()
+
+    credit = statement_adjust(statement=closed, by=finance_user, amount_value="-2.50",
+                              reason="Goodwill, ticket 42")
+    shown, api, kinds = seen()
+    assert shown.context["final"] == Decimal("17.50")
+    assert kinds == ["line", "total", "adjustment", "final"]
+    assert [a["reason"] for a in api["adjustments"]] == ["Goodwill, ticket 42"]
+    assert "Goodwill, ticket 42" in shown.content.decode()
+
+    adjustment_withdraw(adjustment=credit, by=finance_user, reason="Credited twice")
+    shown, api, kinds = seen()
+    assert shown.context["final"] == Decimal("20.00")
+    assert kinds == ["line", "total", "adjustment", "withdrawal", "final"]
+    assert api["adjustments"][0]["withdrawn_by"] == api["adjustments"][1]["id"]
