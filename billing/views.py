@@ -11,6 +11,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse
+from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -37,7 +38,7 @@ from .figures import (
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import AdjustmentForm, OverviewFilters
 from .models import Adjustment, RateCard
-from .renderers import tenant_rows
+from .renderers import budget_rows, tenant_rows
 from .selectors import (
     adjustment_charges,
     allocation_month_hours,
@@ -327,10 +328,13 @@ def budgets(request):
 
     page = Paginator(Tenant.objects.order_by("name", "pk"), 50).get_page(
         request.GET.get("page") or request.POST.get("page"))
+    rows = budget_service.budgets_overview(timezone.now(), page.object_list)
     return render(request, "billing/budgets.html", {
-        "rows": budget_service.budgets_overview(timezone.now(), page.object_list),
-        "page": page, "errors": errors, "confirm": confirm,
-        "posted": request.POST if errors else {}}, status=400 if errors else 200)
+        "rows": rows, "page": page, "budget_rows": budget_rows(
+            rows, csrf_token=get_token(request), page_number=page.number,
+            overview_url=reverse("billing:overview"), budgets_url=reverse("billing:budgets"),
+            currency=settings.PORTAL_CURRENCY, errors=errors, confirm=confirm,
+            posted=request.POST if errors else {})}, status=400 if errors else 200)
 
 
 @login_required

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from django.template import Context, Template
 from django.utils.safestring import SafeString
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from billing.renderers import month_cells
 
@@ -59,3 +61,86 @@ def test_tenant_rows_are_the_templates():
     assert got == want
     assert "<script>" not in got and "1234 h pending" in got and "42.5%" in got
     assert tenant_rows([]) == ""
+
+
+# The budgets page's row loop as the template had it (templates/billing/budgets.html).
+BUDGET_LOOP = (
+    '{% load portal_extras %}{% for tenant, status in rows %}'
+    '\n  <tr><th scope="row"><a href="{% url \'billing:overview\' %}?q='
+    '{{ tenant.slug|urlencode }}">'
+    '{{ tenant.name }}</a></th>\n    <td>{% if status %}{{ status.spent|money }}{% else %}'
+    '<span class="muted">—</span>{% endif %}</td>\n    <td>{% if status %}'
+    '{{ status.forecast|money }}{% if status.forecast_over %} <span class="chip warn" '
+    'title="{{ status.summary }}">forecast {{ status.forecast_percent }}% of budget</span>'
+    '{% endif %}{% else %}<span class="muted">—</span>{% endif %}</td>\n    <td>'
+    '{% if status %}<span class="chip {% if status.level == \'over\' or status.level == '
+    '\'warn\' %}danger{% elif status.level == \'watch\' %}warn{% else %}ok{% endif %}" '
+    'title="{{ status.summary }}">{{ status.percent }}%</span>{% else %}<span class="muted">'
+    'no budget</span>{% endif %}</td>\n    <td><form method="post" class="inline-form">'
+    '{% csrf_token %}<input type="hidden" name="tenant" value="{{ tenant.slug }}"><input '
+    'type="hidden" name="page" value="{{ page.number }}">\n      <label class="sr-only" '
+    'for="budget-{{ tenant.slug }}">Monthly budget for {{ tenant.name }} in {{ currency }}'
+    '</label>\n      <input id="budget-{{ tenant.slug }}" name="amount" inputmode="decimal" '
+    'size="10" value="{% if posted.tenant == tenant.slug %}{{ posted.amount }}{% elif status %}'
+    '{{ status.budget|stringformat:\'s\' }}{% endif %}"{% if tenant.slug in errors %} '
+    'aria-invalid="true" aria-describedby="budget-{{ tenant.slug }}-error"{% endif %}>\n'
+    '      <button class="button small">Save</button>\n      {% for slug, err in '
+    'errors.items %}{% if slug == tenant.slug %}<p class="error" id="budget-{{ tenant.slug }}'
+    '-error">{{ err }}</p>{% endif %}{% endfor %}\n    </form>\n</td></tr>\n  {% with '
+    'question=confirm|get:tenant.slug %}{% if question %}<tr><td colspan="5"><form '
+    'method="post" class="msg warning" role="alertdialog" aria-labelledby="remove-'
+    '{{ tenant.slug }}">{% csrf_token %}<input type="hidden" name="tenant" value="'
+    '{{ tenant.slug }}"><input type="hidden" name="page" value="{{ page.number }}"><input '
+    'type="hidden" name="amount" value="">\n      <p id="remove-{{ tenant.slug }}">'
+    '{{ question }}</p>\n      <button class="button small danger" name="confirm_removal" '
+    'value="yes">Remove the budget</button> <a class="button small secondary" href="'
+    '{% url \'billing:budgets\' %}{% if page.number > 1 %}?page={{ page.number }}{% endif %}">'
+    'Keep it</a>\n    </form></td></tr>{% endif %}{% endwith %}\n{% endfor %}')
+
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+AMOUNT = st.decimals(min_value=0, max_value=10**7, places=2, allow_nan=False)
+
+
+@st.composite
+def budget_pages(draw):
+    import datetime as dt
+    from types import SimpleNamespace
+
+    from billing.domain import BudgetStatus
+
+    slugs = draw(st.lists(st.from_regex(r"[a-z0-9][a-z0-9\-]{0,8}", fullmatch=True),
+                          max_size=4, unique=True))
+    rows = [(SimpleNamespace(slug=slug, name=draw(TEXT)), draw(st.none() | st.builds(
+        BudgetStatus, month=st.just(dt.date(2026, 12, 1)), budget=AMOUNT, spent=AMOUNT,
+        forecast=AMOUNT, extended=st.booleans()))) for slug in slugs]
+    chosen = st.sampled_from(slugs) if slugs else st.nothing()
+    errors = draw(st.dictionaries(chosen, TEXT, max_size=1)) if slugs else {}
+    confirm = draw(st.dictionaries(chosen, TEXT, max_size=1)) if slugs else {}
+    posted = {"tenant": draw(chosen), "amount": draw(TEXT)} if slugs and errors else {}
+    return rows, draw(st.integers(1, 3)), errors, confirm, posted
+
+
+@given(budget_pages(), st.sampled_from(["EUR", "<b>&"]),
+       st.text("abc<>\"'&", min_size=1, max_size=8))
+@settings(max_examples=150, deadline=None)
+def test_budget_rows_are_the_templates(page, currency, token):
+    """Any tenants (names with markup), any statuses, an error, a removal question and a
+    refused amount kept: the rows are the template loop's, byte for byte."""
+    from types import SimpleNamespace
+
+    from django.test import override_settings
+    from django.urls import reverse
+
+    from billing.renderers import budget_rows
+
+    rows, number, errors, confirm, posted = page
+    with override_settings(PORTAL_CURRENCY=currency):
+        want = Template(BUDGET_LOOP).render(Context({
+            "rows": rows, "page": SimpleNamespace(number=number), "currency": currency,
+            "errors": errors, "confirm": confirm, "posted": posted, "csrf_token": token}))
+    got = budget_rows(rows, csrf_token=token, page_number=number,
+                      overview_url=reverse("billing:overview"),
+                      budgets_url=reverse("billing:budgets"), currency=currency,
+                      errors=errors, confirm=confirm, posted=posted)
+    assert isinstance(got, SafeString)
+    assert got == want
