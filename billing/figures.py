@@ -24,7 +24,14 @@ from tenants.compiled import compiled_once
 from tenants.models import Tenant
 
 from .domain import SECONDS_PER_HOUR, utilisation
-from .models import Adjustment, Statement, StatementLine, TenantMonthTotal, UsageMonth
+from .models import (
+    Adjustment,
+    Statement,
+    StatementLine,
+    TenantMonthTotal,
+    TenantPoolTotal,
+    UsageMonth,
+)
 
 ZERO = Decimal(0)
 
@@ -32,8 +39,8 @@ ZERO = Decimal(0)
 # What the month figures are summed from (the kept totals, the usage months with their
 # allocations and pools, statements, their lines and adjustments, tenants): what a read kept
 # across requests declares when it sums them (tenants.kept_reads).
-FIGURE_MODELS = (TenantMonthTotal, UsageMonth, Statement, StatementLine, Adjustment, Tenant,
-                 Pool, Allocation)
+FIGURE_MODELS = (TenantMonthTotal, TenantPoolTotal, UsageMonth, Statement, StatementLine,
+                 Adjustment, Tenant, Pool, Allocation)
 
 
 def hours(seconds) -> Decimal:
@@ -371,9 +378,8 @@ def month_spend(tenant_ids: Iterable[int] | None, month: dt.date, *, top: int,
 
 @compiled_once
 def _pool_sums():
-    return (TenantMonthTotal.objects.values("tenant__slug", "pool__slug")
-            .annotate(allocated_h=Sum("allocated_h"), used_h=Sum("used_h"), amount=Sum("amount"))
-            .order_by())
+    return TenantPoolTotal.objects.values("tenant__slug", "pool__slug", "allocated_h", "used_h",
+                                          "amount").order_by()
 
 
 @compiled_once
@@ -384,9 +390,10 @@ def _adjustment_sums():
 
 def metric_sums() -> tuple[dict[tuple, Sums], dict[tuple, Sums]]:
     """What /metrics exports, over every month: figure_sums by (tenant, pool) and by tenant
-    (adjustments included), from the kept totals in two queries compiled once per process
-    (tenants.compiled) — a scrape reads one row per tenant, pool and month. The property
-    test holds it equal to figure_sums (and so to the reference)."""
+    (adjustments included), from the all-time totals kept per tenant and pool
+    (TenantPoolTotal) in two queries compiled once per process (tenants.compiled) — a
+    scrape reads one row per tenant and pool, whatever the months. The property test holds
+    it equal to figure_sums (and so to the reference)."""
     if connection.vendor != "postgresql":
         return figure_sums(("tenant", "pool")), figure_sums(("tenant",))
     per_pool: dict[tuple, Sums] = {}

@@ -113,6 +113,26 @@ class TenantMonthTotal(models.Model):
         return f"{self.tenant_id} {self.pool_id} {self.month:%Y-%m}"
 
 
+class TenantPoolTotal(models.Model):
+    """A tenant's every month in one pool: the sum of its TenantMonthTotal rows, rebuilt by
+    billing.totals.refresh_totals whenever one of them is. /metrics exports these, so a
+    scrape reads one row per tenant and pool, however many months there are.
+    tests/db/test_invariants.py holds every row equal to the sum it replaces."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    pool = models.ForeignKey(Pool, on_delete=models.PROTECT, related_name="+")
+    allocated_h = models.DecimalField(max_digits=20, decimal_places=4, default=0)
+    used_h = models.DecimalField(max_digits=20, decimal_places=4, default=0)
+    amount = models.DecimalField(max_digits=18, decimal_places=2, default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "pool"],
+                                               name="one_total_per_tenant_pool")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.pool_id}"
+
+
 class Statement(models.Model):
     """A tenant's month. Open: computed live. Closed: its lines are frozen."""
 

@@ -9,13 +9,13 @@ def fill(apps, schema_editor):
     # The one rule (billing.figures.month_figures through billing.totals): a copy of its
     # roundings here would be a second place for them. Run on today's models, at migrate
     # time, for the months present; an empty database writes nothing.
-    from billing.totals import refresh_totals
+    from billing.totals import refresh_month_totals
 
     UsageMonth = apps.get_model("billing", "UsageMonth")  # noqa: N806
     Statement = apps.get_model("billing", "Statement")  # noqa: N806
     keys = set(UsageMonth.objects.values_list("tenant_id", "month").distinct())
     keys |= set(Statement.objects.values_list("tenant_id", "month"))
-    refresh_totals(keys)
+    refresh_month_totals(keys)
 
 
 class Migration(migrations.Migration):

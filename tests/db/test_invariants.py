@@ -255,9 +255,10 @@ def check_month_spend(months: list[dt.date]) -> None:
 
 
 def check_kept_totals() -> None:
-    """The totals kept at write time (TenantMonthTotal, billing.totals) are, row for row, the
-    sum they replace: month_figures per tenant, pool and month (line roundings, frozen lines
-    for a closed month, adjustments apart), no row missing and none left over."""
+    """The totals kept at write time (TenantMonthTotal and TenantPoolTotal, billing.totals)
+    are, row for row, the sums they replace: month_figures per tenant, pool and month (line
+    roundings, frozen lines for a closed month, adjustments apart), and per tenant and pool
+    over every month; no row missing and none left over."""
     from billing.figures import month_figures, sum_figures
     from billing.models import TenantMonthTotal
 
@@ -267,6 +268,16 @@ def check_kept_totals() -> None:
         "allocated_h": t.allocated_h, "used_h": t.used_h, "amount": t.amount}
         for t in TenantMonthTotal.objects.select_related("pool")}
     assert kept == want
+    # The all-time totals per tenant and pool (TenantPoolTotal, what /metrics reads): the
+    # same sum over every month, no row missing and none left over.
+    from billing.models import TenantPoolTotal
+
+    every_month = {key: sums for key, sums in sum_figures(
+        month_figures(), ("tenant_id", "pool")).items()}
+    kept_all = {(t.tenant_id, t.pool.slug): {
+        "allocated_h": t.allocated_h, "used_h": t.used_h, "amount": t.amount}
+        for t in TenantPoolTotal.objects.select_related("pool")}
+    assert kept_all == every_month
 
 
 def check_request_tally() -> None:

@@ -156,13 +156,13 @@ def heavy_query_plans(world) -> dict[str, str]:
     queue = queued_requests(ReviewQueueFilter(status="submitted"), now=timezone.now())
     plans["admin: review queue, oldest first"] = queue[:25].explain(analyze=True)
     # The month totals of every tenant (billing.figures.month_totals): the kept totals'
-    # sum (billing.totals), and /metrics' (billing.figures.metric_sums).
+    # sum (billing.totals), and /metrics' all-time sums (billing.figures.metric_sums).
     from billing.figures import metric_sums, month_totals
 
     plans["finance: month totals of every tenant, from the kept totals"] = explain(
         lambda: month_totals(months=months), "billing_tenantmonthtotal")
-    plans["/metrics: every tenant and pool, from the kept totals"] = explain(
-        metric_sums, "billing_tenantmonthtotal")
+    plans["/metrics: every tenant and pool, from the all-time totals"] = explain(
+        metric_sums, "billing_tenantpooltotal")
     return plans
 
 
