@@ -25,7 +25,7 @@ from tenants.access import (
     require_platform_admin,
     roles_for,
     scope_to_tenants,
-    visible_tenants,
+    tenant_scope,
 )
 from tenants.models import Tenant
 from tenants.widgets import tenant_filter_html
@@ -121,8 +121,7 @@ def request_list(request):
         "page": page, "rows": request_rows(page), "status": status, "tenant": tenant,
         "statuses": STATUS_CHOICES,
         "counts": counts, "can_file": roles.is_lead,
-        "tenant_filter": tenant_filter_html(visible_tenants(request.user).order_by("name"),
-                                            tenant),
+        "tenant_filter": tenant_filter_html(tenant_scope(request.user), tenant),
     })
 
 

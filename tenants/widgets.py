@@ -1,6 +1,7 @@
 """Form widgets that render without the template engine, for filters with long option lists
 (every tenant): Django's Select renders each option through a template, ~0.1 ms apiece; and
-a ModelChoiceField that reads its queryset once per form."""
+a ModelChoiceField that reads its queryset once per form. The tenant filters' options are
+kept across reading requests until a tenant is written (tenant_options)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from django.forms.models import ModelChoiceIterator
 from django.forms.utils import flatatt
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+
+from .kept_reads import kept_across_requests
+from .models import Tenant
 
 
 class FastSelect(forms.Select):
@@ -38,17 +42,24 @@ class FastSelect(forms.Select):
 PICKER_MAX_OPTIONS = 200
 
 
-def too_many_tenants(queryset) -> bool:
-    return queryset[:PICKER_MAX_OPTIONS + 1].count() > PICKER_MAX_OPTIONS
+@kept_across_requests(Tenant)
+def tenant_options(scope: tuple[int, ...] | None) -> tuple[tuple[str, str], ...] | None:
+    """The tenants of `scope` (tenants.access.tenant_scope; None: every tenant) as (slug,
+    name) in name order, or None when there are more than a filter offers."""
+    tenants = Tenant.objects.order_by("name", "pk")
+    if scope is not None:
+        tenants = tenants.filter(pk__in=scope)
+    rows = tuple(tenants.values_list("slug", "name")[:PICKER_MAX_OPTIONS + 1])
+    return None if len(rows) > PICKER_MAX_OPTIONS else rows
 
 
 class TenantPicker(FastSelect):
     """Every tenant in a <select> while they are few; a search box for the slug when many
-    (the page stays the same size whatever the number of tenants)."""
+    (the page stays the same size whatever the number of tenants). Its field's values are
+    slugs (to_field_name="slug") and its labels the tenants' names."""
 
     def render(self, name, value, attrs=None, renderer=None):
-        queryset = getattr(self.choices, "queryset", None)
-        if queryset is None or not too_many_tenants(queryset):
+        if tenant_options(None) is not None:
             return super().render(name, value, attrs, renderer)
         final = self.build_attrs(self.attrs, attrs or {})
         final.update(name=name, type="search", placeholder="tenant slug",
@@ -56,16 +67,24 @@ class TenantPicker(FastSelect):
         chosen = next(iter(self.format_value(value)), "")
         return format_html("<input{} value=\"{}\">", flatatt(final), chosen)
 
+    def _flat_choices(self):
+        empty = getattr(getattr(self.choices, "field", None), "empty_label", None)
+        if empty is not None:
+            yield ("", empty)
+        yield from tenant_options(None) or ()
 
-def tenant_filter_html(tenants, chosen: str) -> str:
-    """The same choice for a hand-written filter: options, or a search box."""
-    if too_many_tenants(tenants):
+
+def tenant_filter_html(scope: tuple[int, ...] | None, chosen: str) -> str:
+    """The same choice for a hand-written filter over the tenants of `scope`: options, or a
+    search box."""
+    options = tenant_options(scope)
+    if options is None:
         return format_html('<input type="search" name="tenant" value="{}" '
                            'placeholder="tenant slug" autocomplete="off">', chosen)
-    options = format_html_join("", "<option value=\"{}\"{}>{}</option>", (
-        (t.slug, " selected" if t.slug == chosen else "", t.name) for t in tenants))
+    html = format_html_join("", "<option value=\"{}\"{}>{}</option>", (
+        (slug, " selected" if slug == chosen else "", name) for slug, name in options))
     return mark_safe(format_html('<select name="tenant"><option value="">All</option>{}'  # noqa: S308
-                                 "</select>", options))
+                                 "</select>", html))
 
 
 class ReadOnceChoiceIterator(ModelChoiceIterator):
