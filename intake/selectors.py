@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import pickle
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -287,21 +289,53 @@ def plan_for_request(request: CapacityRequest, *, decision: RouteDecision | None
 FLEET_ACTIONS = ("allocation.nodes_reserved", "allocation.nodes_released", "allocation.flagged")
 
 
-def request_events(request: CapacityRequest, *, show_fleet: bool = True):
+@kept_across_requests(CapacityRequest, Tenant, get_user_model(), Pool, Allocation, Cluster,
+                      freeze=pickle.dumps, thaw=pickle.loads)
+def request_on_page(pk: int) -> CapacityRequest | None:
+    """A request with what its pages show of it (tenant, requester, decider, pool, its
+    allocation with pool and cluster), kept until any of those tables is written; None if
+    there is no such request. Scoping to the reader's tenants is the caller's."""
+    return (CapacityRequest.objects.select_related(
+        "tenant", "requester", "decided_by", "pool", "allocation__pool__cluster")
+        .filter(pk=pk).first())
+
+
+def request_events(request: CapacityRequest, *, show_fleet: bool = True
+                   ) -> tuple[TimelineEvent, ...]:
     """The request's timeline: its own audit events and its allocation's, in order.
 
     Without show_fleet, events that name nodes are left out (tenants see capacity, not
     hosts)."""
-    q = Q(subject_type="capacityrequest", subject_id=request.pk)
-    if request.allocation_id:
-        q |= Q(subject_type="allocation", subject_id=request.allocation_id)
-    # Only what the timeline and the trace read: the actor's name is kept on the row.
-    events = AuditEvent.objects.filter(q).only(*_TIMELINE_FIELDS).order_by("at", "id")
-    return events if show_fleet else events.exclude(action__in=FLEET_ACTIONS)
+    return _timeline(request.pk, request.allocation_id, show_fleet)
 
 
-_TIMELINE_FIELDS = ("at", "actor_name", "subject_type", "action", "from_state", "to_state",
-                    "reason")
+@dataclass(frozen=True)
+class TimelineEvent:
+    """What the timeline and the trace read of an audit row (the actor's name is kept on
+    the row)."""
+
+    at: dt.datetime
+    actor_name: str
+    subject_type: str
+    action: str
+    from_state: str
+    to_state: str
+    reason: str
+
+
+_TIMELINE_FIELDS = tuple(f.name for f in dataclasses.fields(TimelineEvent))
+
+
+@kept_across_requests(AuditEvent)
+def _timeline(request_pk: int, allocation_id: int | None, show_fleet: bool
+              ) -> tuple[TimelineEvent, ...]:
+    q = Q(subject_type="capacityrequest", subject_id=request_pk)
+    if allocation_id:
+        q |= Q(subject_type="allocation", subject_id=allocation_id)
+    events = AuditEvent.objects.filter(q).order_by("at", "id")
+    if not show_fleet:
+        events = events.exclude(action__in=FLEET_ACTIONS)
+    return tuple(TimelineEvent(*row) for row in events.values_list(*_TIMELINE_FIELDS))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -60,6 +60,7 @@ from .selectors import (
     plan_for_request,
     queue_page,
     request_events,
+    request_on_page,
     small_cell_comparison,
     why_not_yet,
 )
@@ -68,11 +69,11 @@ from .tally import request_counts
 
 def get_request_for(user, pk: int) -> CapacityRequest:
     """The request if the user may see it, else 404 (other tenants' requests do not exist)."""
-    # Only the relations every page of a request shows: each more joined costs the planner
-    # more than reading the person who decided, when shown, costs on its own.
-    qs = scope_to_tenants(user, CapacityRequest.objects.select_related(
-        "tenant", "pool", "allocation__pool__cluster"))
-    return get_object_or_404(qs, pk=pk)
+    obj = request_on_page(pk)
+    scope = tenant_scope(user)
+    if obj is None or (scope is not None and obj.tenant_id not in scope):
+        raise Http404("No such request.")
+    return obj
 
 
 def _lead_tenants(user):
@@ -394,8 +395,7 @@ def _after_decision(request, obj: CapacityRequest, action: str, queue: ReviewQue
 @require_http_methods(["GET", "POST"])
 def review_detail(request, pk: int):
     require_platform_admin(request.user)
-    obj = get_object_or_404(CapacityRequest.objects.select_related(
-        "tenant", "requester", "pool", "decided_by", "allocation"), pk=pk)
+    obj = get_request_for(request.user, pk)
     queue_form, queue, query = _queue_filter(request)
     form = DecisionForm(request.POST or None,
                         objects_url=reverse("intake:manifests", args=[obj.pk]))

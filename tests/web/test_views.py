@@ -334,6 +334,31 @@ def test_timeline_includes_the_allocation(client, lead, approved):
     assert "Provisioned:" in body and "Provisioning started." in body
 
 
+def test_the_timeline_shows_what_was_recorded_since_the_last_view(client, lead, admin_user,
+                                                                  approved):
+    """The timeline is kept across views (intake.selectors.request_events) until an audit
+    row is written: an event recorded about the request, or about its allocation, shows on
+    the next view of both pages; a node reservation's event stays the admin's."""
+    from tenants.audit import audit_record as record
+
+    alloc = approved.allocation
+    lead_url = reverse("intake:detail", args=[approved.pk])
+    review_url = reverse("intake:review_detail", args=[approved.pk])
+    client.force_login(lead)
+    assert "Renewal asked for by finance" not in client.get(lead_url).content.decode()
+    client.force_login(admin_user)
+    assert "Renewal asked for by finance" not in client.get(review_url).content.decode()
+    record(actor=admin_user, subject=approved, tenant=approved.tenant,
+           action="request.commented", reason="Renewal asked for by finance")
+    record(actor=admin_user, subject=alloc, tenant=approved.tenant,
+           action="allocation.nodes_reserved", reason="Reserved gpu-node-zz for it")
+    review = client.get(review_url).content.decode()
+    assert "Renewal asked for by finance" in review and "gpu-node-zz" in review
+    client.force_login(lead)
+    theirs = client.get(lead_url).content.decode()
+    assert "Renewal asked for by finance" in theirs and "gpu-node-zz" not in theirs
+
+
 def test_habitual_request_drops_a_stale_reference(client, tenant, lead, pools):
     client.force_login(lead)
     client.post(reverse("intake:new"), {**form_data(tenant, isolation_reference="MSA-1"),
