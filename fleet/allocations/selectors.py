@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -10,10 +11,11 @@ from django.conf import settings
 from django.db.models import Count, Q
 
 from tenants.kept_reads import kept_across_requests
+from tenants.models import Tenant
 
 from ..domain import Route
 from ..inventory.selectors import pool_capacity
-from ..models import Allocation
+from ..models import Allocation, Pool
 from ..vocabulary import KUEUE_QUEUE_LABEL
 from .connect import example_workload, how_to_connect, tenant_kubeconfig
 from .desired import allocation_spec
@@ -68,10 +70,22 @@ def usable_by_status(scope: tuple[int, ...] | None) -> tuple[tuple[str, int], ..
     return tuple(held.values_list("status").annotate(n=Count("id")).order_by())
 
 
-def flagged_allocations():
-    """Holding allocations with a flag (capacity lost under them), with tenant and pool."""
-    return (Allocation.objects.exclude(flagged_reason="").filter(status__in=Allocation.HOLDING)
-            .select_related("tenant", "pool"))
+@dataclass(frozen=True)
+class FlaggedAllocation:
+    tenant_name: str
+    namespace: str
+    pool_name: str
+    flagged_reason: str
+
+
+@kept_across_requests(Allocation, Tenant, Pool)
+def flagged_allocations() -> tuple[FlaggedAllocation, ...]:
+    """Holding allocations with a flag (capacity lost under them), with tenant and pool,
+    kept across reading requests until an allocation, tenant or pool is written."""
+    return tuple(FlaggedAllocation(*row) for row in (
+        Allocation.objects.exclude(flagged_reason="").filter(status__in=Allocation.HOLDING)
+        .order_by("pk").values_list("tenant__name", "namespace", "pool__name",
+                                    "flagged_reason")))
 
 
 def allocations_on(node):

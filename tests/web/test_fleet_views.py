@@ -125,14 +125,21 @@ def test_a_flag_is_lifted_when_its_cause_is_undone(client, admin_user, tenant, p
         starts_at=timezone.now() - dt.timedelta(days=1))
     alloc.nodes.add(node)
     client.force_login(admin_user)
+    fleet_page = reverse("fleet:fleet")
+    assert "<code>acme-r1</code>" not in client.get(fleet_page).content.decode()
     url = reverse("fleet:node_retire", args=["local", node.name])
     client.post(url, {"retiring": "true", "reason": "End of warranty"})
     alloc.refresh_from_db()
     assert "h100-cc-01" in alloc.flagged_reason
+    # The fleet page's flagged list is kept across views until an allocation is written.
+    flagged = client.get(fleet_page).content.decode()
+    assert f"<td>{tenant.name}</td><td><code>acme-r1</code> · " in flagged
+    assert "h100-cc-01" in flagged
     client.post(url, {"retiring": "false", "reason": "Warranty extended"})
     alloc.refresh_from_db()
     assert alloc.flagged_reason == "" and alloc.flagged_at is None
     assert audit_for(alloc).filter(action="allocation.unflagged").exists()
+    assert "<code>acme-r1</code>" not in client.get(fleet_page).content.decode()
 
 
 def test_a_dedicated_block_moves_off_a_retiring_node_in_one_action(
