@@ -36,6 +36,7 @@ from .models import (
     UsageHour,
     UsageMonth,
 )
+from .renderers import tenant_rows
 
 
 @dataclass
@@ -385,8 +386,9 @@ def budget_view(tenant_ids, q: str, rows, route: str = ""):
 def overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, ...], route: str,
                     q: str, sort: str, page: str | None):
     """The finance overview's page of tenants with their figures, the month totals of every
-    tenant the filters leave, and those tenants (None: no filter): (page, rows, totals,
-    filtered). Kept across reading requests until a write to what it sums."""
+    tenant the filters leave, those tenants (None: no filter), and the page's rows as
+    markup: (page, rows, totals, filtered, rows_html). Kept across reading requests until a
+    write to what it sums (the markup too: it is only the figures, formatted)."""
     months = list(months)
     current, rows = overview_page(tenant_ids, months, route=route, q=q, sort=sort, page=page)
     totals = [{"month": m} for m in months]
@@ -396,4 +398,4 @@ def overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, .
     # leave summed by the database (billing.figures.month_totals: the same roundings).
     apply_sums_to_overview(rows, totals, months, route=route, month_sums=month_totals(
         tenant_ids=filtered, months=months, route=route))
-    return current, rows, totals, filtered
+    return current, rows, totals, filtered, tenant_rows(tenant_table(rows, months))

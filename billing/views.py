@@ -38,7 +38,7 @@ from .figures import (
 from .focus import FOCUS_COLUMNS, focus_adjustment_row, focus_row
 from .forms import AdjustmentForm, OverviewFilters
 from .models import Adjustment, RateCard
-from .renderers import budget_rows, tenant_rows
+from .renderers import budget_rows
 from .selectors import (
     adjustment_charges,
     allocation_month_hours,
@@ -50,7 +50,6 @@ from .selectors import (
     month_chart,
     overview,
     overview_report,
-    tenant_table,
 )
 from .statement_view import statement_view
 from .stranded_board import standing_findings
@@ -94,11 +93,10 @@ def finance_overview(request):
             return _csv(rows, months)
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
     # The numbers shown are the one number of billing.figures (statement = page = exports).
-    page, rows, totals, filtered = overview_report(
+    page, rows, totals, filtered, rows_html = overview_report(
         key_of(tenant_ids), tuple(months), f["route"], f["q"], f["sort"], request.GET.get("page"))
     budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
                          f["route"])
-    table = tenant_table(rows, months)
     # htmx swaps the whole report (cards, chart, table, export links): filters apply to all.
     template = "billing/overview.html" + ("#report" if request.htmx else "")
     return render(request, template, {
@@ -107,7 +105,7 @@ def finance_overview(request):
         else filters, "query": filters.query(),
         "filter_errors": [(str(filters.fields[n].label or n.capitalize()) if n in filters.fields
                            else n, " ".join(e)) for n, e in filters.errors.items()],
-        "rows": rows, "table": table, "rows_html": tenant_rows(table), "page": page,
+        "rows": rows, "rows_html": rows_html, "page": page,
         "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
         "q": f["q"], "n_months": len(months), "grand": grand_total(totals), "budget": budget,
         "this_month": this_month(filtered, timezone.now())
