@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 
+from django.contrib.auth import get_user_model
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
@@ -13,16 +15,17 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from fleet.domain import ALL_MIG_PROFILES
-from fleet.models import Route
-from tenants.access import require_platform_admin, roles_for, scope_to_tenants
+from fleet.models import Allocation, Pool, Route
+from tenants.access import require_platform_admin, roles_for, scope_to_tenants, tenant_scope
 from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
+from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
 from tenants.plain_rows import PlainRowsList
 
 from . import services
 from .domain import Status
-from .models import CapacityRequest
+from .models import AllocationTrace, CapacityRequest
 from .selectors import answers_for, plan_answers
 from .tally import request_counts
 from .validation import request_field_errors
@@ -146,6 +149,32 @@ LISTED_COLUMNS = (
     "tenant__slug", "requester__username", "pool__slug", "allocation__trace__trace_id")
 
 
+@kept_across_requests(CapacityRequest, Tenant, get_user_model(), Pool, Allocation,
+                      AllocationTrace, freeze=pickle.dumps, thaw=pickle.loads)
+def listed_requests(scope: tuple[int, ...] | None, status: str, start: int, stop: int
+                    ) -> list[dict]:
+    """Rows start..stop of the requests list of the tenants of `scope` (None: all) with
+    `status` (empty: any), as the API lists them; kept across reading requests until a
+    write to what they show."""
+    qs = CapacityRequest.objects.select_related(
+        "tenant", "requester", "pool", "allocation__trace").only(*LISTED_COLUMNS)
+    if status:
+        qs = qs.filter(status=status)
+    if scope is not None:
+        qs = qs.filter(tenant_id__in=scope)
+    return [dict(row) for row in CapacityRequestSerializer(qs[start:stop], many=True).data]
+
+
+class ListedRequests:
+    """The list as LimitOffsetPagination slices it: one kept read per window."""
+
+    def __init__(self, scope: tuple[int, ...] | None, status: str):
+        self.scope, self.status = scope, status
+
+    def __getitem__(self, window: slice) -> list[dict]:
+        return listed_requests(self.scope, self.status, window.start or 0, window.stop)
+
+
 class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                              mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                              mixins.DestroyModelMixin, viewsets.GenericViewSet):
@@ -158,8 +187,6 @@ class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
     def get_queryset(self):
         qs = CapacityRequest.objects.select_related("tenant", "requester", "pool",
                                                     "allocation__trace")
-        if self.action == "list":  # what a row shows, not every column of five tables
-            qs = qs.only(*LISTED_COLUMNS)
         status = self.request.query_params.get("status")
         if status in Status._value2member_map_:
             qs = qs.filter(status=status)
@@ -167,6 +194,13 @@ class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
 
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+    def list(self, request, *args, **kwargs):
+        status = request.query_params.get("status")
+        rows = ListedRequests(tenant_scope(request.user),
+                              status if status in Status._value2member_map_ else "")
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(page) if page is not None else Response(rows[0:None])
 
     def create(self, request, *args, **kwargs):
         if not roles_for(request.user).is_lead:

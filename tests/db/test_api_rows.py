@@ -92,3 +92,36 @@ def test_pages_of_requests_filed_at_the_same_instant_list_each_once(client, tena
             for row in client.get(f"/api/requests/?limit=1&offset={offset}").json()["results"]]
     assert sorted(seen) == sorted(CapacityRequest.objects.values_list("id", flat=True))
     assert seen == sorted(seen, reverse=True)  # ties newest id first
+
+
+def test_the_requests_list_shows_what_was_written_since_the_last_read(client, world, lead,
+                                                                      other_lead):
+    """The list's windows are kept across reads (intake.api.listed_requests): a rename, a
+    trace and a new request written behind a read show on the next, per status filter; and
+    another tenant's lead still lists none of them."""
+    from django.utils import timezone
+
+    from intake.models import AllocationTrace
+
+    client.force_login(lead)
+    before = client.get("/api/requests/").json()
+    drafts = client.get("/api/requests/?status=draft").json()
+    assert before["count"] == 3 and [r["title"] for r in drafts["results"]] == ["draft"]
+    draft = CapacityRequest.objects.get(title="draft")
+    CapacityRequest.objects.filter(pk=draft.pk).update(title="draft, renamed")
+    AllocationTrace.objects.create(allocation=world, trace_id="cd" * 16, spans=3,
+                                   exported_at=timezone.now())
+    make_request(world.tenant, lead, title="another draft")
+    after = client.get("/api/requests/").json()
+    assert after["count"] == 4
+    assert {r["title"] for r in after["results"]} == {
+        "draft, renamed", "waiting", "approved", "another draft"}
+    traced = next(r for r in after["results"] if r["title"] == "approved")
+    assert traced["trace_id"] == "cd" * 16
+    drafts = client.get("/api/requests/?status=draft").json()
+    assert sorted(r["title"] for r in drafts["results"]) == ["another draft", "draft, renamed"]
+    assert client.get("/api/requests/?limit=1&offset=1").json()["results"] == \
+        after["results"][1:2]
+    client.force_login(other_lead)
+    assert client.get("/api/requests/").json() == {
+        "count": 0, "next": None, "previous": None, "results": []}
