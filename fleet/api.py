@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, viewsets
@@ -15,10 +17,13 @@ from tenants.access import (
     require_platform_admin,
     roles_for,
     scope_to_tenants,
+    tenant_scope,
 )
 from tenants.audit import REASON_MAX
 from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
+from tenants.kept_reads import kept_across_requests
+from tenants.models import Tenant
 from tenants.plain_rows import PlainRowsList
 
 from .allocations.moves import allocation_move_off
@@ -26,7 +31,7 @@ from .allocations.resize import allocation_resize
 from .allocations.resizing import MAX_SIZE
 from .allocations.selectors import connect_info
 from .allocations.services import allocation_release
-from .models import Allocation, AllocationResize
+from .models import Allocation, AllocationResize, GpuNode, Pool
 from .queue_serializers import CohortSerializer, QueueQuerySerializer, QueueSerializer
 from .queues.cohorts import cohort_views
 from .queues.explain import allocation_queue
@@ -63,7 +68,9 @@ class AllocationSerializer(serializers.ModelSerializer):
         if not obj.flagged_reason:
             return ""
         request = self.context.get("request")
-        if request is not None and roles_for(request.user).platform_admin:
+        admin = self.context.get("platform_admin") if request is None else \
+            roles_for(request.user).platform_admin
+        if admin:
             return obj.flagged_reason
         return obj.flag_words
 
@@ -105,6 +112,47 @@ class MovedSerializer(serializers.Serializer):
     moved_to = serializers.CharField()
 
 
+def _listed(scope: tuple[int, ...] | None, status: str):
+    qs = Allocation.objects.select_related("tenant", "pool").order_by("-created_at", "-id")
+    if status:
+        qs = qs.filter(status=status)
+    return qs if scope is None else qs.filter(tenant_id__in=scope)
+
+
+_LISTED = (Allocation, Tenant, Pool, AllocationResize, GpuNode, Allocation.nodes.through)
+
+
+@kept_across_requests(*_LISTED)
+def allocations_counted(scope: tuple[int, ...] | None, status: str) -> int:
+    return _listed(scope, status).count()
+
+
+@kept_across_requests(*_LISTED, freeze=pickle.dumps, thaw=pickle.loads)
+def listed_allocations(scope: tuple[int, ...] | None, status: str, start: int, stop: int,
+                       admin: bool) -> list[dict]:
+    """Rows start..stop of the allocations list of the tenants of `scope` (None: all) with
+    `status` (empty: any), as the API lists them to a platform admin (`admin`: node names in
+    a flag's reason) or to anyone else; kept across reading requests until a write to what
+    they show."""
+    rows = _listed(scope, status).prefetch_related("resizes")[start:stop]
+    return [dict(row) for row in AllocationSerializer(
+        rows, many=True, context={"platform_admin": admin}).data]
+
+
+class ListedAllocations:
+    """The list as LimitOffsetPagination counts and slices it: one kept read each."""
+
+    def __init__(self, scope: tuple[int, ...] | None, status: str, admin: bool):
+        self.scope, self.status, self.admin = scope, status, admin
+
+    def count(self) -> int:
+        return allocations_counted(self.scope, self.status)
+
+    def __getitem__(self, window: slice) -> list[dict]:
+        return listed_allocations(self.scope, self.status, window.start or 0, window.stop,
+                                  self.admin)
+
+
 class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                         mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
@@ -115,8 +163,6 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
 
     def get_queryset(self):
         qs = Allocation.objects.select_related("tenant", "pool").order_by("-created_at", "-id")
-        if self.action == "list":  # each row's resizes, in one query for the page
-            qs = qs.prefetch_related("resizes")
         status = self.request.query_params.get("status")
         if status in Allocation.Status.values:
             qs = qs.filter(status=status)
@@ -124,6 +170,14 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
 
     def get_object(self):
         return get_object_or_404(self.get_queryset(), pk=self.kwargs["pk"])
+
+    def list(self, request, *args, **kwargs):
+        status = request.query_params.get("status")
+        rows = ListedAllocations(tenant_scope(request.user),
+                                 status if status in Allocation.Status.values else "",
+                                 roles_for(request.user).platform_admin)
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(page) if page is not None else Response(rows[0:None])
 
     @extend_schema(request=ReleaseSerializer, responses=AllocationSerializer)
     @action(detail=True, methods=["post"], serializer_class=ReleaseSerializer)

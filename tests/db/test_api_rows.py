@@ -125,3 +125,31 @@ def test_the_requests_list_shows_what_was_written_since_the_last_read(client, wo
     client.force_login(other_lead)
     assert client.get("/api/requests/").json() == {
         "count": 0, "next": None, "previous": None, "results": []}
+
+
+def test_the_allocations_list_shows_what_was_written_since_the_last_read(
+        client, world, lead, admin_user, other_lead, django_capture_on_commit_callbacks):
+    """The allocations list's count and windows are kept across reads (fleet.api): a resize
+    and a new flag written behind a read show on the next; a flag's node names only to a
+    platform admin; another tenant's lead lists none."""
+    client.force_login(admin_user)
+    assert client.get("/api/allocations/").json()["results"][0]["flagged_reason"] == \
+        "node gpu-7 lost"
+    client.force_login(lead)
+    before, = client.get("/api/allocations/").json()["results"]
+    assert "gpu-7" not in before["flagged_reason"] and len(before["resizes"]) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        allocation_resize(allocation=world, size=2, by=lead, reason="smaller still")
+    Allocation.objects.filter(pk=world.pk).update(flagged_reason="node gpu-9 lost")
+    after = client.get("/api/allocations/").json()
+    assert after["count"] == 1 and after["results"][0]["size"] == 2
+    reasons = [r["reason"] for r in after["results"][0]["resizes"]]
+    assert len(reasons) == 2 and reasons[0].endswith(" smaller")
+    assert reasons[1].endswith(" smaller still")
+    assert "gpu-9" not in after["results"][0]["flagged_reason"]
+    assert client.get("/api/allocations/?status=retired").json()["count"] == 0
+    client.force_login(admin_user)
+    assert client.get("/api/allocations/").json()["results"][0]["flagged_reason"] == \
+        "node gpu-9 lost"
+    client.force_login(other_lead)
+    assert client.get("/api/allocations/").json()["count"] == 0
