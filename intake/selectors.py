@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
 from fleet.allocations.desired import dispatch_workers, spec_for, worker_capacity
 from fleet.allocations.manifests import AllocationSpec
@@ -53,6 +54,7 @@ from .domain import (
     route_request,
 )
 from .models import AllocationTrace, CapacityRequest
+from .renderers import request_rows
 from .tally import counted_in_tally
 
 
@@ -656,6 +658,37 @@ def queue_page(f: ReviewQueueFilter, number, per_page: int, *, now: dt.datetime)
     if f.route or f.older_than_days:
         return Paginator(rows, per_page).get_page(number)
     return page_with_count(rows, per_page, number, counted_in_tally(f.status, f.tenant_id))
+
+
+@kept_across_requests(CapacityRequest, Tenant, get_user_model(), Pool)
+def request_list_rows(scope: tuple[int, ...] | None, status: str, tenant_slug: str,
+                      start: int, stop: int) -> tuple[SafeString, ...]:
+    """Rows start..stop of the requests list (newest first) of the tenants of `scope`
+    (None: all), with `status` and of the tenant `tenant_slug` (empty: any), each row's
+    markup (intake.renderers.request_rows); kept across reading requests until a write to
+    what they show."""
+    qs = CapacityRequest.objects.select_related("tenant", "requester", "pool")
+    if scope is not None:
+        qs = qs.filter(tenant_id__in=scope)
+    if status:
+        qs = qs.filter(status=status)
+    if tenant_slug:
+        qs = qs.filter(tenant__slug=tenant_slug)
+    return tuple(request_rows([r]) for r in qs[start:stop])
+
+
+class RequestListWindow:
+    """The requests list as Paginator pages it, its number of rows known (the tally): each
+    page one kept read of its rows' markup."""
+
+    def __init__(self, scope, status: str, tenant_slug: str, count: int):
+        self.key, self._count = (scope, status, tenant_slug), count
+
+    def count(self) -> int:
+        return self._count
+
+    def __getitem__(self, window: slice) -> tuple[SafeString, ...]:
+        return request_list_rows(*self.key, window.start, window.stop)
 
 
 def page_with_count(queryset, per_page: int, number, count: int):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
@@ -24,9 +25,9 @@ from tenants.access import (
     require_lead_of,
     require_platform_admin,
     roles_for,
-    scope_to_tenants,
     tenant_scope,
 )
+from tenants.markup import html_join
 from tenants.models import Tenant
 from tenants.widgets import tenant_filter_html
 
@@ -44,10 +45,11 @@ from .forms import CapacityRequestForm, DecisionForm, ReviewQueueFilterForm
 from .models import STATUS_CHOICES, CapacityRequest
 from .notes import tenant_notes
 from .preview import request_objects
-from .renderers import request_rows, review_rows
+from .renderers import review_rows
 from .selectors import (
     REVIEW_PAGE_SIZE,
     AllocationPanel,
+    RequestListWindow,
     ReviewQueueFilter,
     active_pools_facts,
     allocation_panel,
@@ -55,7 +57,6 @@ from .selectors import (
     facts_of_active_pools,
     next_in_queue,
     override_options,
-    page_with_count,
     plan_answers,
     plan_for_request,
     queue_page,
@@ -102,25 +103,20 @@ def _preview_context(form: CapacityRequestForm) -> dict:
 @login_required
 def request_list(request):
     roles = roles_for(request.user)
-    qs = scope_to_tenants(request.user, CapacityRequest.objects.select_related(
-        "tenant", "requester", "pool"))
     status = request.GET.get("status", "")
     if status not in Status._value2member_map_:
         status = ""  # an unknown status filters nothing
-    if status:
-        qs = qs.filter(status=status)
     tenant = request.GET.get("tenant", "")
-    if tenant:
-        qs = qs.filter(tenant__slug=tenant)
     counts = request_counts(request.user, tenant_slug=tenant)
-    page = page_with_count(qs, 25, request.GET.get("page"),
-                           counts.get(status, 0) if status else sum(counts.values()))
+    window = RequestListWindow(tenant_scope(request.user), status, tenant,
+                               counts.get(status, 0) if status else sum(counts.values()))
+    page = Paginator(window, 25).get_page(request.GET.get("page"))
     template = "intake/request_list.html"
     if request.htmx:
         template += "#rows"
     return render(request, template, {
-        "page": page, "rows": request_rows(page), "status": status, "tenant": tenant,
-        "statuses": STATUS_CHOICES,
+        "page": page, "rows": html_join(page.object_list), "status": status,
+        "tenant": tenant, "statuses": STATUS_CHOICES,
         "counts": counts, "can_file": roles.is_lead,
         "tenant_filter": tenant_filter_html(tenant_scope(request.user), tenant),
     })

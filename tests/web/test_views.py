@@ -49,6 +49,30 @@ def test_request_list_is_scoped_to_the_tenant(client, users, draft, who, sees):
     assert (b"Draft one" in response.content) is sees
 
 
+def test_the_request_list_shows_what_was_written_since_the_last_view(client, lead, draft,
+                                                                     other_lead, tenant):
+    """A page of the list is kept across views (intake.selectors.request_list_rows): a
+    rename, a new request and a status change written behind a view show on the next, in
+    each status and tenant filter; another tenant's lead still sees none of them."""
+    from tests.factories import make_request
+
+    url = reverse("intake:list")
+    client.force_login(lead)
+    assert "Draft one" in client.get(url).content.decode()
+    assert "Draft one" in client.get(url, {"status": "draft"}).content.decode()
+    CapacityRequest.objects.filter(pk=draft.pk).update(title="Draft one, renamed")
+    make_request(tenant, lead, submit=True, title="Filed later")
+    every = client.get(url).content.decode()
+    assert "Draft one, renamed" in every and "Filed later" in every
+    assert every.index("Filed later") < every.index("Draft one, renamed")  # newest first
+    drafts = client.get(url, {"status": "draft"}).content.decode()
+    assert "Draft one, renamed" in drafts and "Filed later" not in drafts
+    assert "Filed later" in client.get(url, {"tenant": tenant.slug}).content.decode()
+    client.force_login(other_lead)
+    theirs = client.get(url).content.decode()
+    assert "Draft one" not in theirs and "Filed later" not in theirs
+
+
 def test_request_list_htmx_returns_only_the_rows(client, lead, draft):
     client.force_login(lead)
     response = client.get(reverse("intake:list"), {"status": "draft"}, HTTP_HX_REQUEST="true")
