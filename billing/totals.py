@@ -14,7 +14,7 @@ import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterable
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Sum
 
 from fleet.models import Pool
@@ -22,12 +22,22 @@ from fleet.models import Pool
 from .figures import month_figures
 from .models import TenantMonthTotal, TenantPoolTotal
 
+# Refreshes take turns (PostgreSQL: a transaction-scoped advisory lock; SQLite has one
+# writer at a time anyway). Each replaces rows that others may be replacing too: a tenant's
+# all-time totals are rebuilt by a refresh of any of its months, and two rebuilding at once
+# would each delete what it sees and insert over what the other inserted (a unique
+# violation), or sum the months as they were before the other's commit.
+TOTALS_LOCK = 0x41465054  # "AFPT"
+
 
 @transaction.atomic
 def refresh_totals(keys: Iterable[tuple[int, dt.date]]) -> int:
     """Rebuild the totals of these (tenant id, month) pairs and the all-time totals of their
     tenants; returns the month rows written."""
     keys = set(keys)
+    if keys and connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [TOTALS_LOCK])
     written = refresh_month_totals(keys)
     refresh_pool_totals({tenant_id for tenant_id, _month in keys})
     return written

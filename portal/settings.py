@@ -141,11 +141,13 @@ if DATABASE_URL:
             "connect_timeout": env_int("DB_CONNECT_TIMEOUT", 5, minimum=1),
             "options": f"-c statement_timeout={DB_STATEMENT_TIMEOUT_MS}",
         })
-        # A statement sent this many times on a connection is prepared there, so the server
-        # plans it once: a page's joins took PostgreSQL longer to plan than to run (2 ms
-        # against 0.3 for the requests API's page). 0 binds on the client and prepares
-        # nothing (for a pooler that cannot hold prepared statements).
-        DB_PREPARE_THRESHOLD = env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
+        # Opt-in: a statement sent this many times on a connection is prepared there, so
+        # the server plans it once (a page's joins can take PostgreSQL longer to plan than
+        # to run: 2 ms against 0.3 for the requests API's page). Off by default, as in
+        # Django: parameters bound on the server are limited to 65,535 a statement (a bulk
+        # write or an IN list past that fails), and a pooler in transaction mode before
+        # PgBouncer 1.21 cannot keep prepared statements.
+        DB_PREPARE_THRESHOLD = env_int("DB_PREPARE_THRESHOLD", 0, minimum=0)
         if DB_PREPARE_THRESHOLD:
             DATABASES["default"]["OPTIONS"].update(server_side_binding=True,
                                                    prepare_threshold=DB_PREPARE_THRESHOLD)

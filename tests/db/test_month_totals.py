@@ -99,3 +99,50 @@ def test_the_overview_page_shows_the_totals_of_every_tenant(world, client, finan
     for month in MONTHS:
         assert totals[month]["amount"] == want[month]["amount"]
         assert totals[month]["allocated_h"] == want[month]["allocated_h"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_refreshes_of_one_tenants_months_at_once_all_commit_and_add_up(pools):
+    """The rollup refreshing this month while finance closes an earlier one: both rebuild
+    the tenant's all-time totals. Eight refreshes of one tenant's months at once all commit,
+    and every kept total is the sum it replaces."""
+    import threading
+
+    from django.db import connection
+
+    from billing.models import TenantMonthTotal, TenantPoolTotal
+
+    tenant = TenantFactory(slug="racer")
+    alloc = Allocation.objects.create(
+        tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+        whole_devices=1, device_equivalents=Decimal(1), namespace="racer-1", status="active",
+        starts_at=timezone.now())
+    months = [dt.date(2026, m, 1) for m in range(1, 9)]
+    for i, month in enumerate(months):
+        UsageMonth.objects.create(allocation=alloc, tenant=tenant, pool=alloc.pool,
+                                  month=month, allocated_s=3600 * (i + 1), used_s=1800,
+                                  borrowed_s=0, amount=Decimal("2.50") * (i + 1))
+    barrier = threading.Barrier(len(months))
+    errors: list[Exception] = []
+
+    def refresh(month) -> None:
+        try:
+            barrier.wait()
+            refresh_totals({(tenant.pk, month)})
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=refresh, args=(m,)) for m in months]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert TenantMonthTotal.objects.filter(tenant=tenant).count() == len(months)
+    kept, = TenantPoolTotal.objects.filter(tenant=tenant)
+    want = sum_figures(month_figures(tenant_ids=[tenant.pk]), ("tenant_id",))[(tenant.pk,)]
+    assert (kept.allocated_h, kept.used_h, kept.amount) == (
+        want["allocated_h"], want["used_h"], want["amount"])
+    assert kept.amount == Decimal("2.50") * sum(range(1, 9))
