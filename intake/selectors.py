@@ -653,11 +653,37 @@ QUEUE_ROW_FIELDS = ("title", "tenant_id", "tenant__name", "device_fill", "route"
 
 def queue_page(f: ReviewQueueFilter, number, per_page: int, *, now: dt.datetime):
     """A page of the filtered queue: counted from the tally kept at write time when only
-    status and tenant narrow it, else by the database."""
-    rows = queued_requests(f, now=now).only(*QUEUE_ROW_FIELDS)
-    if f.route or f.older_than_days:
-        return Paginator(rows, per_page).get_page(number)
-    return page_with_count(rows, per_page, number, counted_in_tally(f.status, f.tenant_id))
+    status and tenant narrow it, else by the database. Its rows are kept across reading
+    requests, but under an age filter (its cut-off moves with the clock)."""
+    if f.older_than_days:
+        return Paginator(queued_requests(f, now=now).only(*QUEUE_ROW_FIELDS),
+                         per_page).get_page(number)
+    count = _queue_count(f) if f.route else counted_in_tally(f.status, f.tenant_id)
+    return Paginator(QueueWindow(f, count), per_page).get_page(number)
+
+
+class QueueWindow:
+    """The queue as Paginator pages it, its number of rows known: each page one kept read."""
+
+    def __init__(self, f: ReviewQueueFilter, count: int):
+        self.f, self._count = f, count
+
+    def count(self) -> int:
+        return self._count
+
+    def __getitem__(self, window: slice) -> list[CapacityRequest]:
+        return _queue_rows(self.f, window.start, window.stop)
+
+
+@kept_across_requests(CapacityRequest, Tenant, Pool, freeze=pickle.dumps, thaw=pickle.loads)
+def _queue_rows(f: ReviewQueueFilter, start: int, stop: int) -> list[CapacityRequest]:
+    # No age filter here (queue_page): the clock does not change these rows.
+    return list(queued_requests(f, now=timezone.now()).only(*QUEUE_ROW_FIELDS)[start:stop])
+
+
+@kept_across_requests(CapacityRequest)
+def _queue_count(f: ReviewQueueFilter) -> int:
+    return queued_requests(f, now=timezone.now()).count()
 
 
 @kept_across_requests(CapacityRequest, Tenant, get_user_model(), Pool)
@@ -689,10 +715,3 @@ class RequestListWindow:
 
     def __getitem__(self, window: slice) -> tuple[SafeString, ...]:
         return request_list_rows(*self.key, window.start, window.stop)
-
-
-def page_with_count(queryset, per_page: int, number, count: int):
-    """A page of `queryset` whose number of rows is already known (no COUNT over them)."""
-    paginator = Paginator(queryset, per_page)
-    paginator.count = count  # a cached property: set here, never computed
-    return paginator.get_page(number)

@@ -355,6 +355,30 @@ def test_next_in_queue_follows_a_decision_made_elsewhere_since_the_last_view(adm
     assert f"Back to the start of the queue: #{queue['acme_shared_old'].pk} ↺" in body
 
 
+def test_the_queue_shows_what_was_written_since_the_last_view(admin, queue, tenant, lead):
+    """The queue's pages are kept across views (intake.selectors.queue_page) until a request,
+    tenant or pool is written: a request filed, one decided and a renamed tenant show on
+    the next view, with a route filter (counted by the database) and without."""
+    from fleet.models import Route
+    from intake.models import CapacityRequest
+    from tests.factories import make_request
+
+    url = reverse("intake:review_queue")
+    by_route = {"route": Route.SHARED_POOL}
+    assert "Acme shared old" in admin.get(url).content.decode()
+    assert "Acme shared old" in admin.get(url, by_route).content.decode()
+    CapacityRequest.objects.filter(pk=queue["acme_shared_old"].pk).update(status="denied")
+    filed = make_request(tenant, lead, submit=True, title="Filed meanwhile")
+    CapacityRequest.objects.filter(pk=filed.pk).update(route=Route.SHARED_POOL)
+    tenant.name = "Acme Renamed"
+    tenant.save(update_fields=["name"])
+    body = admin.get(url).content.decode()
+    assert "Acme shared old" not in body and "Filed meanwhile" in body
+    assert "Acme Renamed" in body and "<strong>5</strong> requests match" in body
+    routed = admin.get(url, by_route).content.decode()
+    assert "Acme shared old" not in routed and "Filed meanwhile" in routed
+
+
 def test_the_review_page_with_a_bad_filter_says_so(admin, queue):
     url = reverse("intake:review_detail", args=[queue["acme_mig"].pk])
     response = admin.get(url, {"older_than": "soon"})
