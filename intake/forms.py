@@ -7,7 +7,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.utils import timezone
 
-from fleet.models import Pool, Route
+from fleet.models import Route
 from tenants.audit import REASON_MAX
 from tenants.fields import AsciiIntegerField
 from tenants.models import Tenant, slug_validator
@@ -15,7 +15,7 @@ from tenants.widgets import FastSelect, ReadOnceModelChoiceField, TenantPicker
 
 from .domain import Fill, IntakeAnswers, Isolation, Status
 from .models import STATUS_CHOICES, CapacityRequest
-from .selectors import ReviewQueueFilter, answers_for, offered_mig_profiles
+from .selectors import ReviewQueueFilter, active_pools, answers_for, offered_mig_profiles
 from .services import EDITABLE_FIELDS
 from .validation import request_field_errors
 
@@ -77,8 +77,7 @@ class CapacityRequestForm(forms.ModelForm):
     def __init__(self, *args, tenants=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants if tenants is not None else Tenant.objects.none()
-        models = sorted(set(Pool.objects.filter(active=True)
-                            .values_list("gpu_model", flat=True)))
+        models = sorted({pool.gpu_model for pool in active_pools()})  # kept while reading
         self.fields["gpu_model"].choices = [("", "Any model the route's pool offers")] + [
             (m, m) for m in models]
         self.fields["isolation_origin"].choices = [

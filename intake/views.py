@@ -125,9 +125,9 @@ def request_list(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def request_new(request):
-    tenants = _lead_tenants(request.user)
-    if not tenants.exists():
+    if not roles_for(request.user).lead_of:
         raise PermissionDenied("Only team leads file capacity requests.")
+    tenants = _lead_tenants(request.user)
     initial = _prefill(request, tenants)
     form = CapacityRequestForm(request.POST or None, tenants=tenants, initial=initial)
     # A pre-filled form (a finding's "convert") previews its route at once; its answers
