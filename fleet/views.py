@@ -27,6 +27,7 @@ from .allocations.selectors import (
 from .domain import FleetError
 from .forms import ClusterCreateForm, ClusterForm, PoolCreateForm, PoolForm, QueueNarrowForm
 from .inventory.capacity import stale_before, stale_clusters
+from .inventory.pool_list import pools_with_capacity
 from .inventory.pricing import pool_rate
 from .inventory.selectors import (
     NODES_PER_PAGE,
@@ -37,7 +38,6 @@ from .inventory.selectors import (
     last_sightings,
     node_facts,
     node_page,
-    pools_with_capacity,
 )
 from .inventory.services import (
     cluster_check,

@@ -56,7 +56,9 @@ def tenant_options(scope: tuple[int, ...] | None) -> tuple[tuple[str, str], ...]
 class TenantPicker(FastSelect):
     """Every tenant in a <select> while they are few; a search box for the slug when many
     (the page stays the same size whatever the number of tenants). Its field's values are
-    slugs (to_field_name="slug") and its labels the tenants' names."""
+    slugs (to_field_name="slug") and its labels the tenants' names. It offers every tenant,
+    whatever its field's queryset: for the platform admins' forms only (a scoped filter
+    uses tenant_filter_html with the reader's tenant scope)."""
 
     def render(self, name, value, attrs=None, renderer=None):
         if tenant_options(None) is not None:

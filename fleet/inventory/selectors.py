@@ -13,7 +13,6 @@ from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Count, F, Max, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 
 from tenants.compiled import compiled_per_arguments
 from tenants.kept_reads import kept_across_requests
@@ -28,7 +27,6 @@ from .capacity import (
     choose_dedicated_nodes,
     grouped_fleet_counts,
 )
-from .pricing import pool_rates
 
 
 def mig_weights() -> dict[str, Decimal]:
@@ -364,17 +362,6 @@ def node_list(*, state: str = "", pool: str = ""):
     if pool:
         nodes = nodes.filter(pool__slug=pool)
     return nodes
-
-
-def pools_with_capacity() -> list[tuple[Pool, PromisableCapacity]]:
-    """Every pool with its capacity, and the rate card in force now as `rate_now`
-    (fleet.inventory.pricing): the pool list."""
-    pools = list(Pool.objects.select_related("cluster"))
-    capacities = pools_capacity(pools)
-    rates = pool_rates([p.pk for p in pools], timezone.now())
-    for p in pools:
-        p.rate_now = rates[p.pk]
-    return [(p, capacities[p.pk]) for p in pools]
 
 
 @kept_across_requests(GpuNode, Pool, Cluster, Allocation, Allocation.nodes.through, Tenant,

@@ -135,6 +135,31 @@ def test_a_rate_card_that_starts_later_ends_the_kept_pools_facts(pools, monkeypa
     assert shared_rate() == Decimal("9.00")
 
 
+def test_the_pool_list_shows_a_later_card_once_it_starts_and_a_new_node_at_once(
+        pools, monkeypatch):
+    """The pool list (fleet.inventory.pool_list) is kept until a write, or until the next
+    rate card starts."""
+    from fleet.inventory.pool_list import pools_with_capacity
+
+    shared = pools[Route.SHARED_POOL]
+    starts = timezone.now() + dt.timedelta(hours=2)
+    RateCard.objects.create(pool=shared, effective_from=starts,
+                            rate_per_device_hour=Decimal("9.00"))
+
+    def shared_row():
+        return next((p.rate_now, c) for p, c in read(pools_with_capacity) if p == shared)
+
+    rate, before = shared_row()
+    assert rate == Decimal("2.50")
+    GpuNode.objects.create(name="late-node", pool=shared, cluster=shared.cluster,
+                           gpu_count=8, validated=True, ready=True)
+    rate, after = shared_row()
+    assert rate == Decimal("2.50") and after != before
+    monkeypatch.setattr(kept_reads.timezone, "now", lambda: starts)
+    monkeypatch.setattr("fleet.inventory.pool_list.timezone.now", lambda: starts)
+    assert shared_row()[0] == Decimal("9.00")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_read_during_another_transaction_is_retired_when_it_commits():
     """Marks read before the build: what another connection keeps while a write is not yet
