@@ -90,6 +90,27 @@ def _spend_against_budgets(tenant_ids: tuple[int, ...], month: dt.date):
             rolled_up_until(month))
 
 
+class TenantsByName:
+    """Every tenant by name, as Paginator pages the budgets page: its count and each page
+    kept across reading requests until a tenant is written."""
+
+    def count(self) -> int:
+        return _tenant_count()
+
+    def __getitem__(self, window: slice) -> list[Tenant]:
+        return _tenants_by_name(window.start, window.stop)
+
+
+@kept_across_requests(Tenant)
+def _tenant_count() -> int:
+    return Tenant.objects.count()
+
+
+@kept_across_requests(Tenant, freeze=pickle.dumps, thaw=pickle.loads)
+def _tenants_by_name(start: int, stop: int) -> list[Tenant]:
+    return list(Tenant.objects.order_by("name", "pk")[start:stop])
+
+
 def budgets_overview(now: dt.datetime, tenants=None
                      ) -> list[tuple[Tenant, BudgetStatus | None]]:
     """These tenants (default: all) with this month's spend against their budgets (finance's

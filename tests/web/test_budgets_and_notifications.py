@@ -313,3 +313,31 @@ def test_the_forecast_holds_still_between_rollups_and_over_budget_is_flagged(
             client.force_login(lead)
             own = client.get(reverse("billing:overview")).content.decode()
             assert "forecast 108.6%: over budget" in own and "EUR\u00a01,086.00" in own
+
+
+def test_the_budgets_page_shows_what_was_written_since_the_last_view(client, finance_user,
+                                                                     tenant, spend):
+    """The budgets page's tenants and their spend are kept across views until a write: a
+    tenant added, a tenant renamed, a budget set and new spend show on the next view, in
+    name order, and its count pages them."""
+    from tenants.models import Tenant
+
+    client.force_login(finance_user)
+    url = reverse("billing:budgets")
+    first = client.get(url).content.decode()
+    assert tenant.name in first and "Aardvark Labs" not in first
+    Tenant.objects.create(slug="aardvark", name="Aardvark Labs")
+    tenant.name = "Zebra Acme"
+    tenant.save(update_fields=["name"])
+    Budget.objects.create(tenant=tenant, from_month=month_start(timezone.now()),
+                          monthly_amount=Decimal("100.00"), set_by=finance_user)
+    spend("40")
+    then = client.get(url).content.decode()
+    assert then.index("Aardvark Labs") < then.index("Zebra Acme")
+    assert 'id="budget-acme" name="amount" inputmode="decimal" size="10" value="100.00"' in then
+    assert "EUR\u00a040.00" in then
+    Tenant.objects.bulk_create([Tenant(slug=f"bulk-{i}", name=f"Bulk {i:02}")
+                                for i in range(60)])
+    paged = client.get(url).content.decode()
+    assert f"Tenants 1–50 of {Tenant.objects.count()} " in paged and "Zebra Acme" not in paged
+    assert "Zebra Acme" in client.get(url, {"page": 2}).content.decode()
