@@ -14,9 +14,10 @@ from decimal import Decimal
 from django.db.models import Q, QuerySet
 
 from fleet.domain import devices_text
-from fleet.models import Allocation
+from fleet.models import Allocation, Pool
 from tenants.access import billing_scope
 from tenants.kept_reads import kept_across_requests, key_of
+from tenants.models import Tenant
 
 from .models import StrandedFinding
 
@@ -165,10 +166,7 @@ def open_stranded_device_hours(now: dt.datetime) -> list[dict]:
     """Per tenant, pool and kind: the open findings' stranded devices, their device-hours
     so far (since the window that showed them) and their cost per day, for /metrics."""
     sums: dict[tuple[str, str, str], list[Decimal]] = {}
-    for slug, pool, kind, since, devices, cost in F.objects.filter(
-            status=F.Status.OPEN).values_list("tenant__slug", "pool__slug", "kind",
-                                              "stranded_since", "stranded_devices",
-                                              "cost_per_day"):
+    for slug, pool, kind, since, devices, cost in _open_findings():
         hours = Decimal(devices) * Decimal(max(0.0, (now - since).total_seconds())) / 3600
         acc = sums.setdefault((slug, pool, kind), [Decimal(0)] * 3)
         acc[0] += devices
@@ -179,11 +177,22 @@ def open_stranded_device_hours(now: dt.datetime) -> list[dict]:
             for (t, p, k), v in sorted(sums.items())]
 
 
-def given_back_devices() -> list[dict]:
+@kept_across_requests(F, Tenant, Pool)
+def _open_findings() -> tuple[tuple, ...]:
+    """The open findings as /metrics sums them (tenant, pool, kind, stranded since, devices,
+    cost per day), kept until a finding, tenant or pool is written: their device-hours are
+    reckoned from them at each scrape."""
+    return tuple(F.objects.filter(status=F.Status.OPEN).values_list(
+        "tenant__slug", "pool__slug", "kind", "stranded_since", "stranded_devices",
+        "cost_per_day"))
+
+
+@kept_across_requests(F, Tenant, Pool, freeze=pickle.dumps, thaw=pickle.loads)
+def given_back_devices() -> tuple[dict, ...]:
     """Per tenant and pool: the devices accepted findings gave back (released or shrunk),
-    ever, for /metrics."""
+    ever, for /metrics; kept until a finding, tenant or pool is written."""
     sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for slug, pool, devices in F.objects.filter(given_back_devices__gt=0).values_list(
             "tenant__slug", "pool__slug", "given_back_devices"):
         sums[(slug, pool)] += devices
-    return [{"tenant": t, "pool": p, "devices": d} for (t, p), d in sorted(sums.items())]
+    return tuple({"tenant": t, "pool": p, "devices": d} for (t, p), d in sorted(sums.items()))

@@ -201,12 +201,16 @@ def test_findings_are_shown_where_people_already_look(client, lead, admin_user, 
 
 def test_metrics_count_what_was_given_back(client, lead, findings):
     mine, _ = findings
+    before = client.get("/metrics").content.decode()  # kept until a finding is written
+    assert "aifactory_stranded_given_back_devices{" not in before
+    assert f'aifactory_stranded_devices{{tenant="{mine.tenant.slug}"' in before
     client.force_login(lead)
     with TestCase.captureOnCommitCallbacks(execute=True):
         client.post(f"/stranded/{mine.pk}/answer/", {"decision": "accept"})
     text = client.get("/metrics").content.decode()
     assert (f'aifactory_stranded_given_back_devices{{tenant="{mine.tenant.slug}",'
             f'pool="{mine.pool.slug}"}} {mine.stranded_devices:.4f}') in text
+    assert f'aifactory_stranded_devices{{tenant="{mine.tenant.slug}"' not in text  # answered
 
 
 def test_a_move_to_mig_is_converted_into_a_new_request_the_lead_files(client, lead, tenant,
