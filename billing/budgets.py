@@ -19,6 +19,7 @@ from tenants.fields import decimal_for_column
 from tenants.kept_reads import kept_across_requests, key_of
 from tenants.models import Tenant
 from tenants.notifications import Kind, finance_people, notify, tenant_leads
+from tenants.paging import Window
 
 from .domain import (
     HOUR,
@@ -90,15 +91,10 @@ def _spend_against_budgets(tenant_ids: tuple[int, ...], month: dt.date):
             rolled_up_until(month))
 
 
-class TenantsByName:
+def tenants_by_name() -> Window:
     """Every tenant by name, as Paginator pages the budgets page: its count and each page
     kept across reading requests until a tenant is written."""
-
-    def count(self) -> int:
-        return _tenant_count()
-
-    def __getitem__(self, window: slice) -> list[Tenant]:
-        return _tenants_by_name(window.start, window.stop)
+    return Window(_tenant_count, _tenants_by_name)
 
 
 @kept_across_requests(Tenant)

@@ -324,7 +324,7 @@ def budgets(request):
         except services.BillingError as exc:
             errors[tenant.slug] = exc.message
 
-    page = Paginator(budget_service.TenantsByName(), 50).get_page(
+    page = Paginator(budget_service.tenants_by_name(), 50).get_page(
         request.GET.get("page") or request.POST.get("page"))
     rows = budget_service.budgets_overview(timezone.now(), page.object_list)
     return render(request, "billing/budgets.html", {

@@ -24,6 +24,7 @@ from tenants.fields import StrictIntegerField
 from tenants.idempotency import IdempotentWritesMixin
 from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
+from tenants.paging import Window
 from tenants.plain_rows import PlainRowsList
 
 from .allocations.moves import allocation_move_off
@@ -139,20 +140,6 @@ def listed_allocations(scope: tuple[int, ...] | None, status: str, start: int, s
         rows, many=True, context={"platform_admin": admin}).data]
 
 
-class ListedAllocations:
-    """The list as LimitOffsetPagination counts and slices it: one kept read each."""
-
-    def __init__(self, scope: tuple[int, ...] | None, status: str, admin: bool):
-        self.scope, self.status, self.admin = scope, status, admin
-
-    def count(self) -> int:
-        return allocations_counted(self.scope, self.status)
-
-    def __getitem__(self, window: slice) -> list[dict]:
-        return listed_allocations(self.scope, self.status, window.start or 0, window.stop,
-                                  self.admin)
-
-
 class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                         mixins.RetrieveModelMixin,
                         viewsets.GenericViewSet):
@@ -173,9 +160,11 @@ class AllocationViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
 
     def list(self, request, *args, **kwargs):
         status = request.query_params.get("status")
-        rows = ListedAllocations(tenant_scope(request.user),
-                                 status if status in Allocation.Status.values else "",
-                                 roles_for(request.user).platform_admin)
+        scope, status = (tenant_scope(request.user),
+                         status if status in Allocation.Status.values else "")
+        admin = roles_for(request.user).platform_admin
+        rows = Window(lambda: allocations_counted(scope, status), lambda start, stop:
+                      listed_allocations(scope, status, start, stop, admin))
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(page) if page is not None else Response(rows[0:None])
 

@@ -21,6 +21,7 @@ from tenants.audit import REASON_MAX
 from tenants.idempotency import IdempotentWritesMixin
 from tenants.kept_reads import kept_across_requests
 from tenants.models import Tenant
+from tenants.paging import Window
 from tenants.plain_rows import PlainRowsList
 
 from . import services
@@ -165,16 +166,6 @@ def listed_requests(scope: tuple[int, ...] | None, status: str, start: int, stop
     return [dict(row) for row in CapacityRequestSerializer(qs[start:stop], many=True).data]
 
 
-class ListedRequests:
-    """The list as LimitOffsetPagination slices it: one kept read per window."""
-
-    def __init__(self, scope: tuple[int, ...] | None, status: str):
-        self.scope, self.status = scope, status
-
-    def __getitem__(self, window: slice) -> list[dict]:
-        return listed_requests(self.scope, self.status, window.start or 0, window.stop)
-
-
 class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
                              mixins.RetrieveModelMixin, mixins.CreateModelMixin,
                              mixins.DestroyModelMixin, viewsets.GenericViewSet):
@@ -197,8 +188,10 @@ class CapacityRequestViewSet(IdempotentWritesMixin, mixins.ListModelMixin,
 
     def list(self, request, *args, **kwargs):
         status = request.query_params.get("status")
-        rows = ListedRequests(tenant_scope(request.user),
-                              status if status in Status._value2member_map_ else "")
+        scope, status = (tenant_scope(request.user),
+                         status if status in Status._value2member_map_ else "")
+        # Counted by TalliedRequestPagination from the tally; each window one kept read.
+        rows = Window(None, lambda start, stop: listed_requests(scope, status, start, stop))
         page = self.paginate_queryset(rows)
         return self.get_paginated_response(page) if page is not None else Response(rows[0:None])
 

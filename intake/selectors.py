@@ -39,6 +39,7 @@ from fleet.models import (
 )
 from tenants.kept_reads import Until, keeping, kept_across_requests
 from tenants.models import AuditEvent, Tenant
+from tenants.paging import Window
 from tenants.per_request import once_per_request
 
 from .domain import (
@@ -659,20 +660,8 @@ def queue_page(f: ReviewQueueFilter, number, per_page: int, *, now: dt.datetime)
         return Paginator(queued_requests(f, now=now).only(*QUEUE_ROW_FIELDS),
                          per_page).get_page(number)
     count = _queue_count(f) if f.route else counted_in_tally(f.status, f.tenant_id)
-    return Paginator(QueueWindow(f, count), per_page).get_page(number)
-
-
-class QueueWindow:
-    """The queue as Paginator pages it, its number of rows known: each page one kept read."""
-
-    def __init__(self, f: ReviewQueueFilter, count: int):
-        self.f, self._count = f, count
-
-    def count(self) -> int:
-        return self._count
-
-    def __getitem__(self, window: slice) -> list[CapacityRequest]:
-        return _queue_rows(self.f, window.start, window.stop)
+    return Paginator(Window(count, lambda start, stop: _queue_rows(f, start, stop)),
+                     per_page).get_page(number)
 
 
 @kept_across_requests(CapacityRequest, Tenant, Pool, freeze=pickle.dumps, thaw=pickle.loads)
@@ -701,17 +690,3 @@ def request_list_rows(scope: tuple[int, ...] | None, status: str, tenant_slug: s
     if tenant_slug:
         qs = qs.filter(tenant__slug=tenant_slug)
     return tuple(request_rows([r]) for r in qs[start:stop])
-
-
-class RequestListWindow:
-    """The requests list as Paginator pages it, its number of rows known (the tally): each
-    page one kept read of its rows' markup."""
-
-    def __init__(self, scope, status: str, tenant_slug: str, count: int):
-        self.key, self._count = (scope, status, tenant_slug), count
-
-    def count(self) -> int:
-        return self._count
-
-    def __getitem__(self, window: slice) -> tuple[SafeString, ...]:
-        return request_list_rows(*self.key, window.start, window.stop)

@@ -29,6 +29,7 @@ from tenants.access import (
 )
 from tenants.markup import html_join
 from tenants.models import Tenant
+from tenants.paging import Window
 from tenants.widgets import tenant_filter_html
 
 from . import services
@@ -49,7 +50,6 @@ from .renderers import review_rows
 from .selectors import (
     REVIEW_PAGE_SIZE,
     AllocationPanel,
-    RequestListWindow,
     ReviewQueueFilter,
     active_pools_facts,
     allocation_panel,
@@ -61,6 +61,7 @@ from .selectors import (
     plan_for_request,
     queue_page,
     request_events,
+    request_list_rows,
     request_on_page,
     small_cell_comparison,
     why_not_yet,
@@ -108,8 +109,9 @@ def request_list(request):
         status = ""  # an unknown status filters nothing
     tenant = request.GET.get("tenant", "")
     counts = request_counts(request.user, tenant_slug=tenant)
-    window = RequestListWindow(tenant_scope(request.user), status, tenant,
-                               counts.get(status, 0) if status else sum(counts.values()))
+    scope = tenant_scope(request.user)
+    window = Window(counts.get(status, 0) if status else sum(counts.values()),
+                    lambda start, stop: request_list_rows(scope, status, tenant, start, stop))
     page = Paginator(window, 25).get_page(request.GET.get("page"))
     template = "intake/request_list.html"
     if request.htmx:
