@@ -84,8 +84,8 @@ def flagged_allocations() -> tuple[FlaggedAllocation, ...]:
     kept across reading requests until an allocation, tenant or pool is written."""
     return tuple(FlaggedAllocation(*row) for row in (
         Allocation.objects.exclude(flagged_reason="").filter(status__in=Allocation.HOLDING)
-        .order_by("pk").values_list("tenant__name", "namespace", "pool__name",
-                                    "flagged_reason")))
+        .order_by("-created_at", "-id")  # newest first, as the fleet page always had them
+        .values_list("tenant__name", "namespace", "pool__name", "flagged_reason")))
 
 
 def allocations_on(node):

@@ -349,3 +349,22 @@ def test_a_fleet_no_sync_has_seen_lately_says_it_may_be_out_of_date(client, admi
     assert "out of date" not in client.get(reverse("fleet:fleet")).content.decode()
     GpuNode.objects.update(last_synced_at=timezone.now() - 3 * every - dt.timedelta(seconds=5))
     assert "out of date" in client.get(reverse("fleet:fleet")).content.decode()
+
+
+def test_flagged_allocations_are_listed_newest_first(client, admin_user, tenant, pools):
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from fleet.models import Allocation
+
+    for namespace in ("acme-older", "acme-newer"):
+        Allocation.objects.create(
+            tenant=tenant, pool=pools[Route.SHARED_POOL], route=Route.SHARED_POOL,
+            whole_devices=1, device_equivalents=Decimal(1), namespace=namespace,
+            status="active", starts_at=timezone.now() - dt.timedelta(days=1),
+            flagged_reason=f"capacity lost under {namespace}")
+    client.force_login(admin_user)
+    body = client.get(reverse("fleet:fleet")).content.decode()
+    assert body.index("<code>acme-newer</code>") < body.index("<code>acme-older</code>")
