@@ -70,6 +70,16 @@ def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_u
     allocation = page.locator("#allocation")
     expect(allocation).to_contain_text(re.compile(r"(\d+) of \1 object\(s\) applied"))
     shot(page, "approved-and-provisioned")
+    # The actions' buttons sit on one line: a confirm step's button ("Release now…") is as
+    # high as the plain ones beside it (a summary's margin once moved it 5 px up).
+    boxes = page.evaluate("""() => [...document.querySelectorAll(
+        '#allocation .actions > a.button, #allocation .actions > form .button,'
+        + ' #allocation .actions > details > summary')].map(b => {
+            const r = b.getBoundingClientRect(); return [b.textContent.trim(), r.top, r.bottom];
+        })""")
+    assert any(label.startswith("Release") for label, _, _ in boxes), boxes
+    assert {round(top) for _, top, _ in boxes} == {round(boxes[0][1])}, boxes
+    assert {round(bottom) for _, _, bottom in boxes} == {round(boxes[0][2])}, boxes
     page.click("text=Kubernetes objects")
     expect(page.locator("h1")).to_have_text("Kubernetes objects")
     expect(page.locator("details.manifest").first).to_contain_text("Namespace")
