@@ -19,11 +19,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from urllib.parse import quote
 
-from django.utils.formats import localize
+from django.utils.formats import date_format, localize
 from django.utils.safestring import SafeString
 
 from fleet.inventory.pricing import money_text
 from tenants.markup import escaped, html_format, html_join
+
+from .domain import hours_text
 
 EMPTY_CELL = '<td><span class="muted">—</span></td>'  # a month without figures
 AMOUNT_CELL = '<td><a href="{}">{}</a></td>'  # the month's amount, linked to its statement
@@ -52,6 +54,26 @@ def tenant_rows(table: Iterable[dict]) -> SafeString:
                     else html_format("{}%", localize(r["utilisation"])),
                     r["allocated"], r["used"], r["idle"], month_cells(r["cells"]))
         for r in table)
+
+
+MONTH_HEAD = '<th scope="col">{}</th>'
+TOTAL_ROW = ('<tfoot><tr><th scope="row">Total</th><td><strong>{}</strong></td><td>{}</td>'
+             '<td>{}</td><td>{}</td><td>{}</td>{}</tr></tfoot>')
+MONTH_TOTAL = '<td>{}</td>'
+
+
+def month_heads(months: Iterable) -> SafeString:
+    """The overview's month column headers ("Nov 2026"), as the date filter writes them."""
+    return html_join(html_format(MONTH_HEAD, date_format(m, "M Y")) for m in months)
+
+
+def total_row(grand: Mapping, totals: Iterable[Mapping], currency: str) -> SafeString:
+    """The overview's footer: the grand total's six figures, then each month's charge."""
+    return html_format(
+        TOTAL_ROW, money_text(grand["amount"], currency),
+        "—" if grand["utilisation"] is None else html_format("{}%", localize(grand["utilisation"])),
+        hours_text(grand["allocated_h"]), hours_text(grand["used_h"]), hours_text(grand["idle_h"]),
+        html_join(html_format(MONTH_TOTAL, money_text(t["amount"], currency)) for t in totals))
 
 
 DASH = '<span class="muted">—</span>'

@@ -7,13 +7,16 @@ import pickle
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.conf import settings
+from django.core.paginator import Page
 from django.db import connection
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import TruncDay
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
 from fleet.domain import Route
 from fleet.inventory.pricing import money, money_text
@@ -26,7 +29,7 @@ from . import budgets
 from .cluster_usage import CENT
 from .clusters import split_exactly
 from .domain import POLICIES, SECONDS_PER_HOUR, hours_text, month_bounds, month_start, utilisation
-from .figures import FIGURE_MODELS, apply_sums_to_overview, month_totals
+from .figures import FIGURE_MODELS, apply_sums_to_overview, grand_total, month_totals
 from .figures import hours as to_hours
 from .focus import AdjustmentCharge, ChargeDay, ClusterDay, by_cluster, cents_by_day
 from .models import (
@@ -36,7 +39,7 @@ from .models import (
     UsageHour,
     UsageMonth,
 )
-from .renderers import tenant_rows
+from .renderers import month_heads, tenant_rows, total_row
 
 
 @dataclass
@@ -382,20 +385,50 @@ def budget_view(tenant_ids, q: str, rows, route: str = ""):
     return budgets.status_for(ids.pop(), timezone.now())
 
 
+class OverviewReport(NamedTuple):
+    """The finance overview's figures for one set of filters, as the page shows them: which
+    page of how many tenants, the page's rows when the filters leave one tenant (its budget
+    shows beside them), the month totals of every tenant the filters leave and their grand
+    total, those tenants (None: no filter), and the table's markup. Small on purpose: it is
+    thawed on every view (the page's 50 rows of decimals were most of the thaw)."""
+
+    number: int
+    count: int
+    per_page: int
+    single: list
+    totals: list[dict]
+    grand: dict
+    filtered: tuple[int, ...] | None
+    rows_html: SafeString
+    month_heads: SafeString
+    total_row: SafeString
+
+
 @kept_across_requests(*FIGURE_MODELS, freeze=pickle.dumps, thaw=pickle.loads)
-def overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, ...], route: str,
-                    q: str, sort: str, page: str | None):
-    """The finance overview's page of tenants with their figures, the month totals of every
-    tenant the filters leave, those tenants (None: no filter), and the page's rows as
-    markup: (page, rows, totals, filtered, rows_html). Kept across reading requests until a
-    write to what it sums (the markup too: it is only the figures, formatted)."""
+def _overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, ...], route: str,
+                     q: str, sort: str, page: str | None) -> OverviewReport:
+    """Kept across reading requests until a write to what it sums (the markup too: it is
+    only the figures, formatted)."""
     months = list(months)
     current, rows = overview_page(tenant_ids, months, route=route, q=q, sort=sort, page=page)
     totals = [{"month": m} for m in months]
-    filtered = None if not q and tenant_ids is None else filtered_tenant_ids(
-        tenant_ids, months, route=route, q=q)
+    filtered = None if not q and tenant_ids is None else tuple(filtered_tenant_ids(
+        tenant_ids, months, route=route, q=q))
     # The rows shown from their own figures; the month totals of every tenant the filters
     # leave summed by the database (billing.figures.month_totals: the same roundings).
     apply_sums_to_overview(rows, totals, months, route=route, month_sums=month_totals(
         tenant_ids=filtered, months=months, route=route))
-    return current, rows, totals, filtered, tenant_rows(tenant_table(rows, months))
+    grand = grand_total(totals)
+    count = current.paginator.count
+    return OverviewReport(
+        number=current.number, count=count, per_page=current.paginator.per_page,
+        single=rows if count == 1 else [], totals=totals, grand=grand, filtered=filtered,
+        rows_html=tenant_rows(tenant_table(rows, months)), month_heads=month_heads(months),
+        total_row=total_row(grand, totals, settings.PORTAL_CURRENCY) if rows else SafeString(""))
+
+
+def overview_report(tenant_ids: tuple[int, ...] | None, months: tuple[dt.date, ...], route: str,
+                    q: str, sort: str, page: str | None) -> tuple[Page, OverviewReport]:
+    """The finance overview's report for the filters, and its page for the pager."""
+    report = _overview_report(tenant_ids, months, route, q, sort, page)
+    return known_page([], report.count, report.number, report.per_page), report

@@ -31,7 +31,6 @@ from .domain import final_label, month_start, parse_month, rate_reprices
 from .exports import statement_document, statement_response
 from .figures import (
     apply_to_overview,
-    grand_total,
     month_figures,
     tenant_month,
 )
@@ -93,25 +92,22 @@ def finance_overview(request):
             return _csv(rows, months)
         return _focus(tenant_ids, months, f["route"], {r.slug for r in rows} if f["q"] else None)
     # The numbers shown are the one number of billing.figures (statement = page = exports).
-    page, rows, totals, filtered, rows_html = overview_report(
+    page, report = overview_report(
         key_of(tenant_ids), tuple(months), f["route"], f["q"], f["sort"], request.GET.get("page"))
-    budget = budget_view(tenant_ids, f["q"], rows if page.paginator.count == 1 else [],
-                         f["route"])
+    budget = budget_view(tenant_ids, f["q"], report.single, f["route"])
     # htmx swaps the whole report (cards, chart, table, export links): filters apply to all.
     template = "billing/overview.html" + ("#report" if request.htmx else "")
     return render(request, template, {
         # The form shows what is in force: a value that was ignored shows its default.
-        "filters": OverviewFilters({k: str(v) for k, v in f.items()}) if filters.errors
-        else filters, "query": filters.query(),
+        "filter_fields": filters.shown(), "query": filters.query(),
         "filter_errors": [(str(filters.fields[n].label or n.capitalize()) if n in filters.fields
                            else n, " ".join(e)) for n, e in filters.errors.items()],
-        "rows": rows, "rows_html": rows_html, "page": page,
-        "months": months, "totals": totals, "sort": f["sort"], "route": f["route"],
-        "q": f["q"], "n_months": len(months), "grand": grand_total(totals), "budget": budget,
-        "this_month": this_month(filtered, timezone.now())
+        "report": report, "page": page, "sort": f["sort"], "route": f["route"],
+        "q": f["q"], "n_months": len(months), "grand": report.grand, "budget": budget,
+        "this_month": this_month(report.filtered, timezone.now())
         if roles_for(request.user).sees_all_tenants and not f["route"] else None,
         "route_label": dict(Route.choices).get(f["route"], ""),
-        "chart": month_chart(totals, budget=budget),
+        "chart": month_chart(report.totals, budget=budget),
     })
 
 

@@ -94,7 +94,7 @@ def test_the_overview_page_shows_the_totals_of_every_tenant(world, client, finan
     """The page reads figures for its own rows only; its month totals are every tenant's."""
     client.force_login(finance_user)
     response = client.get("/billing/?months=6")
-    totals = {t["month"]: t for t in response.context["totals"]}
+    totals = {t["month"]: t for t in response.context["report"].totals}
     want = monthly(month_figures(months=MONTHS))
     for month in MONTHS:
         assert totals[month]["amount"] == want[month]["amount"]

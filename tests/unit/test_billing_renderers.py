@@ -144,3 +144,60 @@ def test_budget_rows_are_the_templates(page, currency, token):
                       errors=errors, confirm=confirm, posted=posted)
     assert isinstance(got, SafeString)
     assert got == want
+
+
+# The overview's month headers and footer as the template had them.
+HEAD_AND_FOOT = (
+    '{% load portal_extras %}{% for m in months %}<th scope="col">{{ m|date:"M Y" }}</th>'
+    '{% endfor %}|<tfoot><tr><th scope="row">Total</th><td><strong>{{ grand.amount|money }}'
+    '</strong></td><td>{% if grand.utilisation is not None %}{{ grand.utilisation }}%'
+    '{% else %}—{% endif %}</td><td>{{ grand.allocated_h|hours }}</td><td>'
+    '{{ grand.used_h|hours }}</td><td>{{ grand.idle_h|hours }}</td>{% for t in totals %}'
+    '<td>{{ t.amount|money }}</td>{% endfor %}</tr></tfoot>')
+
+hours_st = st.decimals(min_value=0, max_value=10**9, places=4, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(months=st.lists(st.dates(), max_size=12),
+       amounts=st.lists(st.decimals(min_value=-10**9, max_value=10**9, places=2,
+                                    allow_nan=False), max_size=12),
+       allocated=hours_st, used=hours_st,
+       util=st.none() | st.decimals(min_value=0, max_value=100, places=1, allow_nan=False))
+def test_month_heads_and_total_row_are_the_templates(months, amounts, allocated, used, util):
+    from django.conf import settings as dj
+
+    from billing.renderers import month_heads, total_row
+
+    totals = [{"amount": a} for a in amounts]
+    grand = {"amount": sum(amounts), "utilisation": util, "allocated_h": allocated,
+             "used_h": used, "idle_h": allocated - used}
+    want = Template(HEAD_AND_FOOT).render(Context({"months": months, "grand": grand,
+                                                   "totals": totals}))
+    got = month_heads(months) + "|" + total_row(grand, totals, dj.PORTAL_CURRENCY)
+    assert got == want
+
+
+@settings(max_examples=80, deadline=None)
+@given(q=st.none() | st.text(max_size=30), route=st.none() | st.sampled_from(
+    ["", "shared_pool", "mig_vcluster", "bogus"]), months=st.none() | st.sampled_from(
+    ["3", "6", "12", "7", "x"]), sort=st.none() | st.sampled_from(["amount", "name", "?"]))
+def test_the_filter_bar_is_the_forms_own_markup(q, route, months, sort):
+    """The filter bar rendered once per set of values is what the form's template loop
+    renders: the values given, or every value in force where one was ignored."""
+    from django.http import QueryDict
+
+    from billing.forms import OverviewFilters
+
+    data = QueryDict(mutable=True)
+    for name, value in (("q", q), ("route", route), ("months", months), ("sort", sort)):
+        if value is not None:
+            data[name] = value
+    for name, value in OverviewFilters.DEFAULTS.items():
+        data.setdefault(name, str(value))
+    filters = OverviewFilters(data)
+    shown = (OverviewFilters({k: str(v) for k, v in filters.values().items()})
+             if filters.errors else filters)
+    want = Template("{% for field in filters %}<label>{{ field.label }} {{ field }}</label>"
+                    "{% endfor %}").render(Context({"filters": shown}))
+    assert filters.shown() == want
