@@ -249,6 +249,10 @@ class KueueController:
         return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "kueue",
                 *argv]
 
+    def raise_if_dead(self) -> None:
+        if self._proc is not None:
+            self._proc.raise_if_dead()
+
     def log_tail(self, lines: int = 40) -> str:
         path = self.workdir / "kueue.log"
         return "\n".join(path.read_text().splitlines()[-lines:]) if path.exists() else ""

@@ -137,7 +137,15 @@ def test_benchmark_provisioning_against_kubectl(control_plane, admin_kube, porta
         requests_portal = api_requests(admin_kube) - requests_before
         rss = worker_rss_mib(worker)
         if FIRST_JOBS:
-            eventually(tenants.finished, timeout=180)
+            def first_jobs_admitted() -> None:
+                kueue.raise_if_dead()
+                tenants.finished()
+
+            try:
+                eventually(first_jobs_admitted, timeout=180)
+            except AssertionError as exc:  # say what Kueue made of them
+                raise AssertionError(f"{exc}\n{first_jobs.stuck()}\nKueue's log, last lines:\n"
+                                     f"{kueue.log_tail(60)}") from exc
     finally:
         tenants.stop.set()
         if tenants.is_alive():
@@ -308,6 +316,21 @@ class FirstJobs:
 
     def done(self) -> bool:
         return len(self.submitted) == self.expected and not self.jobs
+
+    def stuck(self, most: int = 5) -> str:
+        """The first Jobs still waiting, each with its Workload's conditions as Kueue wrote
+        them (or that it has none), for a failure to say where they stopped."""
+        workloads = {(wl["metadata"]["namespace"], (wl["metadata"].get("ownerReferences")
+                                                    or [{}])[0].get("name", "")): wl
+                     for wl in self.admin.list(*WORKLOADS)}
+        lines = []
+        for key in sorted(self.jobs)[:most]:
+            wl = workloads.get(key)
+            said = "no Workload" if wl is None else "; ".join(
+                f"{c['type']}={c['status']} ({c.get('reason')}: {c.get('message', '')[:160]})"
+                for c in (wl.get("status") or {}).get("conditions") or []) or "no conditions"
+            lines.append(f"  {key[0]}/{key[1]}: {said}")
+        return "first Jobs waiting:\n" + "\n".join(lines)
 
     def all_admitted(self) -> None:
         assert self.done(), f"{len(self.jobs)} first Jobs not admitted: {sorted(self.jobs)[:5]}"
