@@ -74,9 +74,10 @@ class CapacityRequestForm(forms.ModelForm):
                 data[name] = value.pk if hasattr(value, "pk") else value
         return data
 
-    def __init__(self, *args, tenants=None, **kwargs):
+    def __init__(self, *args, tenants=None, offered=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["tenant"].queryset = tenants if tenants is not None else Tenant.objects.none()
+        self.fields["tenant"].offered = offered  # the same tenants, read already
         models = sorted({pool.gpu_model for pool in active_pools()})  # kept while reading
         self.fields["gpu_model"].choices = [("", "Any model the route's pool offers")] + [
             (m, m) for m in models]

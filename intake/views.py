@@ -30,7 +30,7 @@ from tenants.access import (
 from tenants.markup import html_join
 from tenants.models import Tenant
 from tenants.paging import Window
-from tenants.widgets import tenant_filter_html
+from tenants.widgets import tenant_filter_html, tenants_of
 
 from . import services
 from .domain import (
@@ -130,8 +130,10 @@ def request_new(request):
     if not roles_for(request.user).lead_of:
         raise PermissionDenied("Only team leads file capacity requests.")
     tenants = _lead_tenants(request.user)
-    initial = _prefill(request, tenants)
-    form = CapacityRequestForm(request.POST or None, tenants=tenants, initial=initial)
+    offered = tenants_of(tuple(sorted(roles_for(request.user).lead_of)))  # kept: no query
+    initial = _prefill(request, offered)
+    form = CapacityRequestForm(request.POST or None, tenants=tenants, offered=offered,
+                               initial=initial)
     # A pre-filled form (a finding's "convert") previews its route at once; its answers
     # are still only checked when the lead files them.
     preview = form if request.method != "GET" or len(initial) == 1 else CapacityRequestForm(
@@ -163,14 +165,17 @@ PREFILLED = ("title", "workload_kind", "isolation_origin", "device_fill", "whole
              "replicas", "mig_profile", "memory_gb", "gpu_model", "justification")
 
 
-def _prefill(request, tenants) -> dict:
-    initial = {"tenant": tenants.first()}
+def _prefill(request, offered: list) -> dict:
+    """The form's first answers: the first of the lead's tenants (`offered`), or the one a
+    link names among them, and a link's pre-filled answers."""
+    initial = {"tenant": offered[0] if offered else None}
     if request.method != "GET":
         return initial
     initial |= {name: request.GET[name][:2000] for name in PREFILLED if name in request.GET}
     tenant = request.GET.get("tenant", "")
     if tenant.isascii() and tenant.isdigit() and len(tenant) <= 18:
-        initial["tenant"] = tenants.filter(pk=int(tenant)).first() or initial["tenant"]
+        initial["tenant"] = next((t for t in offered if t.pk == int(tenant)),
+                                 initial["tenant"])
     return initial
 
 

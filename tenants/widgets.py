@@ -5,6 +5,8 @@ kept across reading requests until a tenant is written (tenant_options)."""
 
 from __future__ import annotations
 
+import pickle
+
 from django import forms
 from django.forms.models import ModelChoiceIterator
 from django.forms.utils import flatatt
@@ -97,7 +99,8 @@ class ReadOnceChoiceIterator(ModelChoiceIterator):
 
     def rows(self) -> list:
         if "_rows" not in self.__dict__:
-            self._rows = list(self.queryset)
+            offered = self.field.offered
+            self._rows = list(self.queryset if offered is None else offered)
         return self._rows
 
     def __iter__(self):
@@ -114,5 +117,17 @@ class ReadOnceChoiceIterator(ModelChoiceIterator):
 
 
 class ReadOnceModelChoiceField(forms.ModelChoiceField):
+    """`offered`: the queryset's rows when the view has them already (a kept read of the
+    same rows, tenants_of): the options are those, not read again. A value sent is still
+    looked up in the queryset."""
+
     iterator = ReadOnceChoiceIterator
+    offered: list | None = None
+
+
+@kept_across_requests(Tenant, freeze=pickle.dumps, thaw=pickle.loads)
+def tenants_of(ids: tuple[int, ...]) -> list[Tenant]:
+    """The tenants `ids` (a lead's: tenants.access.Roles.lead_of, sorted) in the order a
+    Tenant queryset lists them (by name), kept until a tenant is written."""
+    return list(Tenant.objects.filter(pk__in=ids).order_by("name", "pk"))
 

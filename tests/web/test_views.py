@@ -636,3 +636,26 @@ def test_a_retired_allocation_shows_no_applied_bar(client, lead, approved):
     gone = client.get(reverse("intake:allocation", args=[approved.pk])).content.decode()
     assert applied not in gone and 'role="progressbar"' not in gone
     assert "Retired: nothing of it is left in the cluster." in gone
+
+
+def test_the_form_offers_the_leads_tenants_as_they_are_now(client, tenant, other_tenant, lead,
+                                                           pools):
+    """The tenant choice offers every tenant the lead leads and no other, pre-selects the
+    one a link names among them, and shows a tenant's new name on the next view."""
+    from tenants.models import Membership, Tenant
+
+    third = Tenant.objects.create(slug="initech", name="Initech")
+    client.force_login(lead)
+    body = client.get(reverse("intake:new")).content.decode()
+    assert f'<option value="{tenant.pk}" selected>{tenant.name}</option>' in body
+    assert f'value="{other_tenant.pk}"' not in body and f'value="{third.pk}"' not in body
+    Membership.objects.create(user=lead, tenant=other_tenant, role=Membership.Role.LEAD)
+    body = client.get(reverse("intake:new"), {"tenant": other_tenant.pk}).content.decode()
+    assert f'<option value="{other_tenant.pk}" selected>{other_tenant.name}</option>' in body
+    assert f'<option value="{tenant.pk}">' in body and f'value="{third.pk}"' not in body
+    # A link naming a tenant the lead does not lead pre-selects the first of theirs.
+    body = client.get(reverse("intake:new"), {"tenant": third.pk}).content.decode()
+    assert f'value="{third.pk}"' not in body and " selected>" in body
+    Tenant.objects.filter(pk=other_tenant.pk).update(name="Globex Renamed")
+    body = client.get(reverse("intake:new")).content.decode()
+    assert ">Globex Renamed</option>" in body
