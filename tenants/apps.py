@@ -7,4 +7,9 @@ class TenantsConfig(AppConfig):
 
     def ready(self) -> None:
         # The write watch on every connection; `__any`; the sign-in receiver.
+        from django.contrib.auth import get_user_model
+
         from . import kept_reads, lookups, receivers  # noqa: F401
+
+        # Written at every sign-in and shown by no kept read.
+        kept_reads.unread_columns(get_user_model(), "last_login")

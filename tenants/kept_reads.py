@@ -7,7 +7,8 @@ table renews that table's mark — at once, and again when its transaction commi
 wrapper on every database connection (`watch_writes`), so no writer can forget: `save`,
 `update`, `bulk_create`, many-to-many sets, raw SQL and migrations all pass through it
 (COPY, which passes Django's cursor, is reported by tenants.bulk; what a database trigger
-writes is declared by the app that owns it, `triggers_write`). A
+writes is declared by the app that owns it, `triggers_write`; columns no kept read shows,
+`unread_columns`). A
 kept read checks its tables' marks in one cache round trip and is built again when any has
 moved. The order makes it safe: the marks are read before the build, so an entry built
 from data a commit has just replaced carries the marks that commit's renewal retires.
@@ -93,6 +94,29 @@ def triggers_write(on, written) -> None:
     _TRIGGERED[table] = _TRIGGERED.get(table, frozenset()) | {written._meta.db_table}
 
 
+# Table → columns no kept read shows: an UPDATE of that table that sets only those moves
+# no mark (the sign-in's `last_login`, written on every sign-in, once retired every kept
+# read of a request, a statement or a list that names its requester).
+_UNREAD: dict[str, frozenset[str]] = {}
+_SET_ONLY = re.compile(r'UPDATE "(\w+)" SET ((?:"\w+" = %s)(?:, "\w+" = %s)*) '
+                       r'WHERE "\1"\."\w+" = %s$')
+
+
+def unread_columns(model, *columns: str) -> None:
+    """Say that no kept read shows these columns of `model`'s table (so none may declare a
+    build that shows them): writing only these renews no mark."""
+    table = model._meta.db_table
+    _UNREAD[table] = _UNREAD.get(table, frozenset()) | frozenset(columns)
+
+
+def _sets_only_unread(sql: str) -> bool:
+    found = _SET_ONLY.match(sql) if _UNREAD else None
+    if found is None or found.group(1) not in _UNREAD:
+        return False
+    columns = {part.split('"')[1] for part in found.group(2).split(", ")}
+    return columns <= _UNREAD[found.group(1)]
+
+
 def tables_in(sql: str) -> frozenset[str]:
     """The portal's tables a statement names (anywhere in it: a write renews every table it
     mentions, which may be more than it writes, never fewer)."""
@@ -103,6 +127,8 @@ def tables_in(sql: str) -> frozenset[str]:
 def _written_by(sql: str) -> frozenset[str]:
     if _ANY_TABLE.match(_head(sql)):
         return _known_tables()
+    if _sets_only_unread(sql):
+        return frozenset()
     tables = tables_in(sql)
     for table in tables & _TRIGGERED.keys():
         tables |= _TRIGGERED[table]

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from decimal import Decimal
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -353,3 +354,44 @@ def test_the_fleet_page_shows_a_node_changed_since_it_was_last_viewed(client, po
     GpuNode.objects.filter(pk=node.pk).update(name="renamed-by-a-sync")
     page = client.get("/fleet/").content.decode()
     assert "renamed-by-a-sync" in page and f">{node.name}<" not in page
+
+
+@kept_across_requests(get_user_model())
+def usernames() -> tuple[str, ...]:
+    builds.append(1)
+    return tuple(get_user_model().objects.order_by("username").values_list("username",
+                                                                            flat=True))
+
+
+def test_a_sign_in_retires_nothing_but_a_change_to_a_user_does(client, lead):
+    """Django writes `last_login` at every sign-in; no kept read shows it, so a sign-in
+    keeps what was kept of the users. Any other write to a user retires it, the same write
+    with `last_login` beside it included."""
+    from django.contrib.auth.models import update_last_login
+
+    builds.clear()
+    assert read(usernames) == ("lead",)
+    client.force_login(lead)  # update_last_login: UPDATE … SET "last_login" = %s WHERE …
+    update_last_login(None, lead)
+    assert read(usernames) == ("lead",) and len(builds) == 1
+    lead.username, lead.last_login = "lead-renamed", timezone.now()
+    lead.save(update_fields=["username", "last_login"])
+    assert read(usernames) == ("lead-renamed",) and len(builds) == 2
+    get_user_model().objects.filter(pk=lead.pk).update(last_login=None, username="lead")
+    assert read(usernames) == ("lead",) and len(builds) == 3
+
+
+def test_only_a_plain_update_of_unread_columns_is_passed_over():
+    user_table = get_user_model()._meta.db_table
+    one = f'UPDATE "{user_table}" SET "last_login" = %s WHERE "{user_table}"."id" = %s'
+    assert kept_reads._written_by(one) == frozenset()
+    for sql in (
+        f'UPDATE "{user_table}" SET "last_login" = %s, "is_active" = %s '
+        f'WHERE "{user_table}"."id" = %s',
+        f'UPDATE "{user_table}" SET "last_login" = %s WHERE "{user_table}"."id" IN '
+        f'(SELECT U0."id" FROM "tenants_tenant" U0)',
+        f'UPDATE "{user_table}" SET "last_login" = (SELECT 1) WHERE "{user_table}"."id" = %s',
+        'UPDATE "tenants_tenant" SET "last_login" = %s WHERE "tenants_tenant"."id" = %s',
+    ):
+        assert user_table in kept_reads._written_by(sql) or "tenants_tenant" in \
+            kept_reads._written_by(sql), sql
