@@ -77,9 +77,10 @@ def _month(value: str) -> dt.date:
 @login_required
 def finance_overview(request):
     tenant_ids = _billing_reader(request.user)
-    data = request.GET.copy()  # unset filters show their defaults in the form
+    data = request.GET.copy()  # unset or empty filters show their defaults in the form
     for name, value in OverviewFilters.DEFAULTS.items():
-        data.setdefault(name, str(value))
+        if not data.get(name):
+            data[name] = str(value)
     filters = OverviewFilters(data)
     f = filters.values()
     months = last_months(f["months"], timezone.localdate())

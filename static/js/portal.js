@@ -19,6 +19,37 @@
     var summary = document.querySelector("[data-error-summary]");
     if (summary) { summary.focus(); summary.scrollIntoView({block: "start"}); }
   }
+  // Back and forward: htmx puts back the page's markup as it was, whose filter fields still
+  // hold what the page was first loaded with, not what was chosen since. Each field of a
+  // form that pushes its address is set from the address restored (a field it does not
+  // name, or a value no option has, goes back to the field's first-loaded value), so the
+  // next change sends what the report shows.
+  document.addEventListener("htmx:historyRestore", function () {
+    var params = new URLSearchParams(window.location.search);
+    document.querySelectorAll("form[hx-push-url]").forEach(function (form) {
+      // An address the form pushed names its fields; the first-loaded one may name none.
+      var pushed = Array.prototype.some.call(form.elements, function (field) {
+        return field.name && params.has(field.name);
+      });
+      Array.prototype.forEach.call(form.elements, function (field) {
+        if (!field.name || field.type === "hidden" || field.type === "submit") { return; }
+        var value = params.get(field.name);
+        if (field.tagName === "SELECT") {
+          var known = value !== null && Array.prototype.some.call(field.options, function (o) {
+            return o.value === value;
+          });
+          Array.prototype.forEach.call(field.options, function (o) {
+            o.selected = known ? o.value === value : o.defaultSelected;
+          });
+        } else if (field.type === "checkbox" || field.type === "radio") {
+          field.checked = pushed ? params.getAll(field.name).indexOf(field.value) >= 0
+            : field.defaultChecked;
+        } else {
+          field.value = value !== null ? value : field.defaultValue;
+        }
+      });
+    });
+  });
   if (document.readyState === "loading") {
     document.addEventListener("DOMContentLoaded", focusErrors);
   } else { focusErrors(); }

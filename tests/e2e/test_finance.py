@@ -85,6 +85,39 @@ def test_filters_reach_cards_chart_url_and_exports(browser, live_server, billed_
         context.close()
 
 
+def test_back_puts_the_filters_back_with_the_report(browser, live_server, billed_world,
+                                                    finance_user):
+    """Back restores the report and the filters it was made with, so the next change sends
+    what the page shows (the restored form once kept its first-loaded values and the next
+    change dropped the route)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    try:
+        sign_in(page, live_server.url, "fin")
+        page.goto(f"{live_server.url}/billing/")
+        page.select_option("select[name=route]", "shared_pool")
+        page.wait_for_url(re.compile(r"route=shared_pool"))
+        expect(page.locator("#report")).to_contain_text("route Shared pool")
+        page.select_option("select[name=months]", "3")
+        page.wait_for_url(re.compile(r"months=3"))
+        expect(page.locator("#report")).to_contain_text("3 months")
+        page.go_back()
+        page.wait_for_url(re.compile(r"months=6"))
+        expect(page.locator("#report")).to_contain_text("route Shared pool · 6 months")
+        expect(page.locator("select[name=route]")).to_have_value("shared_pool")
+        expect(page.locator("select[name=months]")).to_have_value("6")
+        page.select_option("select[name=sort]", "used")
+        page.wait_for_url(re.compile(r"sort=used"))
+        assert "route=shared_pool" in page.url and "months=6" in page.url, page.url
+        page.go_back()
+        page.go_back()  # the first load, which named no filter: every field at its default
+        page.wait_for_url(re.compile(r"/billing/$"))
+        expect(page.locator("select[name=route]")).to_have_value("")
+        expect(page.locator("select[name=months]")).to_have_value("6")
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("width", [1280, 1920])
 def test_the_tenants_table_scrolls_never_clips(browser, live_server, billed_world, finance_user,
                                                shot, width):

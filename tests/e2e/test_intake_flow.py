@@ -80,6 +80,18 @@ def test_file_preview_and_approve(live_server, page, shot, tenant, lead, admin_u
     assert any(label.startswith("Release") for label, _, _ in boxes), boxes
     assert {round(top) for _, top, _ in boxes} == {round(boxes[0][1])}, boxes
     assert {round(bottom) for _, _, bottom in boxes} == {round(boxes[0][2])}, boxes
+    # Each question opens on screen, whatever the width (anchored to the button's right,
+    # "Release now…" once opened 5–40 px past the left edge).
+    for width in (1280, 1024, 700, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        for label in ("Release now…", "Resize…"):
+            summary = page.locator("#allocation summary", has_text=label)
+            summary.click()
+            panel = page.locator("#allocation details[open] > form")
+            box = panel.bounding_box()
+            assert box["x"] >= 0 and box["x"] + box["width"] <= width, (width, label, box)
+            summary.click()
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.click("text=Kubernetes objects")
     expect(page.locator("h1")).to_have_text("Kubernetes objects")
     expect(page.locator("details.manifest").first).to_contain_text("Namespace")

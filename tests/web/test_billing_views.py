@@ -231,6 +231,17 @@ def test_the_filter_form_shows_the_filters_in_force(client, finance_user, billed
     bad = client.get(reverse("billing:overview"), {"months": "7"}).content.decode()
     assert "Ignored: Months" in bad and "6 months" in bad
     assert '<option value="6" selected>6</option>' in bad
+    # An empty value is an unset one: the form shows the default the report uses (it once
+    # showed no option chosen, so the browser showed 3 and the next change sent it).
+    empty = client.get(reverse("billing:overview"), {"months": "", "sort": "", "route": ""}
+                       ).content.decode()
+    assert '<option value="6" selected>6</option>' in empty and "6 months" in empty
+    assert '<option value="amount" selected>Charge</option>' in empty
+    assert "Ignored" not in empty
+    # A tenant typed in is shown isolated from the words around it (a right-to-left
+    # override in it cannot turn the counts after it around).
+    rtl = client.get(reverse("billing:overview"), {"q": "\u202eacme"}).content.decode()
+    assert "tenant “<bdi>\u202eacme</bdi>”" in rtl
 
 
 @pytest.mark.parametrize("sort", ["amount", "allocated", "used", "utilisation", "name"])
