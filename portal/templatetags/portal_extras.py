@@ -10,6 +10,7 @@ from billing.renderers import month_cells as render_month_cells
 from fleet.domain import devices_text, percent_of
 from fleet.inventory.pricing import money_text
 from fleet.queues.truth import duration as words
+from tenants.timeline import timeline_items
 
 register = template.Library()
 
@@ -54,14 +55,9 @@ def pairs(value: str):
 
 
 @register.filter
-def action_label(action: str) -> str:
-    """"request.request_changes" → "Request changes"; "allocation.nodes_reserved" →
-    "Allocation: nodes reserved"."""
-    subject, _, verb = action.partition(".")
-    words = verb.replace("_", " ") if verb else subject
-    if subject in ("request", ""):
-        return words.capitalize()
-    return f"{subject.capitalize()}: {words}"
+def timeline(events) -> str:
+    """A history card's timeline items (tenants.timeline.timeline_items)."""
+    return timeline_items(events)
 
 
 @register.filter

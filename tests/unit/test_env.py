@@ -40,7 +40,7 @@ def test_env_list_splits_and_trims(monkeypatch):
 
 
 def test_timeline_action_labels():
-    from portal.templatetags.portal_extras import action_label
+    from tenants.timeline import action_label
 
     assert action_label("request.request_changes") == "Request changes"
     assert action_label("allocation.nodes_reserved") == "Allocation: nodes reserved"
