@@ -1,5 +1,5 @@
-"""The places billing builds markup in Python, and why: the finance overview's rows and the
-budgets page's rows.
+"""The places billing builds markup in Python, and why: the finance overview's rows, month
+headers and Total row, and the budgets page's rows.
 
 A page of the overview is up to 50 tenants × 12 months: 600 cells, each the month's amount
 linked to its statement, or a dash, beside each tenant's six figures. Through the template
@@ -11,7 +11,9 @@ page is 50 tenants, each with its own small form: through the template engine (a
 `{% csrf_token %}`, two `{% url %}` and a dozen conditionals per row) 7–8 ms of the page.
 Everything else billing shows is a template; `billing.selectors.tenant_table` hands over
 plain data and the overview passes `tenant_rows` to it, the budgets view `budget_rows`;
-tests/unit/test_billing_renderers.py holds the rows equal to the template loops they replace.
+tests/unit/test_billing_renderers.py holds the rows, headers and footer equal to the
+template loops they replace. The headers and footer are kept with the overview's figures,
+so a view thaws markup instead of formatting 13 dates and 12 amounts.
 """
 
 from __future__ import annotations
