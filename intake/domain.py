@@ -518,6 +518,9 @@ TRANSITIONS: dict[str, TransitionRule] = {
     )
 }
 EDITABLE_STATES = frozenset({Status.DRAFT, Status.CHANGES_REQUESTED})
+# Still wanted and holding nothing yet: the states in which a request can be told when
+# capacity frees up (intake.selectors.why_not_yet).
+WAITING_STATES = frozenset({Status.DRAFT, Status.SUBMITTED, Status.CHANGES_REQUESTED})
 
 
 @dataclass(frozen=True)

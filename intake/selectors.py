@@ -43,6 +43,7 @@ from tenants.paging import Window
 from tenants.per_request import once_per_request
 
 from .domain import (
+    WAITING_STATES,
     Fill,
     IntakeAnswers,
     PoolFacts,
@@ -411,9 +412,12 @@ def ending_soon(scope: tuple[int, ...] | None) -> tuple[EndingSoon, ...]:
         "tenant__name", "namespace", "ends_at", "request__pk"))
 
 
-def why_not_yet(plan) -> str:
-    """For a request that fits later: when, in words (an estimate from allocations' ends)."""
-    if plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None:
+def why_not_yet(req, plan) -> str:
+    """For a request still waiting for capacity that fits later: when, in words (an
+    estimate from allocations' ends); else "". A request that holds capacity already (an
+    allocation, or the one it renews) or is no longer wanted is not told "not yet"."""
+    if (req.allocation_id or req.renews_id or req.status not in WAITING_STATES
+            or plan is None or plan.fit.value != "fits_later" or plan.pool.pool_id is None):
         return ""
     when = earliest_free(needed=plan.held_devices, free_now=plan.pool.free_devices,
                          endings=pool_endings(plan.pool.pool_id))

@@ -242,8 +242,7 @@ def request_detail(request, pk: int):
     decision, plan = plan_for_request(obj, facts=facts_of_active_pools())
     return render(request, "intake/request_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "panel": _panel(obj),
-        # "Not yet" is said of a request that holds nothing yet (partials/plan.html).
-        "why_not_yet": "" if obj.allocation_id or obj.renews_id else why_not_yet(plan),
+        "why_not_yet": why_not_yet(obj, plan),
         "events": request_events(obj, show_fleet=roles.platform_admin),
         "can_edit": obj.is_editable and roles.can_file_for(obj.tenant_id),
         "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,
@@ -429,7 +428,7 @@ def review_detail(request, pk: int):
                               now=timezone.now())
     return render(request, "intake/review_detail.html", {
         "req": obj, "decision": decision, "plan": plan, "form": form, "panel": _panel(obj),
-        "why_not_yet": why_not_yet(plan) if obj.status == Status.SUBMITTED else "",
+        "why_not_yet": why_not_yet(obj, plan),
         "pending": obj.status == Status.SUBMITTED,
         "events": request_events(obj, show_fleet=True),
         "polling": obj.allocation is not None and obj.allocation.status in IN_PROGRESS,

@@ -659,3 +659,29 @@ def test_the_form_offers_the_leads_tenants_as_they_are_now(client, tenant, other
     Tenant.objects.filter(pk=other_tenant.pk).update(name="Globex Renamed")
     body = client.get(reverse("intake:new")).content.decode()
     assert ">Globex Renamed</option>" in body
+
+
+def test_not_yet_is_said_only_of_a_request_still_waiting(client, lead, admin_user, tenant,
+                                                        pools):
+    """The request page and the review page tell "not yet" by one rule: a request still
+    wanted that holds nothing yet; not once it is withdrawn."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from intake import services
+
+    ends = timezone.localdate() + dt.timedelta(days=20)
+    big = make_request(tenant, lead, submit=True, whole_devices=30, ends_on=ends)
+    services.request_approve(request=big, by=admin_user, reason="ok")
+    waiting = make_request(tenant, lead, submit=True, whole_devices=8)
+    client.force_login(admin_user)
+    review = client.get(reverse("intake:review_detail", args=[waiting.pk])).content.decode()
+    assert "Not running yet: enough capacity frees up on" in review
+    services.request_withdraw(request=waiting, by=lead, reason="not needed")
+    for page in (reverse("intake:review_detail", args=[waiting.pk]),
+                 reverse("intake:detail", args=[waiting.pk])):
+        assert "Not running yet" not in client.get(page).content.decode(), page
+    client.force_login(lead)
+    assert "Not running yet" not in client.get(
+        reverse("intake:detail", args=[waiting.pk])).content.decode()
