@@ -15,12 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from django.urls import reverse
-from django.utils.dateformat import format as date_format
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince
-from django.utils.timezone import template_localtime
 
-from tenants.markup import html_format, html_join
+from tenants.markup import date_text, html_format, html_join
 
 PK = 987654321  # reversed once, replaced by each row's id (an int converter takes it)
 STATUS = '<span class="status s-{}">{}</span>\n'  # templates/partials/status.html
@@ -44,19 +42,6 @@ def _address(name: str):
     return lambda pk: pattern.replace(str(PK), str(pk))
 
 
-def _date(value, fmt: str) -> str:
-    """The `date` filter: in the current time zone, then formatted (the two formats the
-    rows use by the standard library: Django's formatter builds an object per call)."""
-    if value is None:
-        return ""
-    local = template_localtime(value)
-    if fmt == "c":
-        return local.isoformat()
-    if fmt == "Y-m-d H:i":
-        return local.strftime("%Y-%m-%d %H:%M")
-    return date_format(local, fmt)
-
-
 def _or_dash(value) -> str:
     return value or "—"  # the templates' |default:"—"
 
@@ -75,8 +60,8 @@ def review_rows(requests: Iterable, *, queue_qs: str = "",
                     if r.tenant_id in notes else "",
                     r.size_label, r.get_isolation_origin_display(),
                     _or_dash(r.get_route_display()), _or_dash(r.pool.name if r.pool else ""),
-                    r.status, r.get_status_display(), _date(r.updated_at, "c"),
-                    _date(r.updated_at, "Y-m-d H:i"),
+                    r.status, r.get_status_display(), date_text(r.updated_at, "c"),
+                    date_text(r.updated_at, "Y-m-d H:i"),
                     timesince(r.updated_at) if r.updated_at else "")
         for r in requests)
 
@@ -88,6 +73,6 @@ def request_rows(requests: Iterable) -> SafeString:
         html_format(LIST_ROW, address(r.pk), r.pk, r.title, r.get_workload_kind_display(),
                     r.requester.username if r.requester else "", r.tenant.name,
                     r.size_label, _or_dash(r.get_route_display()), r.status,
-                    r.get_status_display(), _date(r.updated_at, "c"),
-                    _date(r.updated_at, "Y-m-d H:i"))
+                    r.get_status_display(), date_text(r.updated_at, "c"),
+                    date_text(r.updated_at, "Y-m-d H:i"))
         for r in requests)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from html import escape
 
+from django.utils.dateformat import format as date_format
 from django.utils.safestring import SafeString
+from django.utils.timezone import template_localtime
 
 
 def escaped(value) -> str:
@@ -26,3 +28,16 @@ def html_format(template: str, *args) -> SafeString:
 def html_join(parts, separator: str = "") -> SafeString:
     """Markup already safe (html_format's, or constants), joined."""
     return SafeString(separator.join(parts))
+
+
+def date_text(value, fmt: str) -> str:
+    """The `date` filter: in the current time zone, then formatted (the two formats the
+    rows use by the standard library: Django's formatter builds an object per call)."""
+    if value is None:
+        return ""
+    local = template_localtime(value)
+    if fmt == "c":
+        return local.isoformat()
+    if fmt == "Y-m-d H:i":
+        return local.strftime("%Y-%m-%d %H:%M")
+    return date_format(local, fmt)

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.utils.safestring import SafeString
-from django.utils.timezone import template_localtime
 
-from .markup import html_format, html_join
+from .markup import date_text, html_format, html_join
 
 EVENT = ('\n  <li><div class="t-head"><strong>{}</strong>{}</div>\n'
          '  <div class="t-meta"><time datetime="{}">{}</time> · {}</div>\n'
@@ -36,11 +35,8 @@ def timeline_items(events: Iterable) -> SafeString:
     `events` are audit rows or anything with their fields (intake.selectors.TimelineEvent)."""
     items = []
     for e in events:
-        at = template_localtime(e.at)
         items.append(html_format(
             EVENT, action_label(e.action),
             html_format(STATES, e.from_state or "—", e.to_state) if e.to_state else "",
-            # The date filter's "c" and "Y-m-d H:i", without its format lookups per call.
-            at.isoformat(), f"{at.year:04d}-{at.month:02d}-{at.day:02d} {at.hour:02d}:"
-            f"{at.minute:02d}", e.actor_name, e.reason))
+            date_text(e.at, "c"), date_text(e.at, "Y-m-d H:i"), e.actor_name, e.reason))
     return html_join(items) if items else SafeString(NO_EVENTS)

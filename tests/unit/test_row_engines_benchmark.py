@@ -24,7 +24,8 @@ from django.template import Context, Template
 from django.urls import reverse
 from django.utils.timesince import timesince
 
-from intake.renderers import _date, review_rows
+from intake.renderers import review_rows
+from tenants.markup import date_text
 from tests.unit.test_request_renderers import QUEUE_LOOP, requests
 
 pytestmark = pytest.mark.unit
@@ -51,7 +52,7 @@ def jinja_environment():
     env = jinja2.Environment(autoescape=True, keep_trailing_newline=True, loader=jinja2.DictLoader({
         "status.html": JINJA_STATUS}))
     env.globals["url"] = lambda name, *args: reverse(name, args=args)
-    env.filters["date"] = _date
+    env.filters["date"] = date_text
     env.filters["timesince"] = timesince
     return env
 
