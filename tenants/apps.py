@@ -6,7 +6,8 @@ class TenantsConfig(AppConfig):
     verbose_name = "Tenants, roles and the audit trail"
 
     def ready(self) -> None:
-        # The write watch on every connection; `__any`; the sign-in receiver.
+        # The write watch on every connection; `__any`; the sign-in receiver. (Imported
+        # here: the models must be loaded first.)
         from django.contrib.auth import get_user_model
 
         from . import kept_reads, lookups, receivers  # noqa: F401

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import update_last_login
 from django.db import connection, connections, transaction
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
@@ -367,8 +368,6 @@ def test_a_sign_in_retires_nothing_but_a_change_to_a_user_does(client, lead):
     """Django writes `last_login` at every sign-in; no kept read shows it, so a sign-in
     keeps what was kept of the users. Any other write to a user retires it, the same write
     with `last_login` beside it included."""
-    from django.contrib.auth.models import update_last_login
-
     builds.clear()
     assert read(usernames) == ("lead",)
     client.force_login(lead)  # update_last_login: UPDATE … SET "last_login" = %s WHERE …

@@ -4,12 +4,15 @@ what they show exactly as a template would."""
 from __future__ import annotations
 
 import pytest
+from django.conf import settings as django_settings
+from django.http import QueryDict
 from django.template import Context, Template
 from django.utils.safestring import SafeString
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from billing.renderers import month_cells
+from billing.forms import OverviewFilters
+from billing.renderers import month_cells, month_heads, total_row
 
 pytestmark = pytest.mark.unit
 
@@ -165,16 +168,12 @@ hours_st = st.decimals(min_value=0, max_value=10**9, places=4, allow_nan=False)
        allocated=hours_st, used=hours_st,
        util=st.none() | st.decimals(min_value=0, max_value=100, places=1, allow_nan=False))
 def test_month_heads_and_total_row_are_the_templates(months, amounts, allocated, used, util):
-    from django.conf import settings as dj
-
-    from billing.renderers import month_heads, total_row
-
     totals = [{"amount": a} for a in amounts]
     grand = {"amount": sum(amounts), "utilisation": util, "allocated_h": allocated,
              "used_h": used, "idle_h": allocated - used}
     want = Template(HEAD_AND_FOOT).render(Context({"months": months, "grand": grand,
                                                    "totals": totals}))
-    got = month_heads(months) + "|" + total_row(grand, totals, dj.PORTAL_CURRENCY)
+    got = month_heads(months) + "|" + total_row(grand, totals, django_settings.PORTAL_CURRENCY)
     assert got == want
 
 
@@ -185,10 +184,6 @@ def test_month_heads_and_total_row_are_the_templates(months, amounts, allocated,
 def test_the_filter_bar_is_the_forms_own_markup(q, route, months, sort):
     """The filter bar rendered once per set of values is what the form's template loop
     renders: the values given, or every value in force where one was ignored."""
-    from django.http import QueryDict
-
-    from billing.forms import OverviewFilters
-
     data = QueryDict(mutable=True)
     for name, value in (("q", q), ("route", route), ("months", months), ("sort", sort)):
         if value is not None:

@@ -1,11 +1,15 @@
 """Every page for every role: lead of the tenant, lead elsewhere, member, admin, finance."""
 
+import datetime as dt
 import re
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
+from intake import services
 from intake.models import CapacityRequest
+from tenants.models import Membership, Tenant
 from tests.factories import form_data, make_request
 
 pytestmark = pytest.mark.django_db
@@ -533,18 +537,18 @@ def test_choosing_an_override_route_previews_that_routes_objects(client, admin_u
     assert "kind: ValidatingAdmissionPolicy" not in own and "Under the override" not in own
 
 
-def test_why_not_yet_names_the_day_capacity_frees_up(client, lead, admin_user, tenant,
-                                                     pools):
-    import datetime as dt
-
-    from django.utils import timezone
-
-    from intake import services
-
+def waiting_behind_an_allocation(tenant, lead, admin_user):
+    """A request that fits later: 8 devices waiting behind an approved 30 that ends in 20
+    days. Returns it and that end."""
     ends = timezone.localdate() + dt.timedelta(days=20)
     big = make_request(tenant, lead, submit=True, whole_devices=30, ends_on=ends)
     services.request_approve(request=big, by=admin_user, reason="ok")
-    waiting = make_request(tenant, lead, submit=True, whole_devices=8)
+    return make_request(tenant, lead, submit=True, whole_devices=8), ends
+
+
+def test_why_not_yet_names_the_day_capacity_frees_up(client, lead, admin_user, tenant,
+                                                     pools):
+    waiting, ends = waiting_behind_an_allocation(tenant, lead, admin_user)
     client.force_login(lead)
     body = client.get(reverse("intake:detail", args=[waiting.pk])).content.decode()
     assert "Does not fit now" in body
@@ -642,8 +646,6 @@ def test_the_form_offers_the_leads_tenants_as_they_are_now(client, tenant, other
                                                            pools):
     """The tenant choice offers every tenant the lead leads and no other, pre-selects the
     one a link names among them, and shows a tenant's new name on the next view."""
-    from tenants.models import Membership, Tenant
-
     third = Tenant.objects.create(slug="initech", name="Initech")
     client.force_login(lead)
     body = client.get(reverse("intake:new")).content.decode()
@@ -665,16 +667,7 @@ def test_not_yet_is_said_only_of_a_request_still_waiting(client, lead, admin_use
                                                         pools):
     """The request page and the review page tell "not yet" by one rule: a request still
     wanted that holds nothing yet; not once it is withdrawn."""
-    import datetime as dt
-
-    from django.utils import timezone
-
-    from intake import services
-
-    ends = timezone.localdate() + dt.timedelta(days=20)
-    big = make_request(tenant, lead, submit=True, whole_devices=30, ends_on=ends)
-    services.request_approve(request=big, by=admin_user, reason="ok")
-    waiting = make_request(tenant, lead, submit=True, whole_devices=8)
+    waiting, _ = waiting_behind_an_allocation(tenant, lead, admin_user)
     client.force_login(admin_user)
     review = client.get(reverse("intake:review_detail", args=[waiting.pk])).content.decode()
     assert "Not running yet: enough capacity frees up on" in review
